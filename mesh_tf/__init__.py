@@ -1,0 +1,49 @@
+"""mesh_tf: Mesh-TensorFlow for TensorFlow 2.
+
+`import mesh_tf as mtf` offers the public names of the original `mesh_tensorflow`:
+named dimensions, layout rules, the graph language, autodiff and lowering onto a mesh.
+"""
+# pylint: disable=redefined-builtin,g-importing-member
+from mesh_tf.errors import CheckpointError, LayoutError, MtfError, ShapeError
+from mesh_tf.shapes import (Dimension, LayoutRules, Shape, TensorLayout, anonymous_shape,
+                            combined_dimension, convert_to_dimension,
+                            convert_to_layout_rules, convert_to_shape, is_subsequence,
+                            list_product, pnum_to_group, pnum_to_processor_coordinates,
+                            processor_coordinates_to_pnum, processor_groups,
+                            tensor_dim_to_mesh_dim_size, tensor_dim_to_size_per_split,
+                            transpose_list_of_lists)
+from mesh_tf.graph import Graph, Mesh, Operation, Tensor, name_scope, variable_scope
+from mesh_tf.lowering import Lowering, MeshImpl, reduction_fn
+from mesh_tf.autodiff import StopGradient, gradients, stop_gradient
+from mesh_tf.ops.slicewise import (GenericGradOperation, SlicewiseOperation, cwise,
+                                   slicewise)
+from mesh_tf.ops.elementwise import (
+    abs, add, add_n, binary_arguments_to_tensors, binary_op_with_broadcasting, cast, ceil,
+    cos, divide, elu, equal, exp, expm1, floor, floordiv, gelu, greater, greater_equal,
+    identity, leaky_relu, less, less_equal, log, log1p, logical_and, logical_not,
+    logical_or, maximum, minimum, mod, mtf_abs, mtf_pow, multiply, negative, not_equal,
+    ones_like, pow, reciprocal, relu, round, rsqrt, selu, sigmoid, sign, sin, softplus,
+    sqrt, square, sub, swish, tanh, to_bfloat16, to_float, to_int32, where, zeros_like)
+from mesh_tf.ops.reduce import (ReduceOperation, log_softmax, reduce_all, reduce_any,
+                                reduce_logsumexp, reduce_max, reduce_mean, reduce_min,
+                                reduce_sum, softmax)
+from mesh_tf.ops.einsum import EinsumOperation, einsum, matmul
+from mesh_tf.ops.reshape import (BroadcastOperation, ReshapeOperation, anonymize,
+                                 broadcast, rename_dimension, replace_dimensions, reshape,
+                                 transpose)
+from mesh_tf.ops.slicing import (concat, mtf_slice, pad, shift, slice, split, stack,
+                                 unstack)
+from mesh_tf.ops.indexing import (OneHotOperation, RangeOperation, argmax, cumsum, gather,
+                                  mtf_range, one_hot, top_1)
+from mesh_tf.ops.creation import (Constant, ImportLaidOutTensorOperation, ImportOperation,
+                                  constant, fill, import_fully_replicated,
+                                  import_laid_out_tensor, import_tf_tensor, ones, zeros)
+from mesh_tf.ops.random import RandomOperation, dropout, random_normal, random_uniform
+from mesh_tf.ops.variables import (Variable, VariableDType, get_variable, read_variable)
+from mesh_tf.ops.assign import (Assign, Depend, assign, assign_add, assign_add_slice,
+                                assign_slice, assign_sub, assign_sub_slice, depend)
+from mesh_tf.ops.debug import Print, PrintOperation
+from mesh_tf import layers, placement_mesh_impl
+from mesh_tf.backends.placement import PlacementMeshImpl
+
+range = mtf_range

@@ -1,0 +1,218 @@
+"""`PlacementMeshImpl`: one TF op per processor, each placed with `tf.device`.
+
+A laid-out tensor is a list of per-device tf.Tensors (indexed by processor number);
+collectives are explicit cross-device TF ops within each processor group. Runs on virtual
+CPU devices, GPUs, or any devices TF's runtime can place ops on.
+"""
+import tensorflow as tf
+
+from mesh_tf.errors import LayoutError
+from mesh_tf.lowering.mesh_impl import MeshImpl, reduction_fn
+from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_to_pnum
+
+
+class LaidOutTensor:
+  """Per-processor slices of one mtf Tensor."""
+
+  def __init__(self, tensor_list):
+    self.tensor_list = list(tensor_list)
+
+  def __repr__(self):
+    return "LaidOutTensor(%d slices of %s)" % (len(self.tensor_list), self.slice_shape)
+
+  @property
+  def all_slices(self):
+    return self.tensor_list
+
+  @property
+  def slice_shape(self):
+    return self.tensor_list[0].shape.as_list()
+
+  def to_laid_out_tensor(self):
+    return self
+
+
+class LaidOutVariable:
+  """Per-device slice variables of one mtf Variable; the only copy of its state."""
+
+  def __init__(self, variable, mesh_impl):
+    self._variable = variable
+    self._mesh_impl = mesh_impl
+    self.name = variable.name
+    self.shape = variable.shape
+    self.master_dtype = variable.master_dtype
+    self.slice_dtype = variable.slice_dtype
+    initial = tf.cast(variable.initial_value(), self.slice_dtype)
+    slices = mesh_impl.make_slices(initial, self.shape)
+    self.slice_variables = []
+    for pnum, s in enumerate(slices):
+      with tf.device(mesh_impl.devices[pnum]):
+        self.slice_variables.append(
+            tf.Variable(s, name="%s_slice_%d" % (self.name.replace("/", "_"), pnum),
+                        trainable=False))
+
+  @property
+  def laid_out_tensor(self):
+    """Reads of every slice, as a LaidOutTensor."""
+    reads = []
+    for pnum, v in enumerate(self.slice_variables):
+      with tf.device(self._mesh_impl.devices[pnum]):
+        reads.append(v.read_value())
+    return LaidOutTensor(reads)
+
+  def assign_to_slices(self, assign_fn, laid_out_values):
+    """Applies assign_fn(slice_variable, value) on each device; returns the ops."""
+    ops = []
+    for pnum, (v, x) in enumerate(zip(self.slice_variables, laid_out_values.all_slices)):
+      with tf.device(self._mesh_impl.devices[pnum]):
+        ops.append(assign_fn(v, tf.cast(x, self.slice_dtype)))
+    return ops
+
+  def read_full(self):
+    """The whole variable as one tf.Tensor in its master dtype (for checkpoints)."""
+    full = self._mesh_impl.combine_slices(
+        [v.read_value() for v in self.slice_variables], self.shape)
+    return tf.cast(full, self.master_dtype)
+
+  def assign_full(self, value):
+    """Sets every slice from a full-shape value (after a restore)."""
+    value = tf.cast(value, self.slice_dtype)
+    for v, s in zip(self.slice_variables, self._mesh_impl.make_slices(value, self.shape)):
+      v.assign(s)
+
+
+def _check_devices(mesh_shape, devices):
+  if len(devices) != mesh_shape.size:
+    raise LayoutError(
+        "mesh shape %s has %d processors but %d devices were given (%s); give one device "
+        "per processor" % (mesh_shape.to_string or "[]", mesh_shape.size, len(devices),
+                           devices))
+  known = set()
+  for d in tf.config.list_logical_devices():
+    spec = tf.DeviceSpec.from_string(d.name)
+    known.add((spec.device_type.upper(), spec.device_index))
+  for d in devices:
+    if not d:
+      continue
+    spec = tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d)
+    if spec.job or spec.device_type is None or spec.device_index is None:
+      continue  # remote or partially specified: let TF place it
+    if (spec.device_type.upper(), spec.device_index) not in known:
+      raise LayoutError("device %r of mesh %s does not exist; this process has %s"
+                        % (d, mesh_shape.to_string, sorted("%s:%d" % k for k in known)))
+
+
+class PlacementMeshImpl(MeshImpl):
+  """Mesh backend placing each processor's ops on its own TF device.
+
+  Args:
+    shape: mesh shape ("rows:2;cols:4", a list of Dimensions or pairs).
+    layout: layout rules ("batch:rows;hidden:cols" or pairs).
+    devices: one device string per processor, in row-major order; None puts every
+      processor on the default device (handy to emulate a mesh on one CPU).
+  """
+
+  def __init__(self, shape, layout, devices=None):
+    super().__init__(shape, layout)
+    if devices is None:
+      devices = [""] * self.size
+    _check_devices(self.shape, list(devices))
+    self._devices = list(devices)
+
+  LaidOutTensor = LaidOutTensor
+  LaidOutVariable = LaidOutVariable
+
+  @property
+  def devices(self):
+    return self._devices
+
+  def _group_coords(self, pnums, mesh_axis):
+    return [pnum_to_processor_coordinates(self.shape, p)[mesh_axis] for p in pnums]
+
+  def slicewise(self, fn, *inputs):
+    outputs = []
+    for pnum, device in enumerate(self._devices):
+      args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
+      with tf.device(device):
+        outputs.append(fn(*args))
+    if isinstance(outputs[0], (tuple, list)):
+      return tuple(LaidOutTensor(list(o)) for o in zip(*outputs))
+    return LaidOutTensor(outputs)
+
+  def allreduce(self, x, mesh_axes, reduction_fn_string):
+    if not mesh_axes:
+      return x
+    reduce = reduction_fn(reduction_fn_string)
+    out = [None] * self.size
+    for group in self.processor_groups(mesh_axes):
+      with tf.device(self._devices[group[0]]):
+        total = reduce([x.tensor_list[p] for p in group])
+      for p in group:
+        with tf.device(self._devices[p]):
+          out[p] = tf.identity(total)
+    return LaidOutTensor(out)
+
+  def allconcat(self, x, mesh_axis, concat_axis):
+    out = [None] * self.size
+    for group in self.processor_groups([mesh_axis]):
+      parts = [x.tensor_list[p] for p in group]  # groups list pnums in pcoord order
+      for p in group:
+        with tf.device(self._devices[p]):
+          out[p] = tf.concat(parts, axis=concat_axis)
+    return LaidOutTensor(out)
+
+  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    out = [None] * self.size
+    for group in self.processor_groups([mesh_axis]):
+      n = len(group)
+      pieces = []
+      for p in group:
+        with tf.device(self._devices[p]):
+          pieces.append(tf.split(x.tensor_list[p], n, axis=split_axis))
+      for j, p in enumerate(group):
+        with tf.device(self._devices[p]):
+          out[p] = tf.concat([pieces[i][j] for i in range(n)], axis=concat_axis)
+    return LaidOutTensor(out)
+
+  def receive(self, x, mesh_axis, source_pcoord):
+    out = []
+    for pnum, device in enumerate(self._devices):
+      coord = pnum_to_processor_coordinates(self.shape, pnum)
+      source = source_pcoord[coord[mesh_axis]]
+      with tf.device(device):
+        if source is None:
+          out.append(tf.zeros_like(x.tensor_list[pnum]))
+        else:
+          coord[mesh_axis] = source
+          out.append(tf.identity(
+              x.tensor_list[processor_coordinates_to_pnum(self.shape, coord)]))
+    return LaidOutTensor(out)
+
+  def laid_out_pnum(self):
+    out = []
+    for pnum, device in enumerate(self._devices):
+      with tf.device(device):
+        out.append(tf.constant(pnum, tf.int32))
+    return LaidOutTensor(out)
+
+  def laid_out_pcoord(self, mesh_axis):
+    out = []
+    for pnum, device in enumerate(self._devices):
+      with tf.device(device):
+        out.append(tf.constant(
+            pnum_to_processor_coordinates(self.shape, pnum)[mesh_axis], tf.int32))
+    return LaidOutTensor(out)
+
+  def import_tf_tensor(self, x, tf_x):
+    slices = self.make_slices(tf_x, x.shape)
+    out = []
+    for pnum, device in enumerate(self._devices):
+      with tf.device(device):
+        out.append(tf.identity(slices[pnum]))
+    return LaidOutTensor(out)
+
+  def export_to_tf_tensor(self, x, laid_out_x):
+    return self.combine_slices(laid_out_x.tensor_list, x.shape)
+
+  def make_variable(self, variable):
+    return LaidOutVariable(variable, self)

@@ -1,0 +1,130 @@
+"""The mtf Graph: an ordered list of operations plus naming and variable bookkeeping.
+
+Building a graph creates Python objects only; nothing touches TensorFlow until a
+`Lowering` emits TF ops for it.
+"""
+import contextlib
+import threading
+
+import tensorflow as tf
+
+_scope_state = threading.local()
+
+
+def _scope_stack():
+  if not hasattr(_scope_state, "stack"):
+    _scope_state.stack = []
+  return _scope_state.stack
+
+
+@contextlib.contextmanager
+def variable_scope(name):
+  """Prefixes the names of ops and variables created inside with `name/`.
+
+  Plays the part of `tf.variable_scope` in the original: layers use it to give their
+  variables names such as "dense/kernel". `tf.compat.v1.variable_scope` is honoured too.
+  """
+  stack = _scope_stack()
+  stack.append(name)
+  try:
+    yield
+  finally:
+    stack.pop()
+
+
+name_scope = variable_scope
+
+
+def current_scope_name():
+  """The active scope prefix (without a trailing slash), or ""."""
+  parts = []
+  tf_scope = tf.compat.v1.get_variable_scope().name
+  if tf_scope:
+    parts.append(tf_scope)
+  parts.extend(p for p in _scope_stack() if p)
+  return "/".join(parts)
+
+
+class Graph:
+  """A graph of mtf operations, kept in creation order (which is a valid topological order)."""
+
+  def __init__(self):
+    self._operations = []
+    self._trainable_variables = []
+    self._all_variables = []
+    self._names_in_use = {}
+    self._variable_names = {}
+
+  def __repr__(self):
+    return "<mtf.Graph with %d operations>" % len(self._operations)
+
+  @property
+  def operations(self):
+    """All operations, in the order they were created."""
+    return self._operations
+
+  @property
+  def trainable_variables(self):
+    """The trainable `Variable` operations."""
+    return self._trainable_variables
+
+  @property
+  def all_variables(self):
+    """Every `Variable` operation, trainable or not."""
+    return self._all_variables
+
+  def add_operation(self, op):
+    self._operations.append(op)
+
+  def add_variable(self, variable):
+    """Registers a Variable op; two variables with one name would share a checkpoint key."""
+    if variable.name in self._variable_names:
+      from mesh_tf.errors import ShapeError  # pylint: disable=g-import-not-at-top
+      raise ShapeError(
+          "variable %r already exists in this graph (shape %s); variable names must be "
+          "unique -- wrap the second one in mtf.variable_scope(...) or pick another name"
+          % (variable.name, self._variable_names[variable.name].shape), tensor=variable.name)
+    self._variable_names[variable.name] = variable
+    self._all_variables.append(variable)
+    if variable.trainable:
+      self._trainable_variables.append(variable)
+
+  def make_variables_untrainable(self, variables):
+    """Removes the given Variable ops from `trainable_variables`."""
+    drop = set(id(v) for v in variables)
+    self._trainable_variables = [v for v in self._trainable_variables if id(v) not in drop]
+    for v in variables:
+      v._trainable = False  # pylint: disable=protected-access
+
+  def unique_name(self, name, mark_as_used=True):
+    """Scoped, case-insensitively unique name: "foo", then "foo_1", "foo_2", ...
+
+    Follows TF's rule: if "foo_1" was taken explicitly, the next "foo" skips to "foo_2".
+    """
+    scope = current_scope_name()
+    if scope:
+      name = scope + "/" + name
+    key = name.lower()
+    i = self._names_in_use.get(key, 0)
+    if mark_as_used:
+      self._names_in_use[key] = i + 1
+    if i == 0:
+      return name
+    base_key = key
+    while key in self._names_in_use:
+      key = "%s_%d" % (base_key, i)
+      i += 1
+    if mark_as_used:
+      self._names_in_use[key] = 1
+    return "%s_%d" % (name, i - 1)
+
+  def capture_operations(self, fn):
+    """Runs fn() and returns (its result, the operations it created)."""
+    n = len(self._operations)
+    result = fn()
+    return result, self._operations[n:]
+
+  @property
+  def to_string(self):
+    """A line per operation: its name, inputs and output shapes."""
+    return "\n".join(op.to_string for op in self._operations)

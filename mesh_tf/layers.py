@@ -1,0 +1,35 @@
+"""`mtf.layers`: neural-network layers built from mtf ops."""
+import tensorflow as tf
+
+from mesh_tf.errors import ShapeError
+from mesh_tf.ops import elementwise as ew
+from mesh_tf.ops import reduce as reduce_ops
+
+
+def softmax_cross_entropy_with_logits(logits, targets, vocab_dim, z_loss=0.0):
+  """Per-example cross-entropy of softmax(logits) against target distributions.
+
+  Args:
+    logits: mtf Tensor with vocab_dim.
+    targets: mtf Tensor of the same shape (e.g. one_hot of the labels).
+    vocab_dim: the Dimension to normalize over.
+    z_loss: coefficient of an auxiliary loss z_loss * logsumexp(logits)**2.
+
+  Returns:
+    mtf Tensor of logits' shape without vocab_dim.
+  """
+  if logits.shape != targets.shape:
+    raise ShapeError("softmax_cross_entropy_with_logits: logits %s and targets %s must "
+                     "have the same shape" % (logits.shape, targets.shape))
+  if vocab_dim not in logits.shape.dims:
+    raise ShapeError("softmax_cross_entropy_with_logits: vocab_dim %s is not a dim of "
+                     "logits %s" % (vocab_dim, logits.shape), dim=getattr(vocab_dim, "name",
+                                                                           vocab_dim))
+  lse = reduce_ops.reduce_logsumexp(logits, vocab_dim)
+  loss = reduce_ops.reduce_sum((lse - logits) * targets, reduced_dim=vocab_dim)
+  if z_loss:
+    loss += z_loss * ew.square(lse)
+  return loss
+
+
+del tf

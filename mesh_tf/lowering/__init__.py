@@ -1,0 +1,3 @@
+"""Lowering: the graph-to-TF compiler and the MeshImpl contract backends implement."""
+from mesh_tf.lowering.lowering import Lowering
+from mesh_tf.lowering.mesh_impl import MeshImpl, reduction_fn

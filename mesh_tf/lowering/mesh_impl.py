@@ -1,0 +1,278 @@
+"""`MeshImpl`: the backend contract -- the small set of mesh primitives every op lowers to.
+
+A backend (placement, SIMD, GSPMD) subclasses MeshImpl and implements only the abstract
+primitives below. Ops call these and never ask which backend runs them.
+
+Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (for placement,
+a list of per-device tf.Tensors). Its *slices* have the shape `slice_shape(tensor_shape)`:
+each dim split over mesh axis m is divided by the size of m.
+"""
+import functools
+
+import tensorflow as tf
+
+from mesh_tf.errors import LayoutError
+from mesh_tf.shapes import (Shape, convert_to_layout_rules, convert_to_shape, list_product,
+                            processor_groups, pnum_to_processor_coordinates)
+
+REDUCTIONS = {
+    "SUM": tf.add_n,
+    "MAX": lambda xs: functools.reduce(tf.maximum, xs),
+    "MIN": lambda xs: functools.reduce(tf.minimum, xs),
+}
+
+
+def reduction_fn(reduction_fn_string):
+  """The TF function reducing a list of tensors for "SUM", "MAX" or "MIN"."""
+  try:
+    return REDUCTIONS[reduction_fn_string]
+  except KeyError:
+    raise LayoutError("unknown reduction %r; use one of %s"
+                      % (reduction_fn_string, sorted(REDUCTIONS))) from None
+
+
+class MeshImpl:
+  """Shape and layout of a mesh, plus the primitives a backend must provide."""
+
+  def __init__(self, shape, layout_rules):
+    self._shape = convert_to_shape(shape)
+    self._layout_rules = convert_to_layout_rules(layout_rules)
+    self._layout_cache = {}
+    # name -> laid-out variable. Lowerings of any graph on this mesh impl share it, so
+    # variables persist across tf.function traces and across train/eval graphs.
+    self.variable_store = {}
+
+  def __repr__(self):
+    return "%s(shape=%s, layout=%s)" % (type(self).__name__, self._shape.to_string,
+                                        self._layout_rules)
+
+  # ---- mesh facts ----
+  @property
+  def shape(self):
+    return self._shape
+
+  @property
+  def ndims(self):
+    return self._shape.ndims
+
+  @property
+  def size(self):
+    return self._shape.size
+
+  @property
+  def layout_rules(self):
+    return self._layout_rules
+
+  @property
+  def supports_control_dependencies(self):
+    return True
+
+  # ---- layout queries ----
+  def tensor_dimension_to_mesh_axis(self, tensor_dimension):
+    return self._layout_rules.tensor_dimension_to_mesh_axis(tensor_dimension, self._shape)
+
+  def tensor_layout(self, arg, tensor_name=None):
+    """TensorLayout of an mtf Tensor or Shape; raises LayoutError naming the tensor."""
+    if hasattr(arg, "operation"):
+      tensor_name = tensor_name or arg.name
+      arg = arg.shape
+    shape = convert_to_shape(arg)
+    key = (shape, tensor_name)
+    if key not in self._layout_cache:
+      self._layout_cache[key] = self._layout_rules.tensor_layout(
+          shape, self._shape, tensor_name=tensor_name)
+    return self._layout_cache[key]
+
+  def mesh_axis_to_cumprod(self, tensor_shape):
+    """For each mesh axis, the row-major stride of its tensor dim (None if unused)."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    ta = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(self.ndims)
+    return [None if a is None else tensor_shape.cumprod[a] for a in ta]
+
+  def slice_shape(self, tensor_shape):
+    """Per-processor slice shape (a list of ints)."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    layout = self.tensor_layout(tensor_shape)
+    return [d.size if a is None else d.size // self._shape[a].size
+            for d, a in zip(tensor_shape.dims, layout)]
+
+  def slice_begin(self, tensor_shape, pnum):
+    """Offset of processor pnum's slice within the full tensor."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    layout = self.tensor_layout(tensor_shape)
+    coord = pnum_to_processor_coordinates(self._shape, pnum)
+    sizes = self.slice_shape(tensor_shape)
+    return [0 if a is None else coord[a] * s for s, a in zip(sizes, layout)]
+
+  def slice_size(self, tensor_shape):
+    return list_product(self.slice_shape(tensor_shape))
+
+  def laid_out_size(self, tensor_shape):
+    """Number of elements stored across all processors (counting replicas)."""
+    return self.slice_size(tensor_shape) * self.size
+
+  def processor_groups(self, mesh_axes):
+    return processor_groups(self._shape, list(mesh_axes))
+
+  # ---- primitives every backend implements ----
+  def slicewise(self, fn, *inputs):
+    """Runs fn on each processor's slices; returns a laid-out tensor (or a tuple)."""
+    raise NotImplementedError
+
+  def allreduce(self, x, mesh_axes, reduction_fn_string):
+    """Reduces ("SUM", "MAX", "MIN") across the processors that differ only on mesh_axes."""
+    raise NotImplementedError
+
+  def allconcat(self, x, mesh_axis, concat_axis):
+    """Gathers the slices of a group along mesh_axis and concatenates on concat_axis."""
+    raise NotImplementedError
+
+  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    """Splits on split_axis, exchanges pieces within mesh_axis groups, concats on concat_axis."""
+    raise NotImplementedError
+
+  def receive(self, x, mesh_axis, source_pcoord):
+    """Each processor takes the slice of the processor at source_pcoord[own pcoord] on
+    mesh_axis (a None source gives zeros)."""
+    raise NotImplementedError
+
+  def laid_out_pnum(self):
+    """A laid-out int32 scalar: each processor's number."""
+    raise NotImplementedError
+
+  def import_tf_tensor(self, x, tf_x):
+    """Cuts a full tf.Tensor into the laid-out value of mtf Tensor x."""
+    raise NotImplementedError
+
+  def export_to_tf_tensor(self, x, laid_out_x):
+    """Reassembles the full tf.Tensor of mtf Tensor x."""
+    raise NotImplementedError
+
+  def make_variable(self, variable):
+    """Creates the laid-out state of an mtf Variable op (called once, eagerly)."""
+    raise NotImplementedError
+
+  # ---- defaults built on the primitives ----
+  def laid_out_pcoord(self, mesh_axis):
+    """A laid-out int32 scalar: each processor's coordinate on mesh_axis."""
+    stride = list_product(self._shape.to_integer_list[mesh_axis + 1:])
+    size = self._shape[mesh_axis].size
+    return self.slicewise(lambda p: (p // stride) % size, self.laid_out_pnum())
+
+  def laid_out_slice_begin(self, tensor_shape):
+    """A laid-out int32 vector: where each processor's slice starts in the full tensor."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    layout = self.tensor_layout(tensor_shape)
+    sizes = self.slice_shape(tensor_shape)
+    axes = [a for a in layout if a is not None]
+    pcoords = [self.laid_out_pcoord(a) for a in axes]
+
+    def begin(*coords):
+      coord_of = dict(zip(axes, coords))
+      return tf.stack([tf.constant(0, tf.int32) if a is None else coord_of[a] * s
+                       for s, a in zip(sizes, layout)]) if sizes else tf.zeros([0], tf.int32)
+    return self.slicewise(begin, *pcoords)
+
+  def allsplit(self, x, mesh_axis, split_axis, which=None):
+    """Keeps this processor's piece of split_axis (no communication): inverse of allconcat."""
+    n = self._shape[mesh_axis].size
+    if which is None:
+      which = self.laid_out_pcoord(mesh_axis)
+
+    def piece(t, w):
+      size = t.shape[split_axis] // n
+      begin = [0] * t.shape.rank
+      sizes = t.shape.as_list()
+      begin[split_axis] = w * size
+      sizes[split_axis] = size
+      return tf.slice(t, tf.stack(begin), sizes)
+    return self.slicewise(piece, x, which)
+
+  def shift_by_n_processors(self, x, mesh_axis, offset, wrap):
+    """Each processor receives the slice from `offset` positions lower on mesh_axis."""
+    n = self._shape[mesh_axis].size
+    source = []
+    for i in range(n):
+      s = i - offset
+      if wrap:
+        s %= n
+      elif not 0 <= s < n:
+        s = None
+      source.append(s)
+    return self.receive(x, mesh_axis, source)
+
+  def gather_dims(self, laid_out_x, shape, dim_names):
+    """Makes the named dims whole on every processor (allconcat over their mesh axes).
+
+    Returns the new laid-out value; other dims keep their layout.
+    """
+    shape = convert_to_shape(shape)
+    layout = self.tensor_layout(shape)
+    for axis, d in enumerate(shape.dims):
+      if d.name in dim_names and layout[axis] is not None:
+        laid_out_x = self.allconcat(laid_out_x, layout[axis], axis)
+    return laid_out_x
+
+  def split_dims(self, laid_out_x, shape, dim_names):
+    """Inverse of gather_dims: cuts whole dims down to this processor's slice."""
+    shape = convert_to_shape(shape)
+    layout = self.tensor_layout(shape)
+    for axis, d in enumerate(shape.dims):
+      if d.name in dim_names and layout[axis] is not None:
+        laid_out_x = self.allsplit(laid_out_x, layout[axis], axis)
+    return laid_out_x
+
+  def split_dims_of(self, shape):
+    """Names of the dims of `shape` that this mesh splits."""
+    shape = convert_to_shape(shape)
+    return [d.name for d, a in zip(shape.dims, self.tensor_layout(shape)) if a is not None]
+
+  def einsum(self, equation, *slices):
+    """Local einsum; a backend may override it (e.g. to pick a faster kernel)."""
+    return tf.einsum(equation, *slices)
+
+  def make_slices(self, tf_tensor, tensor_shape):
+    """Cuts a full tf.Tensor into one slice per processor (list, by pnum)."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    sizes = self.slice_shape(tensor_shape)
+    cache = {}
+    slices = []
+    for pnum in range(self.size):
+      begin = tuple(self.slice_begin(tensor_shape, pnum))
+      if begin not in cache:
+        cache[begin] = tf.slice(tf_tensor, list(begin), sizes) if sizes else tf_tensor
+      slices.append(cache[begin])
+    return slices
+
+  def combine_slices(self, slices, tensor_shape, device=None):
+    """Inverse of make_slices: concatenates one copy of each distinct slice."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    layout = self.tensor_layout(tensor_shape)
+    if layout.is_fully_replicated:
+      return slices[0]
+
+    def assemble(pnums, axes):
+      # pnums: processors whose coordinates agree except on `axes` (consumed in order).
+      if not axes:
+        return slices[pnums[0]]
+      mesh_axis, tensor_axis = axes[0]
+      groups = {}
+      for p in pnums:
+        c = pnum_to_processor_coordinates(self._shape, p)[mesh_axis]
+        groups.setdefault(c, []).append(p)
+      return tf.concat([assemble(groups[c], axes[1:]) for c in sorted(groups)],
+                       axis=tensor_axis)
+    axes = [(a, t) for t, a in enumerate(layout) if a is not None]
+    first = [p for p in range(self.size)
+             if all(c == 0 or i in dict(axes)
+                    for i, c in enumerate(pnum_to_processor_coordinates(self._shape, p)))]
+    with tf.device(device or ""):
+      return assemble(first, axes)
+
+
+def as_shape(x):
+  """Shape of an mtf Tensor, or x converted to a Shape."""
+  return x.shape if hasattr(x, "operation") else convert_to_shape(x)
+
+
+__all__ = ["MeshImpl", "reduction_fn", "Shape", "as_shape"]

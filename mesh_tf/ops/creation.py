@@ -1,0 +1,113 @@
+"""Creating mtf tensors: from TF values (import), constants, zeros/ones/fill."""
+import numpy as np
+import tensorflow as tf
+
+from mesh_tf.errors import ShapeError
+from mesh_tf.graph import Operation
+from mesh_tf.shapes import convert_to_shape
+
+
+class ImportOperation(Operation):
+  """Brings a TF value onto the mesh, laid out by the layout rules.
+
+  The value is read when the op is lowered, so a tf.Variable imported here is read
+  afresh by every lowering (e.g. in each tf.function trace).
+  """
+
+  def __init__(self, mesh, tf_value, shape, name=None):
+    super().__init__([], mesh=mesh, name=name or "import")
+    shape = convert_to_shape(shape)
+    static = getattr(tf_value, "shape", None)
+    if static is None:
+      static = np.shape(tf_value)
+    static = tf.TensorShape(static)
+    if static.rank is not None and not static.is_compatible_with(shape.to_integer_list):
+      raise ShapeError("import %r: TF value of shape %s does not match mtf shape %s"
+                       % (self.name, static, shape), op=self.name)
+    self._tf_value = tf_value
+    dtype = getattr(tf_value, "dtype", None)
+    self._add_output(shape, tf.as_dtype(dtype) if dtype is not None else tf.float32)
+
+  @property
+  def has_gradient(self):
+    return False
+
+  def lower(self, lowering):
+    y = self.outputs[0]
+    value = tf.convert_to_tensor(self._tf_value, dtype=y.dtype)
+    value = tf.reshape(value, y.shape.to_integer_list)
+    lowering.set_tensor_lowering(y, lowering.mesh_impl(self).import_tf_tensor(y, value))
+
+
+def import_tf_tensor(mesh, tf_tensor, shape=None, name=None):
+  """An mtf Tensor of `shape` holding tf_tensor (a tf.Tensor, tf.Variable or array)."""
+  if shape is None:
+    if tf.TensorShape(tf_tensor.shape).rank != 0:
+      raise ShapeError("import_tf_tensor needs a shape for a non-scalar value")
+    shape = []
+  return ImportOperation(mesh, tf_tensor, shape, name=name).outputs[0]
+
+
+def import_fully_replicated(mesh, tf_tensor, shape, name=None):
+  """Like import_tf_tensor; the value is available whole, so each processor slices it."""
+  return ImportOperation(mesh, tf_tensor, shape, name=name).outputs[0]
+
+
+class ImportLaidOutTensorOperation(Operation):
+  """Wraps a value already laid out for the mesh's MeshImpl."""
+
+  def __init__(self, mesh, laid_out_tensor, shape, name=None):
+    super().__init__([], mesh=mesh, name=name or "import_laid_out")
+    self._laid_out = laid_out_tensor
+    dtype = laid_out_tensor.all_slices[0].dtype
+    self._add_output(shape, dtype)
+
+  def lower(self, lowering):
+    lowering.set_tensor_lowering(self.outputs[0], self._laid_out.to_laid_out_tensor())
+
+
+def import_laid_out_tensor(mesh, laid_out_tensor, shape, name=None):
+  """An mtf Tensor from a backend LaidOutTensor."""
+  return ImportLaidOutTensorOperation(mesh, laid_out_tensor, convert_to_shape(shape),
+                                      name=name).outputs[0]
+
+
+class Constant(Operation):
+  """A tensor filled with a scalar, built per slice (nothing is transferred)."""
+
+  def __init__(self, mesh, value, shape, dtype, name=None):
+    super().__init__([], mesh=mesh, name=name or "constant")
+    self._value = value
+    self._add_output(convert_to_shape(shape), dtype)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    y = self.outputs[0]
+    sizes = impl.slice_shape(y.shape)
+    value = self._value
+    lowering.set_tensor_lowering(y, impl.slicewise(
+        lambda: tf.fill(sizes, tf.constant(value, dtype=y.dtype))))
+
+
+def constant(mesh, value, shape=None, dtype=tf.float32, name=None):
+  """A tensor of `shape` from a scalar (filled) or an array of the full shape."""
+  dtype = tf.as_dtype(dtype)
+  shape = convert_to_shape(shape if shape is not None else [])
+  if np.ndim(value) == 0:
+    return Constant(mesh, value, shape, dtype, name=name).outputs[0]
+  return import_tf_tensor(mesh, tf.constant(value, dtype=dtype), shape, name=name)
+
+
+def fill(mesh, shape, value, dtype=tf.float32, name=None):
+  """A tensor of `shape` with every element equal to value."""
+  return Constant(mesh, value, shape, tf.as_dtype(dtype), name=name).outputs[0]
+
+
+def zeros(mesh, shape, dtype=tf.float32):
+  """All zeros."""
+  return fill(mesh, shape, 0, dtype, name="zeros")
+
+
+def ones(mesh, shape, dtype=tf.float32):
+  """All ones."""
+  return fill(mesh, shape, 1, dtype, name="ones")

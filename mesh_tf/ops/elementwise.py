@@ -1,0 +1,267 @@
+"""Elementwise math: unary ops as table rows, and binary/ternary ops that broadcast by name.
+
+Each unary op is one row: its TF function and its gradient as mtf math on (x, y, dy), or
+`generic_gradient` to let TF differentiate the slice function.
+"""
+import builtins
+import math
+
+import tensorflow as tf
+
+from mesh_tf.errors import ShapeError
+from mesh_tf.graph import Tensor
+from mesh_tf.ops.slicewise import cwise, generic_gradient, local_broadcast, slicewise
+from mesh_tf.shapes import Shape, convert_to_shape, is_subsequence, shape_union
+
+
+# ---------------------------------------------------------------- unary ops, one row each
+def _unary(op_name, tf_fn, grad=None, output_dtype=None):
+  """Makes the public function for one elementwise unary op.
+
+  grad: None (no gradient), "generic" (TF autodiff per slice), or fn(x, y, dy) -> dx.
+  """
+  def grad_function(op, grad_ys):
+    x, y, dy = op.inputs[0], op.outputs[0], grad_ys[0]
+    return [grad(x, y, dy)]
+
+  if grad == "generic":
+    grad_fn = generic_gradient
+  elif grad is None:
+    grad_fn = None
+  else:
+    grad_fn = grad_function
+
+  def public_fn(x, name=None):
+    return cwise(tf_fn, [x], output_dtype=output_dtype, grad_function=grad_fn,
+                 name=name or op_name)
+  public_fn.__name__ = op_name
+  public_fn.__doc__ = "Elementwise %s of an mtf Tensor." % op_name
+  return public_fn
+
+
+identity = _unary("identity", tf.identity, lambda x, y, dy: dy)
+negative = _unary("negative", tf.negative, lambda x, y, dy: -dy)
+exp = _unary("exp", tf.exp, lambda x, y, dy: dy * y)
+log = _unary("log", tf.math.log, lambda x, y, dy: dy / x)
+sqrt = _unary("sqrt", tf.sqrt, lambda x, y, dy: dy * 0.5 / y)
+rsqrt = _unary("rsqrt", tf.math.rsqrt, lambda x, y, dy: dy * -0.5 * y * y * y)
+square = _unary("square", tf.square, lambda x, y, dy: dy * 2.0 * x)
+reciprocal = _unary("reciprocal", tf.math.reciprocal, lambda x, y, dy: -dy * y * y)
+sigmoid = _unary("sigmoid", tf.sigmoid, lambda x, y, dy: dy * y * (1.0 - y))
+tanh = _unary("tanh", tf.tanh, lambda x, y, dy: dy * (1.0 - y * y))
+sin = _unary("sin", tf.sin, lambda x, y, dy: dy * cos(x))
+cos = _unary("cos", tf.cos, lambda x, y, dy: -dy * sin(x))
+abs = _unary("abs", tf.abs, lambda x, y, dy: dy * sign(x))  # pylint: disable=redefined-builtin
+relu = _unary("relu", tf.nn.relu, lambda x, y, dy: dy * cast(greater(x, 0.0), dy.dtype))
+sign = _unary("sign", tf.sign)
+floor = _unary("floor", tf.floor)
+ceil = _unary("ceil", tf.math.ceil)
+round = _unary("round", tf.round)  # pylint: disable=redefined-builtin
+logical_not = _unary("logical_not", tf.logical_not)
+softplus = _unary("softplus", tf.nn.softplus, "generic")
+elu = _unary("elu", tf.nn.elu, "generic")
+selu = _unary("selu", tf.nn.selu, "generic")
+swish = _unary("swish", lambda t: t * tf.sigmoid(t), "generic")
+log1p = _unary("log1p", tf.math.log1p, "generic")
+expm1 = _unary("expm1", tf.math.expm1, "generic")
+gelu = _unary("gelu", lambda t: 0.5 * t * (1.0 + tf.tanh(
+    math.sqrt(2.0 / math.pi) * (t + 0.044715 * t * t * t))), "generic")
+mtf_abs = abs
+
+
+def leaky_relu(x, alpha=0.2, name=None):
+  """max(x, alpha * x), elementwise."""
+  return cwise(lambda t: tf.nn.leaky_relu(t, alpha), [x], grad_function=generic_gradient,
+               name=name or "leaky_relu")
+
+
+def cast(x, dtype, name=None):
+  """Casts x to dtype; the gradient is cast back when both are floating."""
+  dtype = tf.as_dtype(dtype)
+  if x.dtype == dtype:
+    return x
+
+  def grad(op, grad_ys):
+    return [cast(grad_ys[0], op.inputs[0].dtype)]
+  return cwise(lambda t: tf.cast(t, dtype), [x], output_dtype=dtype,
+               grad_function=grad if x.dtype.is_floating and dtype.is_floating else None,
+               name=name or "cast")
+
+
+def to_float(x, name="to_float"):
+  return cast(x, tf.float32, name=name)
+
+
+def to_bfloat16(x, name="to_bfloat16"):
+  return cast(x, tf.bfloat16, name=name)
+
+
+def to_int32(x, name="to_int32"):
+  return cast(x, tf.int32, name=name)
+
+
+# ------------------------------------------------------- broadcasting by dimension name
+def binary_arguments_to_tensors(x1, x2):
+  """Turns Python numbers (and TF scalars) beside an mtf Tensor into mtf scalars."""
+  from mesh_tf.ops import creation  # pylint: disable=g-import-not-at-top
+  if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
+    raise ShapeError("at least one of %r and %r must be an mtf.Tensor" % (x1, x2))
+  if not isinstance(x1, Tensor):
+    x1 = creation.import_fully_replicated(x2.mesh, tf.cast(x1, x2.dtype), Shape([]),
+                                          name="scalar")
+  if not isinstance(x2, Tensor):
+    x2 = creation.import_fully_replicated(x1.mesh, tf.cast(x2, x1.dtype), Shape([]),
+                                          name="scalar")
+  return x1, x2
+
+
+def _broadcast_shape(xs, output_shape, op_name):
+  """Output shape of a broadcasting op: as given, else the original's union rule."""
+  shapes = [x.shape for x in xs]
+  union = shape_union(shapes)  # raises if one name has two sizes
+  if output_shape is not None:
+    output_shape = convert_to_shape(output_shape)
+    missing = [d for d in union.dims if d not in output_shape.dims]
+    if missing:
+      raise ShapeError("%s: output shape %s lacks input dims %s" % (
+          op_name, output_shape, [str(d) for d in missing]), op=op_name)
+    return output_shape
+  for s in shapes:
+    if all(is_subsequence(t.dims, s.dims) for t in shapes):
+      return s
+  return union
+
+
+def _check_dtypes(xs, op_name):
+  for x in xs[1:]:
+    if x.dtype != xs[0].dtype:
+      raise ShapeError(
+          "%s: dtype mismatch between %s (%s) and %s (%s); cast one with mtf.cast"
+          % (op_name, xs[0].name, xs[0].dtype.name, x.name, x.dtype.name), op=op_name,
+          tensor=x.name)
+
+
+def _sum_to_shape(g, shape):
+  """Reduces a gradient back to an input's shape (undoing broadcasting)."""
+  if g is None or g.shape == shape:
+    return g
+  from mesh_tf.ops import reduce as reduce_ops  # pylint: disable=g-import-not-at-top
+  return reduce_ops.reduce_sum(g, output_shape=shape)
+
+
+def broadcasting_op(tf_fn, xs, output_shape=None, output_dtype=None, grad_function=None,
+                    name="binary_op", check_dtypes=True):
+  """Applies tf_fn to inputs broadcast (by dim name) to a common output shape."""
+  xs = list(xs)
+  if check_dtypes:
+    _check_dtypes(xs, name)
+  out_shape = _broadcast_shape(xs, output_shape, name)
+  union = shape_union([x.shape for x in xs])
+  compute_shape = out_shape if all(d in union.dims for d in out_shape.dims) else union
+  in_shapes = [x.shape for x in xs]
+
+  def fn(*slices):
+    return tf_fn(*[local_broadcast(s, shp, compute_shape)
+                   for s, shp in zip(slices, in_shapes)])
+  y = slicewise(fn, xs, output_shape=compute_shape,
+                output_dtype=output_dtype or xs[0].dtype, grad_function=grad_function,
+                name=name)
+  if compute_shape != out_shape:
+    from mesh_tf.ops import reshape as reshape_ops  # pylint: disable=g-import-not-at-top
+    y = reshape_ops.broadcast(y, out_shape)
+  return y
+
+
+def binary_op_with_broadcasting(tf_fn, x1, x2, output_shape=None, output_dtype=None,
+                                name="binary_op"):
+  """tf_fn(x1, x2) broadcast by dim name; no gradient."""
+  x1, x2 = binary_arguments_to_tensors(x1, x2)
+  return broadcasting_op(tf_fn, [x1, x2], output_shape, output_dtype, name=name)
+
+
+def _binary(op_name, tf_fn, grads=None, output_dtype=None):
+  """Public function for a broadcasting binary op; grads(x1, x2, y, dy) -> (dx1, dx2)."""
+  def grad_function(op, grad_ys):
+    x1, x2 = op.inputs
+    g1, g2 = grads(x1, x2, op.outputs[0], grad_ys[0])
+    return [_sum_to_shape(g1, x1.shape), _sum_to_shape(g2, x2.shape)]
+
+  def public_fn(x1, x2, output_shape=None, name=None):
+    x1, x2 = binary_arguments_to_tensors(x1, x2)
+    return broadcasting_op(tf_fn, [x1, x2], output_shape, output_dtype,
+                           grad_function=grad_function if grads else None,
+                           name=name or op_name)
+  public_fn.__name__ = op_name
+  public_fn.__doc__ = "Elementwise %s, broadcasting by dimension name." % op_name
+  return public_fn
+
+
+add = _binary("add", tf.add, lambda a, b, y, dy: (dy, dy))
+sub = _binary("sub", tf.subtract, lambda a, b, y, dy: (dy, -dy))
+multiply = _binary("multiply", tf.multiply, lambda a, b, y, dy: (dy * b, dy * a))
+divide = _binary("divide", tf.math.truediv, lambda a, b, y, dy: (dy / b, -dy * y / b))
+minimum = _binary("minimum", tf.minimum, lambda a, b, y, dy: (
+    dy * cast(less_equal(a, b), dy.dtype), dy * cast(greater(a, b), dy.dtype)))
+maximum = _binary("maximum", tf.maximum, lambda a, b, y, dy: (
+    dy * cast(greater_equal(a, b), dy.dtype), dy * cast(less(a, b), dy.dtype)))
+pow = _binary("pow", tf.pow, lambda a, b, y, dy: (  # pylint: disable=redefined-builtin
+    dy * b * pow(a, b - 1.0), dy * y * log(where(greater(a, 0.0), a, ones_like(a)))))
+mtf_pow = pow
+floordiv = _binary("floordiv", tf.math.floordiv)
+mod = _binary("mod", tf.math.floormod)
+less = _binary("less", tf.less, output_dtype=tf.bool)
+greater = _binary("greater", tf.greater, output_dtype=tf.bool)
+less_equal = _binary("less_equal", tf.less_equal, output_dtype=tf.bool)
+greater_equal = _binary("greater_equal", tf.greater_equal, output_dtype=tf.bool)
+equal = _binary("equal", tf.equal, output_dtype=tf.bool)
+not_equal = _binary("not_equal", tf.not_equal, output_dtype=tf.bool)
+logical_and = _binary("logical_and", tf.logical_and, output_dtype=tf.bool)
+logical_or = _binary("logical_or", tf.logical_or, output_dtype=tf.bool)
+
+
+def add_n(xs, name=None):
+  """Sum of a list of tensors (broadcasting by name)."""
+  xs = list(xs)
+  if not xs:
+    raise ShapeError("add_n needs at least one tensor")
+  total = xs[0]
+  for x in xs[1:]:
+    total = add(total, x, name=name)
+  return total
+
+
+def ones_like(x):
+  from mesh_tf.ops import creation  # pylint: disable=g-import-not-at-top
+  return creation.ones(x.mesh, x.shape, dtype=x.dtype)
+
+
+def zeros_like(x):
+  from mesh_tf.ops import creation  # pylint: disable=g-import-not-at-top
+  return creation.zeros(x.mesh, x.shape, dtype=x.dtype)
+
+
+def where(condition, if_true, if_false, output_shape=None, name=None):
+  """Elementwise choice, broadcasting all three arguments by dim name."""
+  if not isinstance(if_true, Tensor):
+    if_true, _ = binary_arguments_to_tensors(if_true, if_false)
+  if not isinstance(if_false, Tensor):
+    _, if_false = binary_arguments_to_tensors(if_true, if_false)
+  if condition.dtype != tf.bool:
+    raise ShapeError("where: condition %s must be bool, not %s"
+                     % (condition.name, condition.dtype.name), tensor=condition.name)
+  _check_dtypes([if_true, if_false], "where")
+
+  def grad_function(op, grad_ys):
+    c, a, b = op.inputs
+    dy = grad_ys[0]
+    zero = zeros_like(dy)
+    return [None, _sum_to_shape(where(c, dy, zero), a.shape),
+            _sum_to_shape(where(c, zero, dy), b.shape)]
+  return broadcasting_op(tf.where, [condition, if_true, if_false], output_shape,
+                         output_dtype=if_true.dtype, grad_function=grad_function,
+                         name=name or "where", check_dtypes=False)
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in (
+    "builtins", "math", "tf", "Tensor", "ShapeError", "Shape")]
+del builtins

@@ -1,0 +1,133 @@
+"""Random tensors whose values do not depend on the layout.
+
+Each element's value is a hash of (op seed, step counter, its global index), computed by
+every processor for its own slice only. So the same graph gives the same random numbers
+on one device and on any mesh, and replicated slices agree without communication. The
+step counter (one int64 variable per MeshImpl) advances each time a random op runs, so a
+training step under tf.function draws fresh noise on every call.
+"""
+import zlib
+
+import tensorflow as tf
+
+from mesh_tf.errors import ShapeError
+from mesh_tf.graph import Operation
+from mesh_tf.ops import elementwise as ew
+from mesh_tf.shapes import convert_to_shape
+
+
+def _u32(x):
+  return tf.constant(x, tf.uint32)
+
+
+def _mix32(x):
+  """A 32-bit avalanche mixer (the murmur3 finalizer constants)."""
+  x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+  x = x * _u32(0x85EBCA6B)
+  x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(13)))
+  x = x * _u32(0xC2B2AE35)
+  return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+
+
+def hash_uniform(seed_words, flat_index):
+  """Uniform [0, 1) float32 from uint32 seed words and an int64 global index."""
+  lo = tf.cast(flat_index, tf.uint32)
+  hi = tf.cast(tf.bitwise.right_shift(flat_index, tf.constant(32, tf.int64)), tf.uint32)
+  h = _mix32(lo ^ _mix32(seed_words[0]))
+  h = _mix32(h ^ _mix32(hi + seed_words[1]))
+  h = _mix32(h + seed_words[2] * _u32(0x9E3779B9))
+  return tf.cast(tf.bitwise.right_shift(h, _u32(8)), tf.float32) * (1.0 / (1 << 24))
+
+
+def global_flat_index(slice_shape, begin, full_shape):
+  """int64 row-major index in the full tensor of every element of a slice."""
+  strides, s = [], 1
+  for n in reversed(full_shape):
+    strides.insert(0, s)
+    s *= n
+  index = tf.zeros(slice_shape, tf.int64)
+  for axis, n in enumerate(slice_shape):
+    shape = [1] * len(slice_shape)
+    shape[axis] = n
+    pos = tf.range(n, dtype=tf.int64) + tf.cast(begin[axis], tf.int64)
+    index += tf.reshape(pos * strides[axis], shape)
+  return index
+
+
+def _rng_counter(impl):
+  if getattr(impl, "rng_counter", None) is None:
+    with tf.init_scope():
+      impl.rng_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="rng_counter")
+  return impl.rng_counter
+
+
+class RandomOperation(Operation):
+  """Uniform or normal random values of a given shape."""
+
+  def __init__(self, mesh, shape, distribution, params, dtype, seed=None, name=None):
+    super().__init__([], mesh=mesh, name=name or "random_" + distribution)
+    self._distribution = distribution
+    self._params = params
+    self._seed = zlib.crc32(self.name.encode()) if seed is None else int(seed)
+    self._add_output(convert_to_shape(shape), dtype)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    y = self.outputs[0]
+    sizes = impl.slice_shape(y.shape)
+    full = y.shape.to_integer_list
+    step = tf.convert_to_tensor(_rng_counter(impl).assign_add(1))
+    seed = [self._seed & 0xFFFFFFFF, (self._seed >> 32) & 0xFFFFFFFF]
+    dist, params = self._distribution, self._params
+
+    def fn(begin):
+      words = [_u32(seed[0]), _u32(seed[1]), tf.cast(step, tf.uint32)]
+      index = global_flat_index(sizes, begin, full)
+      if dist == "uniform":
+        u = hash_uniform(words, index)
+        out = params["minval"] + u * (params["maxval"] - params["minval"])
+      else:  # Box-Muller from two independent uniform streams.
+        u1 = hash_uniform(words, 2 * index)
+        u2 = hash_uniform(words, 2 * index + 1)
+        z = tf.sqrt(-2.0 * tf.math.log(1.0 - u1)) * tf.cos(6.283185307179586 * u2)
+        out = params["mean"] + params["stddev"] * z
+      return tf.cast(out, y.dtype)
+    lowering.set_tensor_lowering(y, impl.slicewise(fn, impl.laid_out_slice_begin(y.shape)))
+
+
+def random_uniform(mesh, shape, minval=0.0, maxval=1.0, dtype=tf.float32, seed=None,
+                   name=None):
+  """Uniform random values in [minval, maxval)."""
+  return RandomOperation(mesh, shape, "uniform", {"minval": minval, "maxval": maxval},
+                         tf.as_dtype(dtype), seed=seed, name=name).outputs[0]
+
+
+def random_normal(mesh, shape, mean=0.0, stddev=1.0, dtype=tf.float32, seed=None,
+                  name=None):
+  """Normally distributed random values."""
+  return RandomOperation(mesh, shape, "normal", {"mean": mean, "stddev": stddev},
+                         tf.as_dtype(dtype), seed=seed, name=name).outputs[0]
+
+
+def dropout(x, is_training=True, keep_prob=None, rate=None, noise_shape=None, name=None):
+  """Zeroes elements with probability rate (= 1 - keep_prob) and scales the rest up.
+
+  As in the original, `dropout(x, keep_prob)` (a float second argument) also works.
+  """
+  if not isinstance(is_training, bool) and isinstance(is_training, (int, float)):
+    keep_prob, is_training = is_training, True
+  if (keep_prob is None) == (rate is None):
+    raise ShapeError("dropout of %s: give exactly one of keep_prob and rate" % x.name,
+                     tensor=x.name)
+  if keep_prob is None:
+    keep_prob = 1.0 - rate
+  if not is_training or keep_prob == 1.0:
+    return x
+  noise_shape = convert_to_shape(noise_shape) if noise_shape is not None else x.shape
+  extra = [d for d in noise_shape.dims if d not in x.shape.dims]
+  if extra:
+    raise ShapeError("dropout of %s %s: noise_shape dims %s are not dims of x" % (
+        x.name, x.shape, [str(d) for d in extra]), tensor=x.name)
+  keep = ew.cast(ew.less(random_uniform(x.mesh, noise_shape, dtype=x.dtype), keep_prob),
+                 x.dtype)
+  return ew.multiply(x, keep * (1.0 / keep_prob), name=name or "dropout")

@@ -1,0 +1,141 @@
+"""Reductions over named dimensions: a local reduce, then an allreduce over the mesh axes
+that split a reduced dimension."""
+import tensorflow as tf
+
+from mesh_tf.errors import ShapeError
+from mesh_tf.graph import Operation
+from mesh_tf.ops import elementwise as ew
+from mesh_tf.shapes import Shape, convert_to_shape
+
+_TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
+
+
+class ReduceOperation(Operation):
+  """Reduces x to output_shape (a subset of its dims, in any order) with SUM, MAX or MIN."""
+
+  def __init__(self, x, output_shape, reduction_fn_string, name=None):
+    super().__init__([x], name=name or "reduce")
+    output_shape = convert_to_shape(output_shape)
+    extra = [d for d in output_shape.dims if d not in x.shape.dims]
+    if extra:
+      raise ShapeError("reduce of %s %s: output dims %s are not dims of the input"
+                       % (x.name, x.shape, [str(d) for d in extra]), tensor=x.name)
+    if reduction_fn_string not in _TF_REDUCE:
+      raise ShapeError("unknown reduction %r; use one of %s"
+                       % (reduction_fn_string, sorted(_TF_REDUCE)))
+    self.reduction_fn_string = reduction_fn_string
+    self._add_output(output_shape, x.dtype)
+
+  def gradient(self, grad_ys):
+    from mesh_tf.ops.reshape import broadcast  # pylint: disable=g-import-not-at-top
+    x, y, dy = self.inputs[0], self.outputs[0], grad_ys[0]
+    if self.reduction_fn_string == "SUM":
+      return [broadcast(dy, x.shape)]
+    mask = ew.cast(ew.equal(x, broadcast(y, x.shape)), x.dtype)
+    return [mask * dy / reduce_sum(mask, output_shape=y.shape)]
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    x, y = self.inputs[0], self.outputs[0]
+    in_names = x.shape.dimension_names
+    axes = [i for i, n in enumerate(in_names) if n not in y.shape.dimension_names]
+    kept = [n for n in in_names if n in y.shape.dimension_names]
+    perm = [kept.index(n) for n in y.shape.dimension_names]
+    tf_reduce = _TF_REDUCE[self.reduction_fn_string]
+
+    def fn(t):
+      r = tf_reduce(t, axis=axes) if axes else t
+      return tf.transpose(r, perm) if perm != sorted(perm) else r
+    out = impl.slicewise(fn, lowering.tensors[x])
+    layout = impl.tensor_layout(x.shape)
+    mesh_axes = [layout[i] for i in axes if layout[i] is not None]
+    if mesh_axes:
+      out = impl.allreduce(out, mesh_axes, self.reduction_fn_string)
+    lowering.set_tensor_lowering(y, out)
+
+
+def _output_shape(x, output_shape, reduced_dim, disable_positional_args, fn_name):
+  if disable_positional_args is not None:
+    raise ShapeError("%s takes output_shape/reduced_dim as keyword arguments only" % fn_name)
+  if output_shape is not None:
+    return convert_to_shape(output_shape)
+  if reduced_dim is None:
+    return Shape([])
+  reduced = reduced_dim if isinstance(reduced_dim, (list, tuple, Shape)) and not (
+      isinstance(reduced_dim, tuple) and len(reduced_dim) == 2 and
+      isinstance(reduced_dim[0], str)) else [reduced_dim]
+  for d in reduced:
+    name = d if isinstance(d, str) else d[0]
+    if name not in x.shape.dimension_names:
+      raise ShapeError("%s: reduced dim %r is not a dim of %s %s (dims: %s)" % (
+          fn_name, name, x.name, x.shape, x.shape.dimension_names), tensor=x.name, dim=name)
+  return x.shape - list(reduced)
+
+
+def _reduce(fn_name, reduction):
+  def public_fn(x, disable_positional_args=None, output_shape=None, reduced_dim=None,
+                name=None):
+    out = _output_shape(x, output_shape, reduced_dim, disable_positional_args, fn_name)
+    if out == x.shape:
+      return x
+    return ReduceOperation(x, out, reduction, name=name or fn_name).outputs[0]
+  public_fn.__name__ = fn_name
+  public_fn.__doc__ = ("%s of x over the dims not in output_shape (or over reduced_dim); "
+                       "keyword arguments only." % reduction.title())
+  return public_fn
+
+
+reduce_sum = _reduce("reduce_sum", "SUM")
+reduce_max = _reduce("reduce_max", "MAX")
+reduce_min = _reduce("reduce_min", "MIN")
+
+
+def reduce_mean(x, disable_positional_args=None, output_shape=None, reduced_dim=None,
+                name=None):
+  """Mean of x over the dims not in output_shape (or over reduced_dim)."""
+  out = _output_shape(x, output_shape, reduced_dim, disable_positional_args, "reduce_mean")
+  return reduce_sum(x, output_shape=out, name=name) * (float(out.size) / x.shape.size)
+
+
+def _reduce_bool(x, out, reducer, name):
+  if x.dtype != tf.bool:
+    raise ShapeError("%s needs a bool tensor; %s is %s" % (name, x.name, x.dtype.name),
+                     tensor=x.name)
+  return ew.cast(reducer(ew.cast(x, tf.float32), output_shape=out, name=name), tf.bool)
+
+
+def reduce_all(x, disable_positional_args=None, output_shape=None, reduced_dim=None,
+               name=None):
+  """Logical AND over the reduced dims (a MIN over 0/1 floats)."""
+  out = _output_shape(x, output_shape, reduced_dim, disable_positional_args, "reduce_all")
+  return _reduce_bool(x, out, reduce_min, name or "reduce_all")
+
+
+def reduce_any(x, disable_positional_args=None, output_shape=None, reduced_dim=None,
+               name=None):
+  """Logical OR over the reduced dims (a MAX over 0/1 floats)."""
+  out = _output_shape(x, output_shape, reduced_dim, disable_positional_args, "reduce_any")
+  return _reduce_bool(x, out, reduce_max, name or "reduce_any")
+
+
+def reduce_logsumexp(x, reduced_dim, extra_logit=None, name=None):
+  """log(sum(exp(x))) over reduced_dim, computed stably; extra_logit adds one more term."""
+  from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
+  reduced_shape = _output_shape(x, None, reduced_dim, None, "reduce_logsumexp")
+  max_logit = reduce_max(stop_gradient(x), output_shape=reduced_shape)
+  if extra_logit is not None:
+    max_logit = ew.maximum(max_logit, extra_logit)
+  total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
+  if extra_logit is not None:
+    total += ew.exp(extra_logit - max_logit)
+  return ew.add(ew.log(total), max_logit, name=name)
+
+
+def softmax(x, reduced_dim, extra_logit=None, name=None):
+  """exp(x) normalized over reduced_dim."""
+  return ew.exp(log_softmax(x, reduced_dim, extra_logit=extra_logit), name=name)
+
+
+def log_softmax(x, reduced_dim, extra_logit=None, name=None):
+  """x minus its logsumexp over reduced_dim."""
+  return ew.sub(x, reduce_logsumexp(x, reduced_dim, extra_logit=extra_logit), name=name)

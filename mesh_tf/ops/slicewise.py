@@ -1,0 +1,148 @@
+"""Slice-wise ops: a TF function applied independently to each processor's slices.
+
+`SlicewiseOperation` is the workhorse behind elementwise math and any op whose result on a
+slice only needs that slice. Dims the function needs whole (not in `splittable_dims`) are
+gathered before it runs and cut back to the layout after, so every layout gives the same
+numbers.
+"""
+import tensorflow as tf
+
+from mesh_tf.errors import ShapeError
+from mesh_tf.graph import Operation
+from mesh_tf.shapes import convert_to_shape
+
+
+def local_broadcast(t, in_shape, out_shape):
+  """Transposes/expands a slice of `in_shape` so it broadcasts against `out_shape` slices."""
+  in_names = in_shape.dimension_names
+  out_names = out_shape.dimension_names
+  extra = [n for n in in_names if n not in out_names]
+  if extra:
+    raise ShapeError("cannot broadcast %s to %s: dims %s are not in the target"
+                     % (in_shape, out_shape, extra))
+  perm = [in_names.index(n) for n in out_names if n in in_names]
+  if perm != list(range(len(perm))):
+    t = tf.transpose(t, perm)
+  for axis, n in enumerate(out_names):
+    if n not in in_names:
+      t = tf.expand_dims(t, axis)
+  return t
+
+
+class SlicewiseOperation(Operation):
+  """Applies tf_fn to the slices of the inputs.
+
+  Args:
+    tf_fn: function of per-slice tf.Tensors returning a tf.Tensor (or a tuple when
+      output_shape is a list of shapes).
+    inputs: mtf Tensors.
+    output_shape: a Shape, or a list of Shapes for several outputs.
+    output_dtype: a dtype, or a list of them.
+    splittable_dims: names of dims tf_fn may see partially; others are gathered whole.
+      None means all dims are splittable.
+    grad_function: fn(op, grad_ys) -> list of input gradients, or None for no gradient.
+  """
+
+  def __init__(self, tf_fn, inputs, output_shape, output_dtype, splittable_dims=None,
+               grad_function=None, name=None):
+    super().__init__(inputs, name=name or "slicewise")
+    self._tf_fn = tf_fn
+    self._grad_function = grad_function
+    multi = isinstance(output_shape, (list, tuple)) and output_shape and not isinstance(
+        output_shape[0], tuple) and hasattr(output_shape[0], "dims")
+    self._multi = bool(multi)
+    shapes = list(output_shape) if multi else [output_shape]
+    dtypes = list(output_dtype) if isinstance(output_dtype, (list, tuple)) else (
+        [output_dtype] * len(shapes))
+    for s, d in zip(shapes, dtypes):
+      self._add_output(convert_to_shape(s), d)
+    self._splittable = None if splittable_dims is None else frozenset(
+        d if isinstance(d, str) else d.name for d in splittable_dims)
+
+  @property
+  def unsplittable_dims(self):
+    if self._splittable is None:
+      return frozenset()
+    names = set()
+    for t in self.inputs + self.outputs:
+      names.update(t.shape.dimension_names)
+    return frozenset(names - self._splittable)
+
+  @property
+  def has_gradient(self):
+    return self._grad_function is not None and super().has_gradient
+
+  def gradient(self, grad_ys):
+    return self._grad_function(self, grad_ys)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    whole = self.unsplittable_dims
+    ins = [impl.gather_dims(lowering.tensors[x], x.shape, whole) for x in self.inputs]
+    out = impl.slicewise(self._tf_fn, *ins)
+    outs = out if self._multi else (out,)
+    for y, laid_out in zip(self.outputs, outs):
+      lowering.set_tensor_lowering(y, impl.split_dims(laid_out, y.shape, whole))
+
+
+def slicewise(tf_fn, xs, output_shape=None, output_dtype=None, splittable_dims=None,
+              grad_function=None, name=None):
+  """Runs tf_fn on slices of xs; returns one mtf Tensor, or a tuple for several outputs.
+
+  output_shape/output_dtype default to those of xs[0].
+  """
+  xs = list(xs)
+  op = SlicewiseOperation(
+      tf_fn, xs, output_shape if output_shape is not None else xs[0].shape,
+      output_dtype or xs[0].dtype, splittable_dims=splittable_dims,
+      grad_function=grad_function, name=name)
+  return tuple(op.outputs) if len(op.outputs) > 1 else op.outputs[0]
+
+
+def _check_same_shape(xs, what):
+  for x in xs[1:]:
+    if x.shape != xs[0].shape:
+      raise ShapeError("%s needs inputs of one shape: %s is %s but %s is %s"
+                       % (what, xs[0].name, xs[0].shape, x.name, x.shape))
+
+
+def cwise(tf_fn, xs, output_dtype=None, grad_function=None, name=None):
+  """Elementwise op on inputs of identical shape."""
+  xs = list(xs)
+  _check_same_shape(xs, name or "cwise")
+  return slicewise(tf_fn, xs, output_dtype=output_dtype, grad_function=grad_function,
+                   name=name)
+
+
+class GenericGradOperation(SlicewiseOperation):
+  """Gradient of a SlicewiseOperation computed by TF autodiff on each slice."""
+
+  def __init__(self, forward_op, grad_ys, name=None):
+    self._forward = forward_op
+    n_in = len(forward_op.inputs)
+    present = [g is not None for g in grad_ys]
+
+    def grad_fn(*slices):
+      xs, dys = list(slices[:n_in]), list(slices[n_in:])
+      with tf.GradientTape() as tape:
+        for x in xs:
+          tape.watch(x)
+        ys = forward_op._tf_fn(*xs)  # pylint: disable=protected-access
+        ys = list(ys) if isinstance(ys, (tuple, list)) else [ys]
+      ys = [y for y, p in zip(ys, present) if p]
+      grads = tape.gradient(ys, xs, output_gradients=dys,
+                            unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      return tuple(grads)
+
+    super().__init__(
+        grad_fn, list(forward_op.inputs) + [g for g in grad_ys if g is not None],
+        [x.shape for x in forward_op.inputs], [x.dtype for x in forward_op.inputs],
+        splittable_dims=forward_op._splittable,  # pylint: disable=protected-access
+        name=name or forward_op.name + "/grad")
+    self._multi = True
+
+
+def generic_gradient(op, grad_ys):
+  """A grad_function for slicewise ops: differentiate tf_fn slice by slice."""
+  grads = GenericGradOperation(op, grad_ys).outputs
+  return [g if x.dtype.is_floating else None for g, x in zip(grads, op.inputs)]

@@ -1,0 +1,155 @@
+"""Variables: `VariableDType`, the `Variable` op and `get_variable`.
+
+A variable's state is created by the MeshImpl the first time a Lowering sees it (in the
+eager context) and lives in `mesh_impl.variable_store` under the variable's full name --
+the same name the original library gave its master variable, which is also its
+checkpoint key.
+"""
+import zlib
+
+import numpy as np
+import tensorflow as tf
+
+from mesh_tf.errors import ShapeError
+from mesh_tf.graph import Operation, current_scope_name
+from mesh_tf.shapes import convert_to_shape, list_product
+
+
+class VariableDType:
+  """The three precisions of a variable.
+
+  master_dtype: stored in checkpoints; slice_dtype: kept on each processor;
+  activation_dtype: what reading the variable gives.
+  """
+
+  def __init__(self, master_dtype=tf.float32, slice_dtype=None, activation_dtype=None):
+    self.master_dtype = tf.as_dtype(master_dtype)
+    self.slice_dtype = tf.as_dtype(slice_dtype or self.master_dtype)
+    self.activation_dtype = tf.as_dtype(activation_dtype or self.slice_dtype)
+
+  def __repr__(self):
+    return "VariableDType(master=%s, slice=%s, activation=%s)" % (
+        self.master_dtype.name, self.slice_dtype.name, self.activation_dtype.name)
+
+
+def glorot_uniform_value(shape, dtype, seed):
+  """Glorot-uniform values, seeded so one variable name always gets the same values."""
+  dims = list(shape)
+  if len(dims) < 2:
+    fan_in = fan_out = dims[0] if dims else 1
+  else:
+    receptive = list_product(dims[:-2])
+    fan_in, fan_out = dims[-2] * receptive, dims[-1] * receptive
+  limit = np.sqrt(6.0 / max(1.0, (fan_in + fan_out) / 1.0))
+  values = tf.random.stateless_uniform(dims, seed=[seed, 0], minval=-limit, maxval=limit)
+  return tf.cast(values, dtype)
+
+
+def _initial_value(initializer, shape, dtype, name):
+  dims = shape.to_integer_list
+  if initializer is None:
+    return glorot_uniform_value(dims, dtype, zlib.crc32(name.encode()) & 0x7FFFFFFF)
+  if callable(initializer):
+    try:
+      value = initializer(dims, dtype=dtype)
+    except (TypeError, ValueError):
+      value = initializer(dims, dtype=tf.float32)
+  else:
+    value = initializer
+  value = tf.cast(tf.convert_to_tensor(value), dtype)
+  if value.shape.rank == 0:
+    value = tf.fill(dims, value)
+  if value.shape.as_list() != dims:
+    raise ShapeError("initializer of variable %r gave shape %s, expected %s"
+                     % (name, value.shape.as_list(), dims), tensor=name)
+  return value
+
+
+class Variable(Operation):
+  """A trainable (or not) tensor whose value persists across steps."""
+
+  def __init__(self, mesh, name, shape, dtype, initializer, trainable, **kwargs):
+    del kwargs  # TF1 get_variable options (collections, ...) have no meaning here.
+    scope = current_scope_name()
+    full_name = scope + "/" + name if scope else name
+    super().__init__([], mesh=mesh, name=name)
+    self._name = full_name
+    if not isinstance(dtype, VariableDType):
+      dtype = VariableDType(dtype)
+    self._dtype = dtype
+    self._initializer = initializer
+    self._trainable = trainable
+    self._add_output(convert_to_shape(shape), dtype.activation_dtype)
+    mesh.graph.add_variable(self)
+
+  @property
+  def shape(self):
+    return self.outputs[0].shape
+
+  @property
+  def value(self):
+    return self.outputs[0]
+
+  @property
+  def master_dtype(self):
+    return self._dtype.master_dtype
+
+  @property
+  def slice_dtype(self):
+    return self._dtype.slice_dtype
+
+  @property
+  def activation_dtype(self):
+    return self._dtype.activation_dtype
+
+  @property
+  def trainable(self):
+    return self._trainable
+
+  @property
+  def has_gradient(self):
+    return False
+
+  def initial_value(self):
+    """The full-shape initial value, in the master dtype."""
+    return _initial_value(self._initializer, self.shape, self.master_dtype, self.name)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    laid = lowering.variables[self].laid_out_tensor
+    if self.activation_dtype != self.slice_dtype:
+      laid = impl.slicewise(lambda t: tf.cast(t, self.activation_dtype), laid)
+    lowering.set_tensor_lowering(self.outputs[0], laid)
+
+
+def get_variable(mesh, name, shape, dtype=tf.float32, master_dtype=None, slice_dtype=None,
+                 activation_dtype=None, initializer=None, trainable=True, **kwargs):
+  """Creates a Variable op and returns its value (an mtf Tensor).
+
+  dtype may be a tf.DType (overridden per role by master/slice/activation_dtype) or a
+  VariableDType. The full name, including enclosing mtf.variable_scope()s, is the
+  checkpoint key.
+  """
+  if isinstance(dtype, VariableDType):
+    vdtype = dtype
+  else:
+    dtype = tf.as_dtype(dtype) if dtype is not None else tf.float32
+    vdtype = VariableDType(master_dtype or dtype, slice_dtype or dtype,
+                           activation_dtype or dtype)
+  return Variable(mesh, name, shape, vdtype, initializer, trainable, **kwargs).outputs[0]
+
+
+def read_variable(var):
+  """The value of a Variable op (or the tensor it produced)."""
+  return var.outputs[0] if isinstance(var, Variable) else var
+
+
+def as_variable(var):
+  """The Variable op behind var (a Variable, or its value tensor), else a clear error."""
+  if isinstance(var, Variable):
+    return var
+  op = getattr(var, "operation", None)
+  if isinstance(op, Variable):
+    return op
+  raise ShapeError("%r is not a variable (nor the value of one); assign needs the result "
+                   "of mtf.get_variable" % (var,), tensor=getattr(var, "name", None))

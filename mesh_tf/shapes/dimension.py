@@ -1,0 +1,47 @@
+"""A named tensor dimension."""
+
+import collections
+import numbers
+
+from mesh_tf.errors import ShapeError
+
+
+def _check_size(name, size):
+  """Returns `size` as a plain int, or raises ShapeError if it is not one."""
+  # bool is an Integral subclass, but True as a size is almost surely a bug.
+  if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+    raise ShapeError(
+        "dimension %r: size must be an int >= 0, got %r (%s)"
+        % (name, size, type(size).__name__), dim=name)
+  size = int(size)
+  if size < 0:
+    raise ShapeError(
+        "dimension %r: size must be an int >= 0, got %d" % (name, size),
+        dim=name)
+  return size
+
+
+class Dimension(collections.namedtuple("Dimension", ["name", "size"])):
+  """A (name, size) pair naming one axis of a tensor or a mesh."""
+
+  __slots__ = ()
+
+  def __new__(cls, name, size):
+    if not isinstance(name, str) or not name:
+      raise ShapeError(
+          "dimension name must be a non-empty str, got %r" % (name,), dim=name)
+    return super().__new__(cls, name, _check_size(name, size))
+
+  def __str__(self):
+    return "%s:%d" % (self.name, self.size)
+
+
+def convert_to_dimension(d):
+  """Converts None, a Dimension or a (name, size) pair; None stays None."""
+  if d is None or isinstance(d, Dimension):
+    return d
+  if isinstance(d, (tuple, list)) and len(d) == 2:
+    return Dimension(d[0], d[1])
+  raise ShapeError(
+      "cannot convert %r (%s) to a Dimension; expected None, a Dimension or "
+      "a (name, size) pair" % (d, type(d).__name__))
