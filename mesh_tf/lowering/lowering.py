@@ -24,12 +24,16 @@ class Lowering:
     mesh_to_impl: dict from each Mesh used by the graph to its MeshImpl.
     autostack: accepted for compatibility; variables are never stacked here.
     log_file: accepted for compatibility; sizes are logged with absl.
+    feeds: optional {mtf Tensor from import_tf_tensor: TF value} replacing the imported
+      value for this lowering. Lets a graph built once (importing a `tf.TensorSpec` as a
+      placeholder) be lowered inside a tf.function on that function's arguments.
   """
 
-  def __init__(self, graph, mesh_to_impl, autostack=True, log_file=None):
+  def __init__(self, graph, mesh_to_impl, autostack=True, log_file=None, feeds=None):
     del autostack, log_file
     self.graph = graph
     self.mesh_to_impl = dict(mesh_to_impl)
+    self.feeds = dict(feeds or {})
     self.tensors = {}
     self.operations = {}
     self._lowered = set()

@@ -11,7 +11,8 @@ class ImportOperation(Operation):
   """Brings a TF value onto the mesh, laid out by the layout rules.
 
   The value is read when the op is lowered, so a tf.Variable imported here is read
-  afresh by every lowering (e.g. in each tf.function trace).
+  afresh by every lowering (e.g. in each tf.function trace). A `tf.TensorSpec` makes a
+  placeholder, whose value each Lowering takes from its `feeds`.
   """
 
   def __init__(self, mesh, tf_value, shape, name=None):
@@ -34,7 +35,12 @@ class ImportOperation(Operation):
 
   def lower(self, lowering):
     y = self.outputs[0]
-    value = tf.convert_to_tensor(self._tf_value, dtype=y.dtype)
+    value = lowering.feeds.get(y, self._tf_value)
+    if isinstance(value, tf.TensorSpec):
+      raise ShapeError("import %r is a placeholder (%s) and was not fed: pass "
+                       "Lowering(..., feeds={tensor: value})" % (self.name, value),
+                       op=self.name, tensor=y.name)
+    value = tf.convert_to_tensor(value, dtype=y.dtype)
     value = tf.reshape(value, y.shape.to_integer_list)
     lowering.set_tensor_lowering(y, lowering.mesh_impl(self).import_tf_tensor(y, value))
 
