@@ -4,6 +4,7 @@
 named dimensions, layout rules, the graph language, autodiff and lowering onto a mesh.
 """
 # pylint: disable=redefined-builtin,g-importing-member
+from mesh_tf import _autograph
 from mesh_tf.errors import CheckpointError, LayoutError, MtfError, ShapeError
 from mesh_tf.shapes import (Dimension, LayoutRules, Shape, TensorLayout, anonymous_shape,
                             combined_dimension, convert_to_dimension,
@@ -47,3 +48,5 @@ from mesh_tf import layers, placement_mesh_impl
 from mesh_tf.backends.placement import PlacementMeshImpl
 
 range = mtf_range
+from mesh_tf import checkpoint
+from mesh_tf.checkpoint import CheckpointManager, restore_checkpoint, save_checkpoint

@@ -16,6 +16,11 @@ import tensorflow as tf
 from mesh_tf.errors import LayoutError, ShapeError
 
 
+# Lowering is plain Python emitting TF ops; AutoGraph must not rewrite it when it runs
+# inside a tf.function (converting it costs seconds per trace and changes nothing).
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
 class Lowering:
   """Lowers a Graph to TF given {Mesh: MeshImpl}.
 
@@ -29,6 +34,7 @@ class Lowering:
       placeholder) be lowered inside a tf.function on that function's arguments.
   """
 
+  @_no_autograph
   def __init__(self, graph, mesh_to_impl, autostack=True, log_file=None, feeds=None):
     del autostack, log_file
     self.graph = graph
@@ -92,16 +98,19 @@ class Lowering:
         o.lower(self)
         self._lowered.add(o)
 
+  @_no_autograph
   def lower_all(self):
     """Lowers every op of the graph (the original's constructor did this)."""
     for o in self.graph.operations:
       self._ensure_lowered(o)
 
+  @_no_autograph
   def export_to_tf_tensor(self, x):
     """The full tf.Tensor value of mtf Tensor x."""
     self._ensure_lowered(x.operation)
     return self.mesh_impl(x).export_to_tf_tensor(x, self.tensors[x])
 
+  @_no_autograph
   def lowered_operation(self, op):
     """Lowers op (e.g. an Assign) and returns what it produced (a tf op in graph mode)."""
     if hasattr(op, "operation"):
