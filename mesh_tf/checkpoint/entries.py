@@ -1,0 +1,91 @@
+"""What a checkpoint holds: named entries from lowerings, mesh impls and tf.Variables.
+
+An entry is one checkpoint key. It knows its full shape and stored dtype, how to read its
+full value and how to write one back, whether its state is a laid-out mtf variable (split
+over a mesh) or a plain `tf.Variable` (the global step, an optimizer counter, ...).
+A laid-out variable is any backend object with `shape` (an mtf Shape), `master_dtype`,
+`read_full()` and `assign_full(value)`.
+"""
+import tensorflow as tf
+
+from mesh_tf.errors import CheckpointError
+
+
+class Entry:
+  """One checkpoint key and the state behind it.
+
+  Attributes:
+    name: the checkpoint key (for mtf variables, the variable's full name).
+    shape: the full shape, a list of ints.
+    dtype: the tf.DType the value is stored in (an mtf variable's master dtype).
+    state: the laid-out variable or tf.Variable.
+  """
+
+  def __init__(self, name, state):
+    self.name = name
+    self.state = state
+    if hasattr(state, "read_full"):
+      self.shape = list(state.shape.to_integer_list)
+      self.dtype = tf.as_dtype(state.master_dtype)
+    else:
+      self.shape = state.shape.as_list()
+      self.dtype = tf.as_dtype(state.dtype)
+
+  def __repr__(self):
+    return "Entry(%r, %s, %s)" % (self.name, self.shape, self.dtype.name)
+
+  def read(self):
+    """The full value, in the stored dtype."""
+    if hasattr(self.state, "read_full"):
+      return self.state.read_full()
+    return tf.cast(self.state.read_value(), self.dtype)
+
+  def write(self, value):
+    """Sets the state from a full value (cast to the stored dtype first)."""
+    value = tf.cast(value, self.dtype)
+    if hasattr(self.state, "read_full"):
+      self.state.assign_full(value)
+    else:
+      self.state.assign(value)
+
+
+def _variable_dicts(source):
+  """Yields dicts name -> state from a Lowering, MeshImpl, dict, or a list of those."""
+  if isinstance(source, dict):
+    yield source
+  elif hasattr(source, "mesh_to_impl"):
+    for impl in source.mesh_to_impl.values():
+      yield impl.variable_store
+  elif hasattr(source, "variable_store"):
+    yield source.variable_store
+  elif isinstance(source, (list, tuple)):
+    for s in source:
+      yield from _variable_dicts(s)
+  else:
+    raise CheckpointError(
+        "cannot take checkpoint variables from %r; give a mtf.Lowering, a MeshImpl, a "
+        "dict name -> variable, or a list of these" % (source,))
+
+
+def collect_entries(source, extra_variables=None):
+  """A dict checkpoint key -> Entry, sorted by key.
+
+  Args:
+    source: a Lowering (every variable of every mesh it lowers to), a MeshImpl (its
+      `variable_store`), a dict name -> laid-out variable or tf.Variable, a list of these,
+      or None.
+    extra_variables: optional dict name -> tf.Variable saved beside them (e.g.
+      "global_step").
+
+  Raises:
+    CheckpointError: if two different states claim the same name.
+  """
+  states = {}
+  dicts = list(_variable_dicts(source)) if source is not None else []
+  for d in dicts + [extra_variables or {}]:
+    for name, state in d.items():
+      if name in states and states[name] is not state:
+        raise CheckpointError("two different variables are named %r; checkpoint keys "
+                              "must be unique" % name, tensor=name)
+      states[name] = state
+  return {name: Entry(name, states[name]) for name in sorted(states)}

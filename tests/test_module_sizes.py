@@ -1,0 +1,15 @@
+"""Keeps modules small (the original's ops.py had 6,700 lines): prints sizes, fails past 800."""
+import pathlib
+
+LIMIT = 800
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_library_modules_stay_small(capsys):
+  sizes = sorted(((len(p.read_text().splitlines()), str(p.relative_to(ROOT)))
+                  for folder in ("mesh_tf", "models")
+                  for p in (ROOT / folder).rglob("*.py")), reverse=True)
+  with capsys.disabled():
+    print("\nlargest modules:", ", ".join("%s (%d)" % (n, c) for c, n in sizes[:5]))
+  too_big = [(n, c) for c, n in sizes if c > LIMIT]
+  assert not too_big, "split these modules by responsibility: %s" % too_big
