@@ -20,6 +20,22 @@ def _equation(input_shapes, output_shape):
   return ",".join(spec(s) for s in input_shapes) + "->" + spec(output_shape)
 
 
+def _dims_to_gather(impl, input_shapes, output_shape):
+  """Names of contracted dims to make whole so no mesh axis splits two dims of the union.
+
+  Two dims that never share a tensor may be split over one mesh axis; a local einsum would
+  then pair only the matching slices of the two. Output dims keep their split; of the
+  others, the first dim met on each axis keeps it and later ones are gathered.
+  """
+  owner = {}
+  gather = set()
+  for s in [output_shape] + list(input_shapes):
+    for d, a in zip(s.dims, impl.tensor_layout(s)):
+      if a is not None and owner.setdefault(a, d.name) != d.name:
+        gather.add(d.name)
+  return gather
+
+
 class EinsumOperation(Operation):
   """Contracts inputs to output_shape; dims missing from the output are summed over."""
 
@@ -57,12 +73,19 @@ class EinsumOperation(Operation):
     impl = lowering.mesh_impl(self)
     y = self.outputs[0]
     equation = _equation([x.shape for x in self.inputs], y.shape)
-    out = impl.slicewise(lambda *slices: impl.einsum(equation, *slices),
-                         *[lowering.tensors[x] for x in self.inputs])
+    gather = _dims_to_gather(impl, [x.shape for x in self.inputs], y.shape)
+    ins = []
+    for x in self.inputs:
+      laid = lowering.tensors[x]
+      if gather & set(impl.split_dims_of(x.shape)):
+        laid = impl.gather_dims(laid, x.shape, gather)
+        lowering.add_counter("einsum_allconcat", impl.laid_out_size(x.shape))
+      ins.append(laid)
+    out = impl.slicewise(lambda *slices: impl.einsum(equation, *slices), *ins)
     reduced_axes = set()
     for x in self.inputs:
       for d, a in zip(x.shape.dims, impl.tensor_layout(x.shape)):
-        if a is not None and d not in y.shape.dims:
+        if a is not None and d not in y.shape.dims and d.name not in gather:
           reduced_axes.add(a)
     if reduced_axes:
       out = impl.allreduce(out, sorted(reduced_axes), "SUM")
