@@ -107,6 +107,10 @@ class Tensor:
     from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
     return elementwise.pow(self, other)
 
+  def __rpow__(self, other):
+    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
+    return elementwise.pow(other, self)
+
   def __neg__(self):
     from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
     return elementwise.negative(self)

@@ -48,7 +48,7 @@ class ImportOperation(Operation):
 def import_tf_tensor(mesh, tf_tensor, shape=None, name=None):
   """An mtf Tensor of `shape` holding tf_tensor (a tf.Tensor, tf.Variable or array)."""
   if shape is None:
-    if tf.TensorShape(tf_tensor.shape).rank != 0:
+    if tf.TensorShape(getattr(tf_tensor, "shape", np.shape(tf_tensor))).rank != 0:
       raise ShapeError("import_tf_tensor needs a shape for a non-scalar value")
     shape = []
   return ImportOperation(mesh, tf_tensor, shape, name=name).outputs[0]

@@ -3,7 +3,7 @@ axes that split a contracted dimension."""
 import string
 
 from mesh_tf.errors import ShapeError
-from mesh_tf.graph import Operation
+from mesh_tf.graph import Operation, Tensor
 from mesh_tf.shapes import Shape, convert_to_shape, list_product, shape_union
 
 
@@ -129,6 +129,10 @@ def einsum(xs, output_shape=None, reduced_dims=None, name=None):
   xs = list(xs)
   if not xs:
     raise ShapeError("einsum needs at least one input")
+  for i, x in enumerate(xs):
+    if not isinstance(x, Tensor):
+      raise ShapeError("einsum input %d is %r, not an mtf.Tensor; import TF values with "
+                       "mtf.import_tf_tensor" % (i, type(x).__name__))
   out = _infer_output_shape(xs, output_shape, reduced_dims)
   return EinsumOperation(xs, out, name=name).outputs[0]
 

@@ -1,0 +1,99 @@
+"""Shape changes (mesh_tf/ops/reshape.py): reshape, rename/replace dims, broadcast."""
+import pytest
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mtf_testing import (BATCH, HIDDEN, LENGTH, check_against_tf, dims, new_mesh,
+                         random_array)
+
+X_SHAPE = [BATCH, LENGTH, HIDDEN]
+A2, B4 = mtf.Dimension("a", 2), mtf.Dimension("b", 4)
+LH = mtf.Dimension("length_hidden", 24)
+BL = mtf.Dimension("batch_length", 24)
+FLAT = mtf.Dimension("flat", 192)
+
+# (label, input shape, output shape). Sizes are row-major reinterpretations, as tf.reshape.
+RESHAPES = [
+    ("merge length and hidden", X_SHAPE, [BATCH, LH]),
+    ("merge batch and length", X_SHAPE, [BL, HIDDEN]),
+    ("merge all", X_SHAPE, [FLAT]),
+    ("split hidden into a, b", [BATCH, HIDDEN], [BATCH, A2, B4]),
+    ("split flat into batch, length, hidden", [FLAT], X_SHAPE),
+    ("a, b become hidden", [BATCH, A2, B4], [BATCH, HIDDEN]),
+    ("same dims, batch moved", X_SHAPE, [LENGTH, BATCH, HIDDEN]),
+    ("batch and hidden swap places", [BATCH, HIDDEN, LENGTH], [HIDDEN, BATCH, LENGTH]),
+    ("hidden keeps its block position", [A2, B4, HIDDEN], [B4, A2, HIDDEN]),
+    ("batch absorbs length", X_SHAPE, [mtf.Dimension("batch", 24), HIDDEN]),
+    ("batch absorbs hidden", [BATCH, HIDDEN], [mtf.Dimension("batch", 64)]),
+]
+
+
+def test_reshape(mesh_impl):
+  inputs = [(random_array(r[1], k), r[1]) for k, r in enumerate(RESHAPES)]
+  check_against_tf(
+      mesh_impl, inputs,
+      lambda *xs: [mtf.reshape(x, r[2]) for x, r in zip(xs, RESHAPES)],
+      lambda *ts: [tf.reshape(t, dims(r[2])) for t, r in zip(ts, RESHAPES)],
+      labels=[r[0] for r in RESHAPES], input_labels=[r[0] for r in RESHAPES])
+
+
+def test_rename_and_replace_dimensions(mesh_impl):
+  d8 = mtf.Dimension("d", 8)
+  x = random_array(X_SHAPE, 10)
+  z = random_array([LENGTH, d8], 11)
+  check_against_tf(
+      mesh_impl, [(x, X_SHAPE), (x, X_SHAPE), (z, [LENGTH, d8]), (x, X_SHAPE)],
+      lambda a, b, c, e: [
+          mtf.rename_dimension(a, "hidden", "features"),  # split -> unsplit
+          mtf.rename_dimension(b, "batch", "examples"),
+          mtf.rename_dimension(c, "d", "hidden"),  # unsplit -> split
+          mtf.replace_dimensions(e, [LENGTH, HIDDEN], LH),
+      ],
+      lambda a, b, c, e: [a, b, c, tf.reshape(e, [8, 24])],
+      labels=["rename hidden", "rename batch", "rename d to hidden", "replace_dimensions"])
+
+
+def test_rename_and_replace_on_shapes():
+  shape = mtf.Shape(X_SHAPE)
+  assert mtf.rename_dimension(shape, "length", "time").dimension_names == [
+      "batch", "time", "hidden"]
+  assert mtf.replace_dimensions(shape, LENGTH, [A2, mtf.Dimension("c", 1)]).dims[1:3] == [
+      A2, mtf.Dimension("c", 1)]
+  with pytest.raises(ValueError, match="consecutive"):
+    mtf.replace_dimensions(shape, [BATCH, HIDDEN], FLAT)
+
+
+def test_broadcast(mesh_impl):
+  h = random_array([HIDDEN], 12)
+  bh = random_array([BATCH, HIDDEN], 13)
+  lb = random_array([LENGTH, BATCH], 14)
+  check_against_tf(
+      mesh_impl, [(h, [HIDDEN]), (bh, [BATCH, HIDDEN]), (lb, [LENGTH, BATCH]),
+                  (h, [HIDDEN])],
+      lambda a, b, c, d: [mtf.broadcast(a, X_SHAPE),
+                          mtf.broadcast(b, [HIDDEN, LENGTH, BATCH]),
+                          mtf.broadcast(c, X_SHAPE), mtf.broadcast(d, [HIDDEN])],
+      lambda a, b, c, d: [tf.broadcast_to(a, [8, 3, 8]),
+                          tf.broadcast_to(tf.transpose(b)[:, None, :], [8, 3, 8]),
+                          tf.broadcast_to(tf.transpose(c)[:, :, None], [8, 3, 8]), d],
+      labels=["[hidden] to x", "[batch, hidden] reordered", "[length, batch] to x",
+              "to its own shape"])
+
+
+def test_anonymize(mesh_impl):
+  x = random_array(X_SHAPE, 15)
+  got, _ = check_against_tf(mesh_impl, [(x, X_SHAPE)],
+                            lambda a: [mtf.anonymize(a)], lambda t: [t])
+  assert got[0].shape == (8, 3, 8)
+
+
+def test_reshape_errors():
+  graph, mesh = new_mesh()
+  x = mtf.import_tf_tensor(mesh, random_array(X_SHAPE, 0), X_SHAPE)
+  with pytest.raises(ValueError, match="sizes differ"):
+    mtf.reshape(x, [BATCH, HIDDEN])
+  with pytest.raises(ValueError, match="classes"):
+    mtf.rename_dimension(x, "classes", "c")
+  with pytest.raises(ValueError, match="missing"):
+    mtf.broadcast(x, [BATCH, HIDDEN])
+  assert mtf.reshape(x, X_SHAPE) is x and graph is x.graph
