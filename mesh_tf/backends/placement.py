@@ -6,8 +6,9 @@ CPU devices, GPUs, or any devices TF's runtime can place ops on.
 """
 import tensorflow as tf
 
+from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.errors import LayoutError
-from mesh_tf.lowering.mesh_impl import MeshImpl, reduction_fn
+from mesh_tf.lowering.mesh_impl import MeshImpl
 from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_to_pnum
 
 
@@ -126,9 +127,6 @@ class PlacementMeshImpl(MeshImpl):
   def devices(self):
     return self._devices
 
-  def _group_coords(self, pnums, mesh_axis):
-    return [pnum_to_processor_coordinates(self.shape, p)[mesh_axis] for p in pnums]
-
   def slicewise(self, fn, *inputs):
     outputs = []
     for pnum, device in enumerate(self._devices):
@@ -139,40 +137,29 @@ class PlacementMeshImpl(MeshImpl):
       return tuple(LaidOutTensor(list(o)) for o in zip(*outputs))
     return LaidOutTensor(outputs)
 
+  def _per_group(self, x, mesh_axes, collective):
+    """Runs collective(group's slices, group's devices) for each processor group."""
+    out = [None] * self.size
+    for group in self.processor_groups(mesh_axes):  # pnums in pcoord order
+      results = collective([x.tensor_list[p] for p in group],
+                           [self._devices[p] for p in group])
+      for p, r in zip(group, results):
+        out[p] = r
+    return LaidOutTensor(out)
+
   def allreduce(self, x, mesh_axes, reduction_fn_string):
     if not mesh_axes:
       return x
-    reduce = reduction_fn(reduction_fn_string)
-    out = [None] * self.size
-    for group in self.processor_groups(mesh_axes):
-      with tf.device(self._devices[group[0]]):
-        total = reduce([x.tensor_list[p] for p in group])
-      for p in group:
-        with tf.device(self._devices[p]):
-          out[p] = tf.identity(total)
-    return LaidOutTensor(out)
+    return self._per_group(x, mesh_axes, lambda xs, ds: collectives.allreduce_ring(
+        xs, ds, reduction_fn_string))
 
   def allconcat(self, x, mesh_axis, concat_axis):
-    out = [None] * self.size
-    for group in self.processor_groups([mesh_axis]):
-      parts = [x.tensor_list[p] for p in group]  # groups list pnums in pcoord order
-      for p in group:
-        with tf.device(self._devices[p]):
-          out[p] = tf.concat(parts, axis=concat_axis)
-    return LaidOutTensor(out)
+    return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.allconcat_ring(
+        xs, ds, concat_axis))
 
   def alltoall(self, x, mesh_axis, split_axis, concat_axis):
-    out = [None] * self.size
-    for group in self.processor_groups([mesh_axis]):
-      n = len(group)
-      pieces = []
-      for p in group:
-        with tf.device(self._devices[p]):
-          pieces.append(tf.split(x.tensor_list[p], n, axis=split_axis))
-      for j, p in enumerate(group):
-        with tf.device(self._devices[p]):
-          out[p] = tf.concat([pieces[i][j] for i in range(n)], axis=concat_axis)
-    return LaidOutTensor(out)
+    return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.alltoall_pointtwise(
+        xs, ds, split_axis, concat_axis))
 
   def receive(self, x, mesh_axis, source_pcoord):
     out = []

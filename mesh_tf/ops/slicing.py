@@ -7,6 +7,7 @@ cost of an allconcat on the split mesh axis).
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
+from mesh_tf.graph import Operation
 from mesh_tf.ops.slicewise import slicewise
 from mesh_tf.shapes import Dimension, Shape
 
@@ -146,29 +147,74 @@ def unstack(x, dim, name=None):
   return list(out) if isinstance(out, tuple) else [out]
 
 
+def _local_shift(t, offset, axis, size, wrap):
+  """Shift of a tensor holding the whole dim (size elements along axis)."""
+  if wrap:
+    return tf.roll(t, offset, axis)
+  if abs(offset) >= size:
+    return tf.zeros_like(t)
+  p = [[0, 0]] * t.shape.rank
+  b = [0] * t.shape.rank
+  s = [-1] * t.shape.rank
+  if offset >= 0:
+    p[axis] = [offset, 0]
+    s[axis] = size - offset
+  else:
+    p[axis] = [0, -offset]
+    b[axis] = -offset
+    s[axis] = size + offset
+  return tf.pad(tf.slice(t, b, s), p)
+
+
+def _take(t, axis, begin, size):
+  b = [0] * t.shape.rank
+  s = [-1] * t.shape.rank
+  b[axis], s[axis] = begin, size
+  return tf.slice(t, b, s)
+
+
+class ShiftOperation(Operation):
+  """Static shift along one dim.
+
+  When the dim is split and |offset| fits in one slice, each processor takes the edge it
+  needs from its neighbour on that mesh axis (one `shift_by_n_processors`), so the cost
+  is |offset| elements per processor rather than gathering the whole dim.
+  """
+
+  def __init__(self, x, offset, dim_name, wrap, name=None):
+    super().__init__([x], name=name or "shift")
+    self._axis = x.shape.dimension_names.index(dim_name)
+    self._offset, self._dim_name, self._wrap = offset, dim_name, wrap
+    self._add_output(x.shape, x.dtype)
+
+  def gradient(self, grad_ys):
+    return [shift(grad_ys[0], -self._offset, self._dim_name, self._wrap)]
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    x, y = self.inputs[0], self.outputs[0]
+    axis, offset, wrap = self._axis, self._offset, self._wrap
+    mesh_axis = impl.tensor_layout(x.shape)[axis]
+    local = impl.slice_shape(x.shape)[axis]
+    laid = lowering.tensors[x]
+    if mesh_axis is None or abs(offset) > local or offset == 0:
+      size = x.shape[axis].size
+      laid = impl.gather_dims(laid, x.shape, [self._dim_name])
+      laid = impl.slicewise(lambda t: _local_shift(t, offset, axis, size, wrap), laid)
+      lowering.set_tensor_lowering(y, impl.split_dims(laid, y.shape, [self._dim_name]))
+      return
+    neighbour = impl.shift_by_n_processors(laid, mesh_axis, 1 if offset > 0 else -1, wrap)
+    k = abs(offset)
+    if offset > 0:
+      fn = lambda own, prev: tf.concat(
+          [_take(prev, axis, local - k, k), _take(own, axis, 0, local - k)], axis)
+    else:
+      fn = lambda own, nxt: tf.concat(
+          [_take(own, axis, k, local - k), _take(nxt, axis, 0, k)], axis)
+    lowering.set_tensor_lowering(y, impl.slicewise(fn, laid, neighbour))
+
+
 def shift(x, offset, dim, wrap, name=None):
   """Moves x by offset positions along dim: zero-filled, or rotated if wrap."""
-  axis, dim_name = _dim_index(x, dim, "shift")
-  size = x.shape[axis].size
-
-  def fn(t):
-    if wrap:
-      return tf.roll(t, offset, axis)
-    if abs(offset) >= size:
-      return tf.zeros_like(t)
-    p = [[0, 0]] * t.shape.rank
-    b = [0] * t.shape.rank
-    s = [-1] * t.shape.rank
-    if offset >= 0:
-      p[axis] = [offset, 0]
-      s[axis] = size - offset
-    else:
-      p[axis] = [0, -offset]
-      b[axis] = -offset
-      s[axis] = size + offset
-    return tf.pad(tf.slice(t, b, s), p)
-
-  def grad(op, grad_ys):
-    return [shift(grad_ys[0], -offset, dim_name, wrap)]
-  return slicewise(fn, [x], x.shape, x.dtype, _others(x.shape, dim_name), grad,
-                   name=name or "shift")
+  _, dim_name = _dim_index(x, dim, "shift")
+  return ShiftOperation(x, offset, dim_name, wrap, name=name).outputs[0]

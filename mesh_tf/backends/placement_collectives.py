@@ -1,0 +1,140 @@
+"""Collectives over a list of per-device tensors, written as explicit TF device-to-device
+copies: the algorithms PlacementMeshImpl runs within each processor group.
+
+Each function takes `xs` (one tf.Tensor per device, in group order) and `devices` (the
+matching device strings) and returns one result per device, placed on that device.
+"""
+import tensorflow as tf
+
+from mesh_tf.errors import LayoutError
+
+_BINARY = {"SUM": tf.add, "MAX": tf.maximum, "MIN": tf.minimum}
+
+# Below this many elements, splitting an allreduce into shards costs more than it saves.
+RING_MIN_SIZE = 1024
+
+
+def binary_reduction_fn(reduction_fn_string):
+  """The two-argument TF function for "SUM", "MAX" or "MIN"."""
+  try:
+    return _BINARY[reduction_fn_string]
+  except KeyError:
+    raise LayoutError("unknown reduction %r; use one of %s"
+                      % (reduction_fn_string, sorted(_BINARY))) from None
+
+
+def _copy_to(x, device):
+  with tf.device(device):
+    return tf.identity(x)
+
+
+def allreduce_ring_single_shard(xs, devices, reduction_fn_string="SUM"):
+  """Reduces along a line of devices: partial results flow from both ends to the middle
+  device, which then sends the total back out the way they came."""
+  n = len(xs)
+  if n == 1:
+    return list(xs)
+  reduce = binary_reduction_fn(reduction_fn_string)
+  middle = n // 2
+  partial = xs[0]
+  for i in range(1, middle + 1):  # left end -> middle
+    with tf.device(devices[i]):
+      partial = reduce(partial, xs[i])
+  for i in range(n - 1, middle, -1):  # right end -> middle, one running value
+    if i == n - 1:
+      right = xs[i]
+    else:
+      with tf.device(devices[i]):
+        right = reduce(right, xs[i])
+  if middle < n - 1:
+    with tf.device(devices[middle]):
+      partial = reduce(partial, right)
+  out = [None] * n
+  out[middle] = _copy_to(partial, devices[middle])
+  for i in range(middle - 1, -1, -1):
+    out[i] = _copy_to(out[i + 1], devices[i])
+  for i in range(middle + 1, n):
+    out[i] = _copy_to(out[i - 1], devices[i])
+  return out
+
+
+def allreduce_ring(xs, devices, reduction_fn_string="SUM"):
+  """Allreduce that splits the (flattened) tensor into n shards and reduces shard i
+  along the device line rotated by i, so every device does 1/n of the work.
+
+  Falls back to one shard for small tensors or sizes not divisible by n.
+  """
+  n = len(xs)
+  shape = xs[0].shape
+  size = shape.num_elements()
+  if n == 1 or size is None or size < RING_MIN_SIZE or size % n:
+    return allreduce_ring_single_shard(xs, devices, reduction_fn_string)
+  shards = []
+  for x, d in zip(xs, devices):
+    with tf.device(d):
+      shards.append(tf.split(tf.reshape(x, [-1]), n))
+  reduced = [[None] * n for _ in range(n)]  # reduced[device][shard]
+  for s in range(n):
+    order = [(s + k) % n for k in range(n)]
+    out = allreduce_ring_single_shard([shards[i][s] for i in order],
+                                      [devices[i] for i in order], reduction_fn_string)
+    for i, o in zip(order, out):
+      reduced[i][s] = o
+  result = []
+  for i, d in enumerate(devices):
+    with tf.device(d):
+      result.append(tf.reshape(tf.concat(reduced[i], 0), shape))
+  return result
+
+
+def allconcat_ring(xs, devices, concat_axis):
+  """Each piece travels around the ring one hop at a time; every device then
+  concatenates all pieces in group order."""
+  n = len(xs)
+  have = [{i: xs[i]} for i in range(n)]  # have[device][piece]
+  for step in range(1, n):
+    for i in range(n):
+      source = (i - 1) % n
+      piece = (i - step) % n
+      have[i][piece] = _copy_to(have[source][piece], devices[i])
+  out = []
+  for i, d in enumerate(devices):
+    with tf.device(d):
+      out.append(tf.concat([have[i][p] for p in range(n)], concat_axis))
+  return out
+
+
+def alltoall_pointtwise(xs, devices, split_axis, concat_axis):
+  """All-to-all by direct copies: device j gathers piece j of every device."""
+  n = len(xs)
+  pieces = []
+  for x, d in zip(xs, devices):
+    with tf.device(d):
+      pieces.append(tf.split(x, n, axis=split_axis))
+  out = []
+  for j, d in enumerate(devices):
+    with tf.device(d):
+      out.append(tf.concat([pieces[i][j] for i in range(n)], concat_axis))
+  return out
+
+
+def alltoall_ring(xs, devices, split_axis, concat_axis):
+  """All-to-all where every piece moves hop by hop around the ring to its target."""
+  n = len(xs)
+  pieces = []
+  for x, d in zip(xs, devices):
+    with tf.device(d):
+      pieces.append(tf.split(x, n, axis=split_axis))
+  arrived = [[None] * n for _ in range(n)]  # arrived[target][source]
+  for i in range(n):
+    for j in range(n):
+      value, at = pieces[i][j], i
+      while at != j:
+        at = (at + 1) % n
+        value = _copy_to(value, devices[at])
+      arrived[j][i] = value
+  out = []
+  for j, d in enumerate(devices):
+    with tf.device(d):
+      out.append(tf.concat(arrived[j], concat_axis))
+  return out

@@ -1,0 +1,67 @@
+"""Ring and point-to-point collectives of the placement backend, against plain reductions."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from mesh_tf import placement_mesh_impl as pmi
+
+DEVICES = ["/cpu:%d" % i for i in range(8)]
+NUMPY = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
+
+
+def _inputs(n, shape, seed=0):
+  rng = np.random.RandomState(seed)
+  values = [rng.randn(*shape).astype(np.float32) for _ in range(n)]
+  xs = []
+  for v, d in zip(values, DEVICES):
+    with tf.device(d):
+      xs.append(tf.constant(v))
+  return values, xs
+
+
+def _assert_on_devices(results, devices):
+  for r, d in zip(results, devices):
+    assert r.device.endswith("CPU:%s" % d.split(":")[-1]), (r.device, d)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8])
+@pytest.mark.parametrize("shape", [[3, 5], [16, 64]], ids=["small", "sharded"])
+@pytest.mark.parametrize("reduction", ["SUM", "MAX", "MIN"])
+def test_allreduce_ring(n, shape, reduction):
+  values, xs = _inputs(n, shape)
+  expected = NUMPY[reduction](np.stack(values), axis=0)
+  for fn in (pmi.allreduce_ring, pmi.allreduce_ring_single_shard):
+    out = fn(xs, DEVICES[:n], reduction)
+    assert len(out) == n
+    _assert_on_devices(out, DEVICES[:n])
+    for o in out:
+      np.testing.assert_allclose(o.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+@pytest.mark.parametrize("concat_axis", [0, 1])
+def test_allconcat_ring(n, concat_axis):
+  values, xs = _inputs(n, [2, 3])
+  expected = np.concatenate(values, axis=concat_axis)
+  out = pmi.allconcat_ring(xs, DEVICES[:n], concat_axis)
+  _assert_on_devices(out, DEVICES[:n])
+  for o in out:
+    np.testing.assert_array_equal(o.numpy(), expected)
+
+
+@pytest.mark.parametrize("fn", [pmi.alltoall_pointtwise, pmi.alltoall_ring])
+@pytest.mark.parametrize("split_axis,concat_axis", [(0, 1), (1, 0), (1, 1)])
+def test_alltoall(fn, split_axis, concat_axis):
+  n = 4
+  values, xs = _inputs(n, [8, 8])
+  out = fn(xs, DEVICES[:n], split_axis, concat_axis)
+  _assert_on_devices(out, DEVICES[:n])
+  for j, o in enumerate(out):
+    pieces = [np.split(v, n, axis=split_axis)[j] for v in values]
+    np.testing.assert_array_equal(o.numpy(), np.concatenate(pieces, axis=concat_axis))
+
+
+def test_unknown_reduction_is_named():
+  _, xs = _inputs(2, [2])
+  with pytest.raises(ValueError, match="'PROD'.*MAX.*MIN.*SUM"):
+    pmi.allreduce_ring(xs, DEVICES[:2], "PROD")
