@@ -16,27 +16,34 @@ from mesh_tf.ops import elementwise as ew
 from mesh_tf.shapes import convert_to_shape
 
 
-def _u32(x):
-  return tf.constant(x, tf.uint32)
+_M1, _M2 = 0x85EBCA6B, 0xC2B2AE35  # the murmur3 finalizer constants
+
+
+def _xorshift(x, n):
+  return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(n, tf.uint32)))
 
 
 def _mix32(x):
-  """A 32-bit avalanche mixer (the murmur3 finalizer constants)."""
-  x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
-  x = x * _u32(0x85EBCA6B)
-  x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(13)))
-  x = x * _u32(0xC2B2AE35)
-  return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+  """A 32-bit avalanche mixer (murmur3's finalizer) on a uint32 tensor."""
+  x = _xorshift(x, 16) * tf.constant(_M1, tf.uint32)
+  x = _xorshift(x, 13) * tf.constant(_M2, tf.uint32)
+  return _xorshift(x, 16)
 
 
-def hash_uniform(seed_words, flat_index):
-  """Uniform [0, 1) float32 from uint32 seed words and an int64 global index."""
-  lo = tf.cast(flat_index, tf.uint32)
-  hi = tf.cast(tf.bitwise.right_shift(flat_index, tf.constant(32, tf.int64)), tf.uint32)
-  h = _mix32(lo ^ _mix32(seed_words[0]))
-  h = _mix32(h ^ _mix32(hi + seed_words[1]))
-  h = _mix32(h + seed_words[2] * _u32(0x9E3779B9))
-  return tf.cast(tf.bitwise.right_shift(h, _u32(8)), tf.float32) * (1.0 / (1 << 24))
+def op_key(seed, step):
+  """Two uint32 words mixing an op's seed with the run counter (computed once per op)."""
+  seed_lo = tf.constant(seed & 0xFFFFFFFF, tf.uint32)
+  seed_hi = tf.constant((seed >> 32) & 0xFFFFFFFF, tf.uint32)
+  k1 = _mix32(tf.bitwise.bitwise_xor(seed_lo, _mix32(tf.cast(step, tf.uint32) + seed_hi)))
+  return tf.stack([k1, _mix32(k1 + tf.constant(0x9E3779B9, tf.uint32))])
+
+
+def hash_uniform(key, flat_index):
+  """Uniform [0, 1) float32 from an op key and int64 global indices below 2**32."""
+  h = _mix32(tf.bitwise.bitwise_xor(tf.cast(flat_index, tf.uint32), key[0]))
+  h = _mix32(h + key[1])
+  return tf.cast(tf.bitwise.right_shift(h, tf.constant(8, tf.uint32)), tf.float32) * (
+      1.0 / (1 << 24))
 
 
 def global_flat_index(slice_shape, begin, full_shape):
@@ -76,19 +83,21 @@ class RandomOperation(Operation):
     y = self.outputs[0]
     sizes = impl.slice_shape(y.shape)
     full = y.shape.to_integer_list
-    step = tf.convert_to_tensor(_rng_counter(impl).assign_add(1))
-    seed = [self._seed & 0xFFFFFFFF, (self._seed >> 32) & 0xFFFFFFFF]
+    if 2 * y.shape.size >= 2 ** 32:
+      raise ShapeError("random op %r: %s has 2**31 elements or more, beyond the index "
+                       "range of the counter-based generator" % (self.name, y.shape),
+                       op=self.name)
+    key = op_key(self._seed, _rng_counter(impl).assign_add(1))
     dist, params = self._distribution, self._params
 
     def fn(begin):
-      words = [_u32(seed[0]), _u32(seed[1]), tf.cast(step, tf.uint32)]
       index = global_flat_index(sizes, begin, full)
       if dist == "uniform":
-        u = hash_uniform(words, index)
+        u = hash_uniform(key, index)
         out = params["minval"] + u * (params["maxval"] - params["minval"])
       else:  # Box-Muller from two independent uniform streams.
-        u1 = hash_uniform(words, 2 * index)
-        u2 = hash_uniform(words, 2 * index + 1)
+        u1 = hash_uniform(key, 2 * index)
+        u2 = hash_uniform(key, 2 * index + 1)
         z = tf.sqrt(-2.0 * tf.math.log(1.0 - u1)) * tf.cos(6.283185307179586 * u2)
         out = params["mean"] + params["stddev"] * z
       return tf.cast(out, y.dtype)
