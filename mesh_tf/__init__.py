@@ -14,7 +14,7 @@ from mesh_tf.shapes import (Dimension, LayoutRules, Shape, TensorLayout, anonymo
                             tensor_dim_to_mesh_dim_size, tensor_dim_to_size_per_split,
                             transpose_list_of_lists)
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor, name_scope, variable_scope
-from mesh_tf.lowering import Lowering, MeshImpl, reduction_fn
+from mesh_tf.lowering import Lowering, MeshImpl, binary_reduction_fn, reduction_fn
 from mesh_tf.autodiff import StopGradient, gradients, stop_gradient
 from mesh_tf.ops.slicewise import (GenericGradOperation, SlicewiseOperation, cwise,
                                    slicewise)

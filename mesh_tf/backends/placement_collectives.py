@@ -6,21 +6,10 @@ matching device strings) and returns one result per device, placed on that devic
 """
 import tensorflow as tf
 
-from mesh_tf.errors import LayoutError
-
-_BINARY = {"SUM": tf.add, "MAX": tf.maximum, "MIN": tf.minimum}
+from mesh_tf.lowering.reductions import binary_reduction_fn
 
 # Below this many elements, splitting an allreduce into shards costs more than it saves.
 RING_MIN_SIZE = 1024
-
-
-def binary_reduction_fn(reduction_fn_string):
-  """The two-argument TF function for "SUM", "MAX" or "MIN"."""
-  try:
-    return _BINARY[reduction_fn_string]
-  except KeyError:
-    raise LayoutError("unknown reduction %r; use one of %s"
-                      % (reduction_fn_string, sorted(_BINARY))) from None
 
 
 def _copy_to(x, device):

@@ -7,29 +7,10 @@ Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (for p
 a list of per-device tf.Tensors). Its *slices* have the shape `slice_shape(tensor_shape)`:
 each dim split over mesh axis m is divided by the size of m.
 """
-import functools
-
 import tensorflow as tf
 
-from mesh_tf.errors import LayoutError
-from mesh_tf.shapes import (Shape, convert_to_layout_rules, convert_to_shape, list_product,
-                            processor_groups, pnum_to_processor_coordinates)
-
-REDUCTIONS = {
-    "SUM": tf.add_n,
-    "MAX": lambda xs: functools.reduce(tf.maximum, xs),
-    "MIN": lambda xs: functools.reduce(tf.minimum, xs),
-}
-
-
-def reduction_fn(reduction_fn_string):
-  """The TF function reducing a list of tensors for "SUM", "MAX" or "MIN"."""
-  try:
-    return REDUCTIONS[reduction_fn_string]
-  except KeyError:
-    raise LayoutError("unknown reduction %r; use one of %s"
-                      % (reduction_fn_string, sorted(REDUCTIONS))) from None
-
+from mesh_tf.shapes import (convert_to_layout_rules, convert_to_shape, list_product,
+                            pnum_to_processor_coordinates, processor_groups)
 
 class MeshImpl:
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
@@ -173,6 +154,27 @@ class MeshImpl:
                        for s, a in zip(sizes, layout)]) if sizes else tf.zeros([0], tf.int32)
     return self.slicewise(begin, *pcoords)
 
+  def laid_out_slice_num(self, tensor_shape):
+    """A laid-out int32 scalar equal on processors holding identical slices of a tensor:
+    the row-major number of the processor's coordinates on the mesh axes that split it."""
+    axes = sorted(self.tensor_layout(tensor_shape).mesh_axes)
+    num = None
+    for a in axes:
+      coord = self.laid_out_pcoord(a)
+      num = coord if num is None else self.slicewise(
+          lambda n, c, size=self._shape[a].size: n * size + c, num, coord)
+    return num if num is not None else self.slicewise(
+        lambda p: tf.zeros_like(p), self.laid_out_pnum())
+
+  def broadcast_impl(self, old_slices, old_shape, new_shape):
+    """Broadcasts laid-out slices of old_shape to new_shape (a superset of its dims)."""
+    from mesh_tf.ops.slicewise import local_broadcast  # pylint: disable=g-import-not-at-top
+    old_shape, new_shape = convert_to_shape(old_shape), convert_to_shape(new_shape)
+    sizes = self.slice_shape(new_shape)
+    return self.slicewise(
+        lambda t: tf.broadcast_to(local_broadcast(t, old_shape, new_shape), sizes),
+        old_slices)
+
   def allsplit(self, x, mesh_axis, split_axis, which=None):
     """Keeps this processor's piece of split_axis (no communication): inverse of allconcat."""
     n = self._shape[mesh_axis].size
@@ -246,33 +248,19 @@ class MeshImpl:
 
   def combine_slices(self, slices, tensor_shape, device=None):
     """Inverse of make_slices: concatenates one copy of each distinct slice."""
-    tensor_shape = convert_to_shape(tensor_shape)
-    layout = self.tensor_layout(tensor_shape)
-    if layout.is_fully_replicated:
-      return slices[0]
+    shape = convert_to_shape(tensor_shape)
+    sizes = self.slice_shape(shape)
+    pieces = {}
+    for pnum, s in enumerate(slices):
+      pieces.setdefault(tuple(self.slice_begin(shape, pnum)), s)
 
-    def assemble(pnums, axes):
-      # pnums: processors whose coordinates agree except on `axes` (consumed in order).
-      if not axes:
-        return slices[pnums[0]]
-      mesh_axis, tensor_axis = axes[0]
-      groups = {}
-      for p in pnums:
-        c = pnum_to_processor_coordinates(self._shape, p)[mesh_axis]
-        groups.setdefault(c, []).append(p)
-      return tf.concat([assemble(groups[c], axes[1:]) for c in sorted(groups)],
-                       axis=tensor_axis)
-    axes = [(a, t) for t, a in enumerate(layout) if a is not None]
-    first = [p for p in range(self.size)
-             if all(c == 0 or i in dict(axes)
-                    for i, c in enumerate(pnum_to_processor_coordinates(self._shape, p)))]
+    def assemble(axis, begin):
+      if axis == shape.ndims:
+        return pieces[tuple(begin)]
+      full = shape[axis].size
+      if sizes[axis] == full:
+        return assemble(axis + 1, begin + [0])
+      return tf.concat([assemble(axis + 1, begin + [b])
+                        for b in range(0, full, sizes[axis])], axis)
     with tf.device(device or ""):
-      return assemble(first, axes)
-
-
-def as_shape(x):
-  """Shape of an mtf Tensor, or x converted to a Shape."""
-  return x.shape if hasattr(x, "operation") else convert_to_shape(x)
-
-
-__all__ = ["MeshImpl", "reduction_fn", "Shape", "as_shape"]
+      return assemble(0, [])

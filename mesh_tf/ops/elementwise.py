@@ -3,7 +3,6 @@
 Each unary op is one row: its TF function and its gradient as mtf math on (x, y, dy), or
 `generic_gradient` to let TF differentiate the slice function.
 """
-import builtins
 import math
 
 import tensorflow as tf
@@ -260,8 +259,3 @@ def where(condition, if_true, if_false, output_shape=None, name=None):
   return broadcasting_op(tf.where, [condition, if_true, if_false], output_shape,
                          output_dtype=if_true.dtype, grad_function=grad_function,
                          name=name or "where", check_dtypes=False)
-
-
-__all__ = [n for n in dir() if not n.startswith("_") and n not in (
-    "builtins", "math", "tf", "Tensor", "ShapeError", "Shape")]
-del builtins

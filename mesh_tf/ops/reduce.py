@@ -5,7 +5,7 @@ import tensorflow as tf
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
 from mesh_tf.ops import elementwise as ew
-from mesh_tf.shapes import Shape, convert_to_shape
+from mesh_tf.shapes import Dimension, Shape, convert_to_shape
 
 _TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
 
@@ -61,15 +61,16 @@ def _output_shape(x, output_shape, reduced_dim, disable_positional_args, fn_name
     return convert_to_shape(output_shape)
   if reduced_dim is None:
     return Shape([])
-  reduced = reduced_dim if isinstance(reduced_dim, (list, tuple, Shape)) and not (
-      isinstance(reduced_dim, tuple) and len(reduced_dim) == 2 and
-      isinstance(reduced_dim[0], str)) else [reduced_dim]
+  # One dim (a Dimension, a (name, size) pair or a name), or a list/Shape of them.
+  single = isinstance(reduced_dim, (str, Dimension)) or (
+      isinstance(reduced_dim, tuple) and reduced_dim and isinstance(reduced_dim[0], str))
+  reduced = [reduced_dim] if single else list(reduced_dim)
   for d in reduced:
     name = d if isinstance(d, str) else d[0]
     if name not in x.shape.dimension_names:
       raise ShapeError("%s: reduced dim %r is not a dim of %s %s (dims: %s)" % (
           fn_name, name, x.name, x.shape, x.shape.dimension_names), tensor=x.name, dim=name)
-  return x.shape - list(reduced)
+  return x.shape - reduced
 
 
 def _reduce(fn_name, reduction):

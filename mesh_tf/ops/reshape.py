@@ -4,7 +4,6 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.ops.slicewise import local_broadcast
 from mesh_tf.shapes import Dimension, Shape, anonymous_shape, convert_to_shape
 
 
@@ -95,10 +94,8 @@ class BroadcastOperation(Operation):
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     x, y = self.inputs[0], self.outputs[0]
-    out_slice = impl.slice_shape(y.shape)
-    lowering.set_tensor_lowering(y, impl.slicewise(
-        lambda t: tf.broadcast_to(local_broadcast(t, x.shape, y.shape), out_slice),
-        lowering.tensors[x]))
+    lowering.set_tensor_lowering(y, impl.broadcast_impl(lowering.tensors[x], x.shape,
+                                                        y.shape))
 
 
 def broadcast(x, new_shape, name=None):

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
-from mesh_tf.shapes import convert_to_shape
+from mesh_tf.shapes import Shape, convert_to_shape
 
 
 def local_broadcast(t, in_shape, out_shape):
@@ -48,10 +48,11 @@ class SlicewiseOperation(Operation):
     super().__init__(inputs, name=name or "slicewise")
     self._tf_fn = tf_fn
     self._grad_function = grad_function
-    multi = isinstance(output_shape, (list, tuple)) and output_shape and not isinstance(
-        output_shape[0], tuple) and hasattr(output_shape[0], "dims")
-    self._multi = bool(multi)
-    shapes = list(output_shape) if multi else [output_shape]
+    # Several outputs are given as a list of Shapes (a single shape may itself be a list
+    # of Dimensions).
+    self._multi = isinstance(output_shape, (list, tuple)) and any(
+        isinstance(s, Shape) for s in output_shape)
+    shapes = list(output_shape) if self._multi else [output_shape]
     dtypes = list(output_dtype) if isinstance(output_dtype, (list, tuple)) else (
         [output_dtype] * len(shapes))
     for s, d in zip(shapes, dtypes):
@@ -139,7 +140,6 @@ class GenericGradOperation(SlicewiseOperation):
         [x.shape for x in forward_op.inputs], [x.dtype for x in forward_op.inputs],
         splittable_dims=forward_op._splittable,  # pylint: disable=protected-access
         name=name or forward_op.name + "/grad")
-    self._multi = True
 
 
 def generic_gradient(op, grad_ys):
