@@ -17,6 +17,24 @@ def _copy_to(x, device):
     return tf.identity(x)
 
 
+def _split_on_devices(xs, devices, n, axis):
+  """Each device splits its own tensor into n pieces along axis."""
+  pieces = []
+  for x, d in zip(xs, devices):
+    with tf.device(d):
+      pieces.append(tf.split(x, n, axis=axis))
+  return pieces
+
+
+def _concat_on_devices(parts, devices, axis):
+  """Device i concatenates the list parts[i] along axis."""
+  out = []
+  for p, d in zip(parts, devices):
+    with tf.device(d):
+      out.append(tf.concat(p, axis))
+  return out
+
+
 def allreduce_ring_single_shard(xs, devices, reduction_fn_string="SUM"):
   """Reduces along a line of devices: partial results flow from both ends to the middle
   device, which then sends the total back out the way they came."""
@@ -86,34 +104,21 @@ def allconcat_ring(xs, devices, concat_axis):
       source = (i - 1) % n
       piece = (i - step) % n
       have[i][piece] = _copy_to(have[source][piece], devices[i])
-  out = []
-  for i, d in enumerate(devices):
-    with tf.device(d):
-      out.append(tf.concat([have[i][p] for p in range(n)], concat_axis))
-  return out
+  return _concat_on_devices([[h[p] for p in range(n)] for h in have], devices, concat_axis)
 
 
 def alltoall_pointtwise(xs, devices, split_axis, concat_axis):
   """All-to-all by direct copies: device j gathers piece j of every device."""
   n = len(xs)
-  pieces = []
-  for x, d in zip(xs, devices):
-    with tf.device(d):
-      pieces.append(tf.split(x, n, axis=split_axis))
-  out = []
-  for j, d in enumerate(devices):
-    with tf.device(d):
-      out.append(tf.concat([pieces[i][j] for i in range(n)], concat_axis))
-  return out
+  pieces = _split_on_devices(xs, devices, n, split_axis)
+  return _concat_on_devices([[pieces[i][j] for i in range(n)] for j in range(n)], devices,
+                            concat_axis)
 
 
 def alltoall_ring(xs, devices, split_axis, concat_axis):
   """All-to-all where every piece moves hop by hop around the ring to its target."""
   n = len(xs)
-  pieces = []
-  for x, d in zip(xs, devices):
-    with tf.device(d):
-      pieces.append(tf.split(x, n, axis=split_axis))
+  pieces = _split_on_devices(xs, devices, n, split_axis)
   arrived = [[None] * n for _ in range(n)]  # arrived[target][source]
   for i in range(n):
     for j in range(n):
@@ -122,8 +127,4 @@ def alltoall_ring(xs, devices, split_axis, concat_axis):
         at = (at + 1) % n
         value = _copy_to(value, devices[at])
       arrived[j][i] = value
-  out = []
-  for j, d in enumerate(devices):
-    with tf.device(d):
-      out.append(tf.concat(arrived[j], concat_axis))
-  return out
+  return _concat_on_devices(arrived, devices, concat_axis)
