@@ -58,11 +58,11 @@ class MeshImpl:
       tensor_name = tensor_name or arg.name
       arg = arg.shape
     shape = convert_to_shape(arg)
-    key = (shape, tensor_name)
-    if key not in self._layout_cache:
-      self._layout_cache[key] = self._layout_rules.tensor_layout(
+    # Keyed by shape alone: the name only words the error, and illegal layouts raise.
+    if shape not in self._layout_cache:
+      self._layout_cache[shape] = self._layout_rules.tensor_layout(
           shape, self._shape, tensor_name=tensor_name)
-    return self._layout_cache[key]
+    return self._layout_cache[shape]
 
   def mesh_axis_to_cumprod(self, tensor_shape):
     """For each mesh axis, the row-major stride of its tensor dim (None if unused)."""
