@@ -28,7 +28,7 @@ class Lowering:
     graph: the mtf Graph.
     mesh_to_impl: dict from each Mesh used by the graph to its MeshImpl.
     autostack: accepted for compatibility; variables are never stacked here.
-    log_file: accepted for compatibility; sizes are logged with absl.
+    log_file: accepted for compatibility; nothing is logged to it.
     feeds: optional {mtf Tensor from import_tf_tensor: TF value} replacing the imported
       value for this lowering. Lets a graph built once (importing a `tf.TensorSpec` as a
       placeholder) be lowered inside a tf.function on that function's arguments.

@@ -12,6 +12,7 @@ import tensorflow as tf
 from mesh_tf.shapes import (convert_to_layout_rules, convert_to_shape, list_product,
                             pnum_to_processor_coordinates, processor_groups)
 
+
 class MeshImpl:
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
 
@@ -22,6 +23,7 @@ class MeshImpl:
     # name -> laid-out variable. Lowerings of any graph on this mesh impl share it, so
     # variables persist across tf.function traces and across train/eval graphs.
     self.variable_store = {}
+    self._random_steps = None
 
   def __repr__(self):
     return "%s(shape=%s, layout=%s)" % (type(self).__name__, self._shape.to_string,
@@ -47,6 +49,18 @@ class MeshImpl:
   @property
   def supports_control_dependencies(self):
     return True
+
+  def next_random_step(self):
+    """Advances this mesh's random-op counter; returns its new value (an int64 tensor).
+
+    The counter is a variable created once, eagerly, so each run of a tf.function that
+    lowers a random op advances it.
+    """
+    if self._random_steps is None:
+      with tf.init_scope():
+        self._random_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                         name="random_steps")
+    return tf.convert_to_tensor(self._random_steps.assign_add(1))
 
   # ---- layout queries ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):

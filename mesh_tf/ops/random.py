@@ -4,7 +4,8 @@ Each element's value is a hash of (op seed, step counter, its global index), com
 every processor for its own slice only. So the same graph gives the same random numbers
 on one device and on any mesh, and replicated slices agree without communication. The
 step counter (one int64 variable per MeshImpl) advances each time a random op runs, so a
-training step under tf.function draws fresh noise on every call.
+training step under tf.function draws fresh noise on every call
+(`MeshImpl.next_random_step`).
 """
 import zlib
 
@@ -61,13 +62,6 @@ def global_flat_index(slice_shape, begin, full_shape):
   return index
 
 
-def _rng_counter(impl):
-  if getattr(impl, "rng_counter", None) is None:
-    with tf.init_scope():
-      impl.rng_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="rng_counter")
-  return impl.rng_counter
-
-
 class RandomOperation(Operation):
   """Uniform or normal random values of a given shape."""
 
@@ -87,7 +81,7 @@ class RandomOperation(Operation):
       raise ShapeError("random op %r: %s has 2**31 elements or more, beyond the index "
                        "range of the counter-based generator" % (self.name, y.shape),
                        op=self.name)
-    key = op_key(self._seed, _rng_counter(impl).assign_add(1))
+    key = op_key(self._seed, impl.next_random_step())
     dist, params = self._distribution, self._params
 
     def fn(begin):
