@@ -150,18 +150,26 @@ class PlacementMeshImpl(MeshImpl):
   def allreduce(self, x, mesh_axes, reduction_fn_string):
     if not mesh_axes:
       return x
+    self._record(x, "allreduce", mesh_axes)
     return self._per_group(x, mesh_axes, lambda xs, ds: collectives.allreduce_ring(
         xs, ds, reduction_fn_string))
 
+  def _record(self, x, kind, mesh_axes):
+    first = x.tensor_list[0]
+    self.record_collective(kind, mesh_axes, first.shape.as_list(), first.dtype)
+
   def allconcat(self, x, mesh_axis, concat_axis):
+    self._record(x, "allconcat", [mesh_axis])
     return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.allconcat_ring(
         xs, ds, concat_axis))
 
   def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    self._record(x, "alltoall", [mesh_axis])
     return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.alltoall_pointtwise(
         xs, ds, split_axis, concat_axis))
 
   def receive(self, x, mesh_axis, source_pcoord):
+    self._record(x, "receive", [mesh_axis])
     out = []
     for pnum, device in enumerate(self._devices):
       coord = pnum_to_processor_coordinates(self.shape, pnum)

@@ -7,10 +7,15 @@ Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (for p
 a list of per-device tf.Tensors). Its *slices* have the shape `slice_shape(tensor_shape)`:
 each dim split over mesh axis m is divided by the size of m.
 """
+import collections
+
 import tensorflow as tf
 
 from mesh_tf.shapes import (convert_to_layout_rules, convert_to_shape, list_product,
                             pnum_to_processor_coordinates, processor_groups)
+
+CollectiveRecord = collections.namedtuple(
+    "CollectiveRecord", ["kind", "mesh_axes", "group_size", "slice_bytes"])
 
 
 class MeshImpl:
@@ -24,6 +29,8 @@ class MeshImpl:
     # variables persist across tf.function traces and across train/eval graphs.
     self.variable_store = {}
     self._random_steps = None
+    # One CollectiveRecord per collective emitted, appended by record_collective.
+    self.comm_log = []
 
   def __repr__(self):
     return "%s(shape=%s, layout=%s)" % (type(self).__name__, self._shape.to_string,
@@ -61,6 +68,23 @@ class MeshImpl:
         self._random_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
                                          name="random_steps")
     return tf.convert_to_tensor(self._random_steps.assign_add(1))
+
+  def record_collective(self, kind, mesh_axes, slice_shape, dtype):
+    """Notes one collective a backend emits, for communication accounting.
+
+    Backends call this at the start of allreduce/allconcat/alltoall/receive with the
+    per-processor input slice; the record is made when the TF ops are emitted (once per
+    trace), so a traced step's log is that step's communication.
+
+    Args:
+      kind: "allreduce", "allconcat", "alltoall" or "receive".
+      mesh_axes: the mesh axes (ints) the collective runs over.
+      slice_shape: the per-processor input slice shape (list of ints).
+      dtype: its tf.DType.
+    """
+    group_size = list_product([self._shape[a].size for a in mesh_axes])
+    slice_bytes = list_product(list(slice_shape)) * tf.as_dtype(dtype).size
+    self.comm_log.append(CollectiveRecord(kind, tuple(mesh_axes), group_size, slice_bytes))
 
   # ---- layout queries ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):

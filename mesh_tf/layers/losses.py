@@ -1,4 +1,4 @@
-"""`mtf.layers`: neural-network layers built from mtf ops."""
+"""Losses of `mtf.layers`."""
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
