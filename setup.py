@@ -21,6 +21,9 @@ setuptools.setup(
         "gpu": ["tensorflow[and-cuda]" + TF_VERSION],
         "tpu": ["tensorflow-tpu" + TF_VERSION],
         "data": ["tensorflow-datasets"],
-        "test": ["pytest", "hypothesis"],
+        # jax/jaxlib run XLA's SPMD partitioner on host CPUs in the GSPMD tests (version
+        # verified with TF 2.21); nbclient/nbformat/ipykernel execute colab/ notebooks.
+        "test": ["pytest", "hypothesis", "jax==0.10.2", "jaxlib==0.10.2", "nbclient",
+                 "nbformat", "ipykernel"],
     },
 )

@@ -44,9 +44,41 @@ from mesh_tf.ops.variables import (Variable, VariableDType, get_variable, read_v
 from mesh_tf.ops.assign import (Assign, Depend, assign, assign_add, assign_add_slice,
                                 assign_slice, assign_sub, assign_sub_slice, depend)
 from mesh_tf.ops.debug import Print, PrintOperation
+from mesh_tf.ops.convolution import (
+    Conv2dOperation, Conv2dTransposeOperation, Conv2or3dBackpropFilterOperation,
+    Conv2or3dBackpropInputOperation, Conv3dOperation, Conv3dTransposeOperation,
+    conv2d_backprop_filter, conv2d_backprop_input, conv2d_transpose_backprop_filter,
+    conv2d_transpose_backprop_input, conv3d_backprop_filter, conv3d_backprop_input,
+    conv3d_transpose_backprop_filter, conv3d_transpose_backprop_input)
+from mesh_tf.ops.pooling import PoolBackPropOperation, PoolOperation, pool_backprop, pool_fn
+from mesh_tf.ops.halo import halo_exchange, left_halo_exchange
+from mesh_tf.ops.sorting import (TopKOperation, nth_largest_element, nth_smallest_element,
+                                 sort, top_k)
+from mesh_tf.ops.scan import log_cumsum_exp
+from mesh_tf.ops.sampling import sample_with_temperature
+from mesh_tf.ops.control_flow import WhileLoopOperation, while_loop
+from mesh_tf.ops.custom_gradient import (CustomGradientOperation, clone_operations,
+                                         custom_gradient, recompute_grad)
+from mesh_tf.ops.microbatch import serialize_training_step
+from mesh_tf.ops.windows import (dynamic_shift, pool_tensor_1d, reduce_first,
+                                 stride_tensor_1d)
+from mesh_tf.ops.summary import (ScalarSummaryOperation, log_variable_sizes,
+                                 pretty_print_counters, scalar_summary)
+from mesh_tf.ops.legacy_helpers import parallel, verify_no_new_dims
+from mesh_tf.ops.operation_classes import (AddOperation, BinaryOpWithBroadcasting,
+                                           MinMaxOperation, ScalarAddOperation,
+                                           ScalarMultiplyOperation)
+from mesh_tf.ops.slicing import ShiftOperation
 from mesh_tf import layers, placement_mesh_impl
 from mesh_tf.backends.placement import PlacementMeshImpl
+from mesh_tf import gspmd_mesh_impl
+from mesh_tf.backends.gspmd import GSPMDMeshImpl
+from mesh_tf.backends.registry import make_mesh_impl
+from mesh_tf import simd_mesh_impl
+from mesh_tf.backends.simd import SimdMeshImpl
 
 range = mtf_range
 from mesh_tf import checkpoint
 from mesh_tf.checkpoint import CheckpointManager, restore_checkpoint, save_checkpoint
+from mesh_tf import analysis
+from mesh_tf import learning_rate_schedules, optimize

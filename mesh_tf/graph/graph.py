@@ -18,18 +18,42 @@ def _scope_stack():
 
 
 @contextlib.contextmanager
-def variable_scope(name):
+def variable_scope(name, reuse=None):
   """Prefixes the names of ops and variables created inside with `name/`.
 
   Plays the part of `tf.variable_scope` in the original: layers use it to give their
   variables names such as "dense/kernel". `tf.compat.v1.variable_scope` is honoured too.
+  With reuse=True (or tf.compat.v1.AUTO_REUSE), mtf.get_variable inside returns the
+  graph's existing variable of the same full name instead of raising (weight sharing);
+  reuse=False turns reuse off again inside a reusing scope.
   """
   stack = _scope_stack()
   stack.append(name)
+  reuse_stack = _reuse_stack()
+  reuse_stack.append(reuse)
   try:
     yield
   finally:
     stack.pop()
+    reuse_stack.pop()
+
+
+def _reuse_stack():
+  if not hasattr(_scope_state, "reuse"):
+    _scope_state.reuse = []
+  return _scope_state.reuse
+
+
+def reuse_variables():
+  """Whether the innermost mtf.variable_scope that says so asked to reuse variables.
+
+  (TF's own variable scopes are not consulted: under eager execution they always report
+  AUTO_REUSE.)
+  """
+  for r in reversed(_reuse_stack()):
+    if r is not None:
+      return bool(r)
+  return False
 
 
 name_scope = variable_scope
@@ -75,6 +99,10 @@ class Graph:
 
   def add_operation(self, op):
     self._operations.append(op)
+
+  def variable_by_name(self, full_name):
+    """The Variable op with this full name, or None."""
+    return self._variable_names.get(full_name)
 
   def add_variable(self, variable):
     """Registers a Variable op; two variables with one name would share a checkpoint key."""

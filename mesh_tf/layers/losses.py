@@ -32,4 +32,18 @@ def softmax_cross_entropy_with_logits(logits, targets, vocab_dim, z_loss=0.0):
   return loss
 
 
-del tf
+def sigmoid_cross_entropy_with_logits(logits, targets):
+  """Elementwise cross-entropy of sigmoid(logits) against targets in [0, 1].
+
+  Uses the stable form max(l, 0) - l * t + log(1 + exp(-|l|)).
+  """
+  if logits.shape != targets.shape:
+    raise ShapeError("sigmoid_cross_entropy_with_logits: logits %s %s and targets %s %s "
+                     "must have the same shape" % (logits.name, logits.shape, targets.name,
+                                                   targets.shape), tensor=targets.name)
+  return ew.relu(logits) - logits * targets + ew.log1p(ew.exp(-ew.abs(logits)))
+
+
+def weights_nonzero(targets, dtype=tf.int32):
+  """1 where targets is nonzero (a real token), 0 where it is padding, in dtype."""
+  return ew.cast(ew.not_equal(targets, ew.zeros_like(targets)), dtype)

@@ -14,6 +14,7 @@ import collections
 import tensorflow as tf
 
 from mesh_tf.errors import LayoutError, ShapeError
+from mesh_tf.lowering import lazy_allreduce
 
 
 # Lowering is plain Python emitting TF ops; AutoGraph must not rewrite it when it runs
@@ -40,10 +41,11 @@ class Lowering:
     self.graph = graph
     self.mesh_to_impl = dict(mesh_to_impl)
     self.feeds = dict(feeds or {})
-    self.tensors = {}
+    self.tensors = lazy_allreduce.LaidOutTensors()
     self.operations = {}
     self._lowered = set()
     self.counters = collections.Counter()
+    self.comm_records = []  # CollectiveRecords of the ops this Lowering emitted
     self._check_meshes_and_layouts()
     self.variables = {}
     with tf.init_scope():
@@ -95,8 +97,35 @@ class Lowering:
       stack.extend(getattr(o, "control_inputs", ()))
     for o in self.graph.operations:
       if o in needed:
-        o.lower(self)
-        self._lowered.add(o)
+        self._lower_one(o)
+
+  def _lower_one(self, op):
+    """Lowers one op, keeping the collectives it emitted in self.comm_records."""
+    impl = self.mesh_to_impl.get(op.mesh)
+    start = len(impl.comm_log)
+    impl.current_op_name = op.name
+    try:
+      op.lower(self)
+    finally:
+      impl.current_op_name = None
+    self.comm_records.extend(impl.comm_log[start:])
+    self._lowered.add(op)
+
+  def communication_summary(self):
+    """Bytes each processor sends in what this Lowering emitted, by (kind, mesh dims).
+
+    Returns an OrderedDict {(kind, "rows,cols"): bytes}; see mesh_tf.analysis for the
+    per-collective formulas and `communication_report()` for a printable table.
+    """
+    from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
+    impl = next(iter(self.mesh_to_impl.values()))
+    return communication.summarize(self.comm_records, impl.shape)
+
+  def communication_report(self):
+    """A printable table: op, collective, mesh dims, bytes sent per processor."""
+    from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
+    impl = next(iter(self.mesh_to_impl.values()))
+    return communication.format_report(self.comm_records, impl.shape)
 
   @_no_autograph
   def lower_all(self):
@@ -121,6 +150,8 @@ class Lowering:
   def set_tensor_lowering(self, x, laid_out):
     """Records the laid-out value of mtf Tensor x, checking its slice shapes."""
     self.verify_slice_shapes(x, laid_out)
+    if not isinstance(laid_out, lazy_allreduce.LazyAllreduceSum):
+      laid_out = self.mesh_impl(x).annotate(x, laid_out)
     self.tensors[x] = laid_out
 
   def verify_slice_shapes(self, x, laid_out):

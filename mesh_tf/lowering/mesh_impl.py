@@ -15,7 +15,10 @@ from mesh_tf.shapes import (convert_to_layout_rules, convert_to_shape, list_prod
                             pnum_to_processor_coordinates, processor_groups)
 
 CollectiveRecord = collections.namedtuple(
-    "CollectiveRecord", ["kind", "mesh_axes", "group_size", "slice_bytes"])
+    "CollectiveRecord", ["kind", "mesh_axes", "group_size", "slice_bytes", "op"],
+    defaults=[None])
+CollectiveRecord.__doc__ = """One collective: kind, mesh axes, processors per group, bytes
+of each processor's input slice, and the name of the mtf op whose lowering emitted it."""
 
 
 class MeshImpl:
@@ -31,6 +34,7 @@ class MeshImpl:
     self._random_steps = None
     # One CollectiveRecord per collective emitted, appended by record_collective.
     self.comm_log = []
+    self.current_op_name = None  # set by Lowering while an op lowers
 
   def __repr__(self):
     return "%s(shape=%s, layout=%s)" % (type(self).__name__, self._shape.to_string,
@@ -84,7 +88,20 @@ class MeshImpl:
     """
     group_size = list_product([self._shape[a].size for a in mesh_axes])
     slice_bytes = list_product(list(slice_shape)) * tf.as_dtype(dtype).size
-    self.comm_log.append(CollectiveRecord(kind, tuple(mesh_axes), group_size, slice_bytes))
+    self.comm_log.append(CollectiveRecord(kind, tuple(mesh_axes), group_size, slice_bytes,
+                                          self.current_op_name))
+
+  def control_tensors(self, laid_out):
+    """TF tensors that, used as control dependencies, wait for a laid-out value."""
+    return list(laid_out.all_slices)
+
+  def annotate(self, x, laid_out):
+    """Hook run on each lowered value of mtf Tensor x; returns the value to record.
+
+    The default keeps it; GSPMD attaches the XLA sharding of x's layout here.
+    """
+    del x
+    return laid_out
 
   # ---- layout queries ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):

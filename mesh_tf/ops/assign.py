@@ -88,7 +88,7 @@ class Depend(Operation):
     impl = lowering.mesh_impl(self)
     deps = [lowering.operations.get(d) for d in self.control_inputs]
     deps += [t for d in self.control_inputs for y in d.outputs
-             for t in lowering.tensors[y].all_slices]
+             for t in impl.control_tensors(lowering.tensors[y])]
     deps = [d for d in deps if d is not None] if not tf.executing_eagerly() else []
 
     def fn(t):

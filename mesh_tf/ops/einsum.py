@@ -1,9 +1,10 @@
 """Einsum by dimension name: a local einsum on slices, then a SUM allreduce over the mesh
-axes that split a contracted dimension."""
+axes that split a contracted dimension (deferred: see lowering/lazy_allreduce.py)."""
 import string
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
+from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum
 from mesh_tf.shapes import Shape, convert_to_shape, list_product, shape_union
 
 
@@ -87,8 +88,8 @@ class EinsumOperation(Operation):
       for d, a in zip(x.shape.dims, impl.tensor_layout(x.shape)):
         if a is not None and d not in y.shape.dims and d.name not in gather:
           reduced_axes.add(a)
-    if reduced_axes:
-      out = impl.allreduce(out, sorted(reduced_axes), "SUM")
+    if reduced_axes:  # allreduced when first read, after any add_n of partial sums
+      out = LazyAllreduceSum(impl, out, sorted(reduced_axes), self.name)
     all_dims = shape_union([x.shape for x in self.inputs])
     lowering.add_counter("einsum", list_product(all_dims.to_integer_list))
     lowering.set_tensor_lowering(y, out)

@@ -8,7 +8,8 @@ import math
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
-from mesh_tf.graph import Tensor
+from mesh_tf.graph import Operation, Tensor
+from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum
 from mesh_tf.ops.slicewise import cwise, generic_gradient, local_broadcast, slicewise
 from mesh_tf.shapes import Shape, convert_to_shape, is_subsequence, shape_union
 
@@ -218,11 +219,38 @@ logical_and = _binary("logical_and", tf.logical_and, output_dtype=tf.bool)
 logical_or = _binary("logical_or", tf.logical_or, output_dtype=tf.bool)
 
 
+class AddNOperation(Operation):
+  """Sum of tensors of one shape and dtype. Partial sums still owing the same allreduce
+  (see lowering/lazy_allreduce.py) are added locally and reduced once."""
+
+  def __init__(self, xs, name=None):
+    super().__init__(xs, name=name or "add_n")
+    _check_dtypes(xs, self.name)
+    self._add_output(xs[0].shape, xs[0].dtype)
+
+  def gradient(self, grad_ys):
+    return [grad_ys[0]] * len(self.inputs)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    raw = [lowering.tensors.raw(x) for x in self.inputs]
+    axes = {r.mesh_axes if isinstance(r, LazyAllreduceSum) else None for r in raw}
+    if len(axes) == 1 and None not in axes:
+      summed = impl.slicewise(lambda *s: tf.add_n(list(s)), *[r.laid_out for r in raw])
+      out = LazyAllreduceSum(impl, summed, axes.pop(), self.name)
+    else:
+      out = impl.slicewise(lambda *s: tf.add_n(list(s)),
+                           *[lowering.tensors[x] for x in self.inputs])
+    lowering.set_tensor_lowering(self.outputs[0], out)
+
+
 def add_n(xs, name=None):
   """Sum of a list of tensors (broadcasting by name)."""
   xs = list(xs)
   if not xs:
     raise ShapeError("add_n needs at least one tensor")
+  if len(xs) > 1 and all(x.shape == xs[0].shape for x in xs):
+    return AddNOperation(xs, name=name).outputs[0]
   total = xs[0]
   for x in xs[1:]:
     total = add(total, x, name=name)

@@ -82,14 +82,20 @@ def gather(weights, indices, dim, output_shape=None):
                 reduced_dims=[dim], output_shape=output_shape)
 
 
-def cumsum(x, dim, exclusive=False):
-  """Cumulative sum along dim, as an einsum with a triangular 0/1 matrix."""
+def cumsum(x, dim, exclusive=False, reverse=False):
+  """Cumulative sum along dim, as an einsum with a triangular 0/1 matrix.
+
+  exclusive leaves each position's own value out; reverse sums from the end (tf.cumsum).
+  """
   dim = convert_to_dimension(dim)
   if dim not in x.shape.dims:
     raise ShapeError("cumsum: dim %s is not a dim of %s %s" % (dim, x.name, x.shape),
                      tensor=x.name, dim=dim.name)
   target = Dimension(dim.name + "_cumsum_target", dim.size)
-  compare = ew.less if exclusive else ew.less_equal
+  if reverse:
+    compare = ew.greater if exclusive else ew.greater_equal
+  else:
+    compare = ew.less if exclusive else ew.less_equal
   mask = ew.cast(compare(mtf_range(x.mesh, dim, tf.int32),
                          mtf_range(x.mesh, target, tf.int32)), x.dtype)
   out = einsum([x, mask], output_shape=x.shape.rename_dimension(dim.name, target.name))

@@ -176,9 +176,9 @@ def _take(t, axis, begin, size):
 class ShiftOperation(Operation):
   """Static shift along one dim.
 
-  When the dim is split and |offset| fits in one slice, each processor takes the edge it
-  needs from its neighbour on that mesh axis (one `shift_by_n_processors`), so the cost
-  is |offset| elements per processor rather than gathering the whole dim.
+  When the dim is split and |offset| fits in one slice, each processor receives its
+  neighbour's slice on that mesh axis (one `shift_by_n_processors`) and keeps the |offset|
+  edge it needs, so the cost is one slice per processor rather than gathering the dim.
   """
 
   def __init__(self, x, offset, dim_name, wrap, name=None):

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
-from mesh_tf.graph import Operation, current_scope_name
+from mesh_tf.graph import Operation, current_scope_name, reuse_variables
 from mesh_tf.shapes import convert_to_shape, list_product
 
 
@@ -128,7 +128,8 @@ def get_variable(mesh, name, shape, dtype=tf.float32, master_dtype=None, slice_d
 
   dtype may be a tf.DType (overridden per role by master/slice/activation_dtype) or a
   VariableDType. The full name, including enclosing mtf.variable_scope()s, is the
-  checkpoint key.
+  checkpoint key. Inside a scope with reuse=True (or AUTO_REUSE) an existing variable of
+  that name is returned instead of a new one.
   """
   if isinstance(dtype, VariableDType):
     vdtype = dtype
@@ -136,6 +137,15 @@ def get_variable(mesh, name, shape, dtype=tf.float32, master_dtype=None, slice_d
     dtype = tf.as_dtype(dtype) if dtype is not None else tf.float32
     vdtype = VariableDType(master_dtype or dtype, slice_dtype or dtype,
                            activation_dtype or dtype)
+  if reuse_variables():
+    scope = current_scope_name()
+    existing = mesh.graph.variable_by_name(scope + "/" + name if scope else name)
+    if existing is not None:
+      if existing.shape != convert_to_shape(shape):
+        raise ShapeError("variable %r is reused with shape %s but exists with shape %s"
+                         % (existing.name, convert_to_shape(shape), existing.shape),
+                         tensor=existing.name)
+      return existing.outputs[0]
   return Variable(mesh, name, shape, vdtype, initializer, trainable, **kwargs).outputs[0]
 
 

@@ -1,9 +1,14 @@
 """Trains the README MLP on an emulated mesh (the main job until the Transformer lands).
 
     python -m models.mlp.main --mesh_shape="rows:2;cols:4" --layout="batch:rows;hidden:cols"
+    python -m models.mlp.main --backend=gspmd     # or simd, or placement (the default)
+    python -m models.mlp.main --gin_param="make_mesh_impl.backend = 'simd'"
+    python -m models.mlp.main --mode=layout_report --layout="batch:rows"
 
 Trains with plain SGD under tf.function, shows progress, saves a checkpoint, then
-restores it on a single device and checks that the eval loss is the same there.
+restores it on a single device and checks that the eval loss is the same there. The
+lowering (placement, SIMD or GSPMD) comes from mtf.make_mesh_impl; --backend overrides
+its gin binding. GSPMD steps run under tf.function(jit_compile=True).
 """
 import os
 import sys
@@ -22,6 +27,13 @@ flags.DEFINE_integer("hidden_size", 64, "Hidden units (divisible by the hidden s
 flags.DEFINE_float("learning_rate", 0.1, "SGD learning rate.")
 flags.DEFINE_string("model_dir", None, "Where checkpoints go (default: a temp dir).")
 flags.DEFINE_integer("log_every", 10, "Print progress every this many steps.")
+flags.DEFINE_string("backend", None, "Lowering: placement | simd | gspmd (default: the "
+                    "gin binding of make_mesh_impl.backend, else placement).")
+flags.DEFINE_enum("mode", "train", ["train", "layout_report"],
+                  "train: train, save, restore. layout_report: print how the layout "
+                  "splits each tensor, warnings, and the predicted cost; train nothing.")
+flags.DEFINE_multi_string("gin_param", [], "Gin bindings, e.g. "
+                          "\"make_mesh_impl.backend = 'gspmd'\".")
 
 
 def configure_virtual_cpus(n):
@@ -33,9 +45,28 @@ def configure_virtual_cpus(n):
   return ["/cpu:%d" % i for i in range(n)]
 
 
+def print_layout_report(model, mesh_shape, layout):
+  """Prints the layout report and the cost model's per-processor cost of a train step."""
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  from mesh_tf import analysis  # pylint: disable=g-import-not-at-top
+  print("mesh %s, layout %s" % (mesh_shape, layout))
+  report = analysis.layout_report(model.graph, mesh_shape, layout)
+  print(report)
+  if report.conflicts:
+    return
+  cost = analysis.estimate_cost(model.graph, mesh_shape, layout,
+                                fetches=[model.loss] + model.update_ops)
+  print("Predicted per processor and train step: %.3g FLOPs, %d bytes of weights, "
+        "%d bytes of activations (upper bound), %d bytes sent"
+        % (cost.flops_per_processor, cost.variable_bytes_per_processor,
+           cost.activation_bytes_per_processor, cost.comm_bytes_per_processor))
+  print(analysis.format_report(cost.comm_records, mtf.convert_to_shape(mesh_shape)))
+
+
 def main(argv):
   del argv
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  import gin  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   from models.mlp.model import MlpModel, synthetic_digits  # pylint: disable=g-import-not-at-top
 
@@ -48,9 +79,17 @@ def main(argv):
 
   model = MlpModel(batch_size=batch, hidden_size=FLAGS.hidden_size,
                    learning_rate=FLAGS.learning_rate)
-  mesh_impl = mtf.PlacementMeshImpl(FLAGS.mesh_shape, FLAGS.layout, devices)
-  print("mesh %s, layout %s, %d devices" % (FLAGS.mesh_shape, FLAGS.layout, mesh_size))
-  train_step = model.make_train_step(mesh_impl)
+  if FLAGS.mode == "layout_report":
+    print_layout_report(model, FLAGS.mesh_shape, FLAGS.layout)
+    return
+  gin.parse_config_files_and_bindings([], FLAGS.gin_param)
+  backend = {} if FLAGS.backend is None else {"backend": FLAGS.backend}
+  mesh_impl = mtf.make_mesh_impl(mesh_shape=FLAGS.mesh_shape, layout=FLAGS.layout,
+                                 devices=devices, **backend)
+  print("mesh %s, layout %s, %d devices, %s" % (FLAGS.mesh_shape, FLAGS.layout, mesh_size,
+                                                type(mesh_impl).__name__))
+  train_step = model.make_train_step(
+      mesh_impl, jit_compile=isinstance(mesh_impl, mtf.GSPMDMeshImpl))
   eval_step = model.make_eval_step(mesh_impl)
   print("eval loss before training: %.4f" % float(eval_step(eval_images, eval_labels)))
 

@@ -82,3 +82,20 @@ def test_jit_compiled_step_matches_on_one_device():
     step = model.make_train_step(impl, jit_compile=jit)
     results.append([float(step(*b)) for b in batches])
   np.testing.assert_allclose(results[0], results[1], rtol=1e-5)
+
+
+def test_trainer_layout_report_mode_prints_splits_warnings_and_cost():
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  out = subprocess.run(
+      [sys.executable, "-m", "models.mlp.main", "--mode=layout_report",
+       "--mesh_shape=rows:2;cols:4", "--layout=batch:rows;classes:cols"],
+      capture_output=True, text=True, timeout=300, check=True).stdout
+  assert "batch over rows (rule batch:rows)" in out
+  assert "classes:cols cannot apply, 4 does not divide classes=10" in out
+  good = subprocess.run(
+      [sys.executable, "-m", "models.mlp.main", "--mode=layout_report",
+       "--mesh_shape=rows:2;cols:4", "--layout=batch:rows"],
+      capture_output=True, text=True, timeout=300, check=True).stdout
+  assert "computed identically on every processor of mesh dims ['cols']" in good
+  assert "bytes sent" in good and "allreduce" in good

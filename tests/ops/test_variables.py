@@ -51,3 +51,22 @@ def test_variable_errors():
   with pytest.raises(ValueError, match="initializer"):
     mtf.Lowering(graph, {mesh: mtf.PlacementMeshImpl("", "", ["/cpu:0"])})
   assert bad.graph is graph
+
+
+def test_reuse_scope_returns_the_existing_variable():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  dim = mtf.Dimension("hidden", 8)
+  with mtf.variable_scope("shared"):
+    first = mtf.get_variable(mesh, "w", [dim])
+  with mtf.variable_scope("shared", reuse=True):
+    again = mtf.get_variable(mesh, "w", [dim])
+  assert again is first and len(graph.all_variables) == 1
+  with mtf.variable_scope("shared", reuse=tf.compat.v1.AUTO_REUSE):
+    assert mtf.get_variable(mesh, "w", [dim]) is first
+  with pytest.raises(mtf.ShapeError, match="already exists"):
+    with mtf.variable_scope("shared"):
+      mtf.get_variable(mesh, "w", [dim])
+  with pytest.raises(mtf.ShapeError, match="reused with shape"):
+    with mtf.variable_scope("shared", reuse=True):
+      mtf.get_variable(mesh, "w", [mtf.Dimension("hidden", 16)])

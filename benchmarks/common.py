@@ -1,0 +1,68 @@
+"""Shared benchmark helpers: virtual CPU set-up, alternating timing, table printing.
+
+Benchmarks print ratios against a baseline measured in the same run; absolute times
+depend on the machine and are printed only for context.
+"""
+import os
+import platform
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Sizes of models.tiny_lm used by the benchmarks.
+LM_SIZES = {
+    "tiny": dict(batch=8, length=8, vocab=32, d_model=16, heads=8, d_kv=4, d_ff=32,
+                 num_layers=1),
+    "small": dict(batch=16, length=64, vocab=256, d_model=128, heads=4, d_kv=32,
+                  d_ff=512, num_layers=2),
+}
+
+
+def set_up_virtual_cpus(n):
+  """Splits the CPU into n logical devices; must run before TensorFlow runs any op."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  cpus = tf.config.list_physical_devices("CPU")
+  tf.config.set_logical_device_configuration(
+      cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+  return ["/cpu:%d" % i for i in range(n)]
+
+
+def time_alternating(fns, steps, repeats):
+  """Median seconds per call of each fn, measured in rounds that alternate the fns.
+
+  Args:
+    fns: {label: zero-argument callable returning something with .numpy()}; each is
+      called once first to trace and warm up.
+    steps: calls per timed block.
+    repeats: rounds; each round times one block of every fn in turn.
+
+  Returns:
+    {label: median seconds per call}.
+  """
+  for fn in fns.values():
+    fn().numpy()
+  samples = {k: [] for k in fns}
+  for _ in range(repeats):
+    for label, fn in fns.items():
+      start = time.perf_counter()
+      for _ in range(steps):
+        out = fn()
+      out.numpy()
+      samples[label].append((time.perf_counter() - start) / steps)
+  return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def machine_line():
+  """One line describing the machine and TF version."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return "machine: %s, %d CPUs, Python %s, TensorFlow %s" % (
+      platform.machine(), os.cpu_count(), platform.python_version(), tf.__version__)
+
+
+def print_table(rows):
+  """Prints rows (lists of str) as aligned columns; the first row is the header."""
+  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+  for r in rows:
+    print("  ".join(c.rjust(w) if i else c.ljust(w)
+                    for i, (c, w) in enumerate(zip(r, widths))))

@@ -1,0 +1,96 @@
+"""The tiny Transformer LM on 8 virtual CPU devices under single, dp, mp and dp+mp
+layouts and each backend: median step time (and its ratio to one device), bytes each
+processor sends per step (communication accounting), and memory per processor (the
+analytic cost model).
+
+  python -m benchmarks.layouts [--steps 10 --repeats 5]
+"""
+from absl import app
+from absl import flags
+
+from benchmarks import common
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("steps", 10, "Train steps per timed block.")
+flags.DEFINE_integer("repeats", 5, "Timed blocks per variant (the median is reported).")
+flags.DEFINE_string("size", "small", "Model size: tiny (for smoke tests) or small.")
+flags.DEFINE_list("backends", ["placement", "simd", "gspmd"],
+                  "Backends to run; those not importable are reported as missing.")
+
+LAYOUTS = [
+    ("single", "", ""),
+    ("dp", "batch:8", "batch:batch"),
+    ("mp", "model:8", "d_ff:model;heads:model;vocab:model"),
+    ("dp+mp", "batch:2;model:4", "batch:batch;d_ff:model;heads:model;vocab:model"),
+]
+
+
+def _backend_class(name):
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  try:
+    if name == "placement":
+      return mtf.PlacementMeshImpl
+    if name == "simd":
+      from mesh_tf.simd_mesh_impl import SimdMeshImpl  # pylint: disable=g-import-not-at-top
+      return SimdMeshImpl
+    if name == "gspmd":
+      from mesh_tf.gspmd_mesh_impl import GSPMDMeshImpl  # pylint: disable=g-import-not-at-top
+      return GSPMDMeshImpl
+  except ImportError:
+    return None
+  raise ValueError("unknown backend %r (known: placement, simd, gspmd)" % name)
+
+
+def _make_impl(backend, mesh_shape, layout, devices):
+  cls = _backend_class(backend)
+  if backend == "placement":
+    import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+    n = mtf.convert_to_shape(mesh_shape).size
+    return cls(mesh_shape, layout, devices[:n])
+  return cls(mesh_shape, layout)
+
+
+def main(_):
+  devices = common.set_up_virtual_cpus(8)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mesh_tf import analysis  # pylint: disable=g-import-not-at-top
+  from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
+  c = config.TinyLmConfig(**dict(common.LM_SIZES[FLAGS.size], heads=8))
+  batch = config.synthetic_batch(c)
+  inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
+  fns, info = {}, {}
+  for backend in FLAGS.backends:
+    if _backend_class(backend) is None:
+      print("backend %s: not available in this checkout" % backend)
+      continue
+    for label, mesh_shape, layout in LAYOUTS:
+      model = mtf_model.TinyLmModel(c)
+      impl = _make_impl(backend, mesh_shape, layout, devices)
+      step = model.make_train_step(impl, jit_compile=(backend == "gspmd"))
+      key = "%s %s" % (backend, label)
+      fns[key] = lambda s=step: s(inputs, targets)
+      cost = analysis.estimate_cost(model.graph, mesh_shape, layout,
+                                    fetches=[model.loss] + model.update_ops)
+      info[key] = (cost, impl)
+  times = common.time_alternating(fns, FLAGS.steps, FLAGS.repeats)
+  print(common.machine_line())
+  print("tiny LM %s on 8 virtual CPU devices; %d steps x %d repeats, median per step"
+        % (dict(c._asdict()), FLAGS.steps, FLAGS.repeats))
+  rows = [["backend layout", "ms/step", "vs single", "sent B/proc (measured)",
+           "sent B/proc (model)", "weights B/proc", "activations B/proc"]]
+  for key, t in times.items():
+    base = times[key.split()[0] + " single"]
+    cost, impl = info[key]
+    measured = analysis.total_bytes_per_processor(impl.comm_log)  # the one trace
+    traced = "%.0f" % measured if impl.comm_log or key.endswith("single") else "n/a"
+    rows.append([key, "%.1f" % (1e3 * t), "%.2f" % (t / base), traced,
+                 "%.0f" % cost.comm_bytes_per_processor,
+                 "%d" % cost.variable_bytes_per_processor,
+                 "%d" % cost.activation_bytes_per_processor])
+  common.print_table(rows)
+  print("measured = bytes of the collectives the backend emitted while tracing the step;"
+        " n/a where the backend leaves collectives to XLA (GSPMD).")
+
+
+if __name__ == "__main__":
+  app.run(main)

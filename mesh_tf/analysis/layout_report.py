@@ -1,0 +1,137 @@
+"""Layout report: how the layout rules applied to every tensor of a graph.
+
+For a graph, a mesh shape and layout rules it lists, for each tensor, which rule split
+which dimension; rules that never matched a tensor dimension (or name a mesh dimension
+the mesh lacks); places where a rule could not apply because another dimension of the
+same tensor already took its mesh dimension (an illegal layout: lowering raises there);
+and warnings about einsums that repeat heavy compute on every processor of an unused
+mesh dimension, or that force a large allconcat.
+"""
+import collections
+
+from mesh_tf.analysis import communication
+from mesh_tf.analysis import cost_model
+from mesh_tf.errors import LayoutError
+from mesh_tf.lowering.mesh_impl import MeshImpl
+from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.shapes import convert_to_layout_rules, convert_to_shape
+
+TensorEntry = collections.namedtuple("TensorEntry", ["name", "shape", "splits"])
+TensorEntry.__doc__ = "A tensor and its splits: a list of (dim name, mesh dim, rule)."
+
+
+class LayoutReport(collections.namedtuple("LayoutReport", [
+    "tensors", "unused_rules", "conflicts", "warnings"])):
+  """Result of layout_report(); str() gives the printable report."""
+
+  def __str__(self):
+    lines = ["Tensors (%d):" % len(self.tensors)]
+    for t in self.tensors:
+      splits = ", ".join("%s over %s (rule %s)" % s for s in t.splits) or "replicated"
+      lines.append("  %s %s: %s" % (t.name, t.shape, splits))
+    lines.append("Rules that split no tensor: %s" % (", ".join(self.unused_rules) or "none"))
+    lines.append("Rules that could not apply (mesh dim taken, or size not divisible): %s"
+                 % ("" if self.conflicts else "none"))
+    lines += ["  " + c for c in self.conflicts]
+    lines.append("Warnings: %s" % ("" if self.warnings else "none"))
+    lines += ["  " + w for w in self.warnings]
+    return "\n".join(lines)
+
+
+def _tensor_splits(tensor, rules, mesh_shape, conflicts):
+  """The (dim, mesh dim, rule) splits of one tensor, first rule winning a mesh dim."""
+  taken = {}
+  splits = []
+  pairs = set(rules)
+  for d in tensor.shape.dims:
+    split_over = None
+    for m in mesh_shape.dims:
+      if (d.name, m.name) not in pairs:
+        continue
+      rule = "%s:%s" % (d.name, m.name)
+      if split_over is not None:
+        conflicts.append("%s: rule %s skipped, %s is already split over %s"
+                         % (tensor.name, rule, d.name, split_over))
+      elif m.name in taken:
+        conflicts.append("%s: rule %s skipped, mesh dim %s already splits %s"
+                         % (tensor.name, rule, m.name, taken[m.name]))
+      elif d.size % m.size:
+        conflicts.append("%s: rule %s cannot apply, %d does not divide %s=%d"
+                         % (tensor.name, rule, m.size, d.name, d.size))
+      else:
+        taken[m.name] = d.name
+        split_over = m.name
+        splits.append((d.name, m.name, rule))
+  return splits
+
+
+def _einsum_warnings(impl, op, total_flops, heavy_fraction):
+  """Replicated-compute warning for one einsum, or None."""
+  union = set()
+  for x in op.inputs:
+    union.update(a for a in impl.tensor_layout(x.shape) if a is not None)
+  idle = [impl.shape[a] for a in range(impl.ndims)
+          if a not in union and impl.shape[a].size > 1]
+  if not idle:
+    return None
+  _, flops = cost_model._einsum(impl, op)  # pylint: disable=protected-access
+  if total_flops and flops >= heavy_fraction * total_flops:
+    return ("einsum %s (%.1f%% of einsum FLOPs) is computed identically on every "
+            "processor of mesh dims %s: no dim of its inputs is split over them"
+            % (op.name, 100.0 * flops / total_flops, [m.name for m in idle]))
+  return None
+
+
+def layout_report(graph, mesh_shape, layout_rules, heavy_fraction=0.1,
+                  large_allconcat_bytes=1 << 20):
+  """Builds a LayoutReport (see module docstring). Never raises for a bad layout.
+
+  Args:
+    graph: the mtf Graph.
+    mesh_shape: mesh shape.
+    layout_rules: layout rules.
+    heavy_fraction: warn about an einsum replicated over a mesh dim when it has at least
+      this fraction of all einsum FLOPs.
+    large_allconcat_bytes: warn about an allconcat sending at least this many bytes per
+      processor.
+  """
+  mesh_shape = convert_to_shape(mesh_shape)
+  rules = convert_to_layout_rules(layout_rules)
+  mesh_names = set(mesh_shape.dimension_names)
+  conflicts, tensors, used = [], [], set()
+  for op in graph.operations:
+    for t in op.outputs:
+      splits = _tensor_splits(t, rules, mesh_shape, conflicts)
+      used.update(rule for _, _, rule in splits)
+      tensors.append(TensorEntry(t.name, t.shape, splits))
+  unused = []
+  for d, m in rules:
+    rule = "%s:%s" % (d, m)
+    if m not in mesh_names:
+      unused.append("%s (mesh has no dim %s)" % (rule, m))
+    elif rule not in used:
+      unused.append(rule)
+  warnings = []
+  if not conflicts:
+    warnings = _warnings(graph, mesh_shape, rules, heavy_fraction, large_allconcat_bytes)
+  return LayoutReport(tensors, unused, conflicts, warnings)
+
+
+def _warnings(graph, mesh_shape, rules, heavy_fraction, large_allconcat_bytes):
+  impl = MeshImpl(mesh_shape, rules)
+  try:
+    cost = cost_model.estimate_cost(graph, mesh_shape, rules)
+  except LayoutError as e:
+    return ["layout is illegal: %s" % e]
+  einsums = [op for op in graph.operations
+             if isinstance(op, einsum_ops.EinsumOperation)]
+  total = sum(cost_model._einsum(impl, op)[1] for op in einsums)  # pylint: disable=protected-access
+  warnings = [w for w in (_einsum_warnings(impl, op, total, heavy_fraction)
+                          for op in einsums) if w]
+  for r in cost.comm_records:
+    b = communication.bytes_sent_per_processor(r)
+    if r.kind == "allconcat" and b >= large_allconcat_bytes:
+      warnings.append("%s forces an allconcat over mesh dim %s: %.0f bytes/processor"
+                      % (r.op, ",".join(mesh_shape[a].name for a in r.mesh_axes), b))
+  return warnings
+

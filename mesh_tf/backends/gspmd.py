@@ -1,0 +1,225 @@
+"""`GSPMDMeshImpl`: each op lowered once on global tensors, annotated with XLA shardings.
+
+Ops see every tensor whole (slice shape = full shape, processor 0's view), so they never
+emit collectives; the backend keeps the real layout -- validated with the usual layout
+rules, so an illegal layout still raises before anything is compiled -- and annotates each
+lowered tensor, each variable read and each assigned value with the `mesh_split` sharding
+of that layout. XLA's SPMD partitioner then splits the program and inserts the
+collectives: on TPU under `tf.distribute.TPUStrategy` with SPMD partitioning; on CPU/GPU
+`tf.function(jit_compile=True)` runs it unpartitioned (the shardings are identities).
+"""
+import tensorflow as tf
+
+from mesh_tf.backends import gspmd_sharding
+from mesh_tf.lowering.mesh_impl import MeshImpl
+from mesh_tf.shapes import TensorLayout, convert_to_shape
+
+
+class LaidOutTensor:
+  """The one global tf.Tensor of an mtf Tensor (the `all_slices` list has one entry)."""
+
+  def __init__(self, tensor_list):
+    self.tensor_list = list(tensor_list)
+    # The OpSharding this value already carries (set by annotate), to avoid repeating it.
+    self.sharding = None
+
+  def __repr__(self):
+    return "GSPMD LaidOutTensor(%s)" % (self.slice_shape,)
+
+  @property
+  def tensor(self):
+    """The global tf.Tensor."""
+    return self.tensor_list[0]
+
+  @property
+  def all_slices(self):
+    """[the global tf.Tensor]."""
+    return self.tensor_list
+
+  @property
+  def slice_shape(self):
+    """The full shape (GSPMD lowers on global tensors)."""
+    return self.tensor.shape.as_list()
+
+  def to_laid_out_tensor(self):
+    """Itself (the laid-out-tensor protocol of import_laid_out_tensor)."""
+    return self
+
+
+class LaidOutVariable:
+  """One full-shape tf.Variable per mtf Variable; reads and writes carry its sharding."""
+
+  def __init__(self, variable, mesh_impl):
+    self._mesh_impl = mesh_impl
+    self.name = variable.name
+    self.shape = variable.shape
+    self.master_dtype = variable.master_dtype
+    self.slice_dtype = variable.slice_dtype
+    self.sharding = mesh_impl.sharding_of(self.shape, self.name)
+    initial = tf.cast(variable.initial_value(), self.slice_dtype)
+    self.variable = tf.Variable(initial, name=gspmd_sharding.scope_name(self.name),
+                                trainable=False)
+    gspmd_sharding.annotate_variable(self.variable, self.sharding)
+
+  @property
+  def slice_variables(self):
+    """The single full-shape tf.Variable (as a list, like the other backends)."""
+    return [self.variable]
+
+  def _annotated(self, value, what):
+    return gspmd_sharding.annotate(
+        value, self.sharding, gspmd_sharding.scope_name("%s_%s" % (self.name, what)))
+
+  @property
+  def laid_out_tensor(self):
+    """The variable's value, annotated with its sharding."""
+    out = LaidOutTensor([self._annotated(self.variable.read_value(), "read")])
+    out.sharding = self.sharding
+    return out
+
+  def assign_to_slices(self, assign_fn, laid_out_values):
+    """Applies assign_fn(variable, value) to the global value; returns the op."""
+    value = self._annotated(tf.cast(laid_out_values.tensor, self.slice_dtype), "write")
+    return [assign_fn(self.variable, value)]
+
+  def read_full(self):
+    """The whole variable as one tf.Tensor in its master dtype (for checkpoints)."""
+    return tf.cast(self.variable.read_value(), self.master_dtype)
+
+  def assign_full(self, value):
+    """Sets the variable from a full-shape value (after a restore)."""
+    self.variable.assign(tf.cast(value, self.slice_dtype))
+
+
+class GSPMDMeshImpl(MeshImpl):
+  """Mesh backend lowering to one global program annotated with XLA shardings.
+
+  Args:
+    shape: mesh shape ("rows:2;cols:4", a list of Dimensions or pairs).
+    layout: layout rules ("batch:rows;hidden:cols" or pairs).
+    device_assignment: None, a TPU DeviceAssignment whose cores per replica equal the
+      mesh size, or a flat list of device ids (read as logical_to_physical).
+    logical_to_physical: the device id of each processor in row-major processor order,
+      e.g. from a TPU topology's core map (default: processor i on device i).
+  """
+
+  LaidOutTensor = LaidOutTensor
+  LaidOutVariable = LaidOutVariable
+
+  def __init__(self, shape, layout, device_assignment=None, logical_to_physical=None):
+    super().__init__(shape, layout)
+    self._device_assignment = device_assignment
+    self._device_mesh = gspmd_sharding.make_device_mesh(
+        self.shape, device_assignment, logical_to_physical)
+    self._sharding_cache = {}
+
+  @property
+  def device_assignment(self):
+    """The device_assignment given (e.g. the TPU DeviceAssignment), or None."""
+    return self._device_assignment
+
+  @property
+  def device_mesh(self):
+    """Device ids arranged in the mesh's shape (what `mesh_split` tiles over)."""
+    return self._device_mesh
+
+  # ---- layouts: ops see tensors whole; the real layout becomes a sharding ----
+  def sharding_layout(self, arg, tensor_name=None):
+    """The real TensorLayout of a Tensor or Shape (raises LayoutError if illegal)."""
+    return MeshImpl.tensor_layout(self, arg, tensor_name)
+
+  def tensor_layout(self, arg, tensor_name=None):
+    """What ops see: every axis replicated, once the real layout has been validated."""
+    return TensorLayout([None] * len(self.sharding_layout(arg, tensor_name)))
+
+  def tensor_dimension_to_mesh_axis(self, tensor_dimension):
+    """None: ops see no split dims (see sharding_layout for the real one)."""
+    del tensor_dimension
+    return None
+
+  def sharding_of(self, shape, tensor_name=None):
+    """The xla OpSharding of a tensor of this shape under this mesh's layout."""
+    shape = convert_to_shape(shape)
+    if shape not in self._sharding_cache:
+      self._sharding_cache[shape] = gspmd_sharding.sharding_proto(
+          self._device_mesh, self.sharding_layout(shape, tensor_name))
+    return self._sharding_cache[shape]
+
+  def annotate(self, x, laid_out):
+    """laid_out with the sharding of mtf Tensor x attached (Lowering calls this)."""
+    proto = self.sharding_of(x.shape, x.name)
+    if getattr(laid_out, "sharding", None) == proto:
+      return laid_out
+    out = LaidOutTensor([gspmd_sharding.annotate(
+        laid_out.tensor, proto, gspmd_sharding.scope_name(x.name))])
+    out.sharding = proto
+    return out
+
+  # ---- primitives on global tensors ----
+  def slicewise(self, fn, *inputs):
+    """fn applied once, to the global tensors."""
+    args = [x.tensor if isinstance(x, LaidOutTensor) else x for x in inputs]
+    out = fn(*args)
+    if isinstance(out, (tuple, list)):
+      return tuple(LaidOutTensor([o]) for o in out)
+    return LaidOutTensor([out])
+
+  # Ops only call collectives on split dims, and GSPMD shows them none. Should one be
+  # called anyway, it means what it would on a mesh where every processor holds the same
+  # value and the program is processor 0's.
+  def allreduce(self, x, mesh_axes, reduction_fn_string):
+    """Sum of n identical values is n times the value; MAX/MIN keep it."""
+    if not mesh_axes or reduction_fn_string in ("MAX", "MIN"):
+      return x
+    n = self.processor_group_size(mesh_axes)
+    return self.slicewise(lambda t: t * tf.cast(n, t.dtype), x)
+
+  def allconcat(self, x, mesh_axis, concat_axis):
+    """n identical pieces, concatenated."""
+    n = self.shape[mesh_axis].size
+    return self.slicewise(lambda t: tf.concat([t] * n, concat_axis), x)
+
+  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    """Processor 0's piece of each (identical) peer, concatenated."""
+    n = self.shape[mesh_axis].size
+
+    def first_piece_n_times(t):
+      piece = tf.split(t, n, axis=split_axis)[0]
+      return tf.concat([piece] * n, concat_axis)
+    return self.slicewise(first_piece_n_times, x)
+
+  def receive(self, x, mesh_axis, source_pcoord):
+    """Processor 0's receipt: the (identical) value, or zeros if it has no source."""
+    if source_pcoord[0] is None:
+      return self.slicewise(tf.zeros_like, x)
+    return x
+
+  def processor_group_size(self, mesh_axes):
+    """Number of processors in each group that differs only on mesh_axes."""
+    size = 1
+    for a in mesh_axes:
+      size *= self.shape[a].size
+    return size
+
+  def laid_out_pnum(self):
+    """0: the global program is written from processor 0's point of view."""
+    return LaidOutTensor([tf.constant(0, tf.int32)])
+
+  def laid_out_pcoord(self, mesh_axis):
+    """0 on every mesh axis (processor 0's view)."""
+    del mesh_axis
+    return LaidOutTensor([tf.constant(0, tf.int32)])
+
+  def import_tf_tensor(self, x, tf_x):
+    """The tf value itself (the Lowering hook annotates it)."""
+    del x
+    return LaidOutTensor([tf.convert_to_tensor(tf_x)])
+
+  def export_to_tf_tensor(self, x, laid_out_x):
+    """The global tensor, as it is."""
+    del x
+    return laid_out_x.tensor
+
+  def make_variable(self, variable):
+    """One full-shape tf.Variable, annotated with the variable's sharding."""
+    return LaidOutVariable(variable, self)

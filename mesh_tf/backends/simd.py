@@ -1,0 +1,181 @@
+"""`SimdMeshImpl`: one program written from the point of view of a single core.
+
+As on a TPU, every core runs the same program on its own slices; communication is
+collectives over groups of cores. This class holds the geometry -- the mesh, the
+logical-to-physical core map and the group assignments derived from them -- and hands
+the primitives to one of two runtimes:
+
+- the TPU runtime (`simd_tpu`), when a TPU `device_assignment` is given: cross-replica
+  sum, all-to-all and collective-permute with these group assignments, under
+  `tf.distribute.TPUStrategy`;
+- the CPU emulation runtime (`simd_emulation`) otherwise: every laid-out tensor carries
+  one leading axis per mesh axis (extent 1 where it is replicated, so each distinct slice
+  is stored once) and each collective is a tensor operation along those axes. Its TF
+  program does not grow with the number of cores, nor its work with replication.
+"""
+from mesh_tf.backends import simd_emulation
+from mesh_tf.backends.tpu_topology import check_permutation, inverse_permutation
+from mesh_tf.errors import LayoutError
+from mesh_tf.lowering.mesh_impl import MeshImpl
+
+
+class LaidOutTensor:
+  """One core's slice of an mtf Tensor (the TPU runtime's laid-out tensor)."""
+
+  def __init__(self, tensor_list):
+    tensor_list = list(tensor_list)
+    if len(tensor_list) != 1:
+      raise LayoutError("a SIMD laid-out tensor holds this core's one slice, got a list of "
+                        "%d tensors" % len(tensor_list))
+    self.tensor_list = tensor_list
+
+  def __repr__(self):
+    return "LaidOutTensor(one slice of %s)" % self.tensor_list[0].shape
+
+  @property
+  def all_slices(self):
+    return self.tensor_list
+
+  @property
+  def one_slice(self):
+    return self.tensor_list[0]
+
+  @property
+  def slice_shape(self):
+    return self.tensor_list[0].shape.as_list()
+
+  def to_laid_out_tensor(self):
+    return self
+
+
+def _num_replicas(device_assignment):
+  n = getattr(device_assignment, "num_replicas", None)
+  return n if n is not None else len(device_assignment)
+
+
+class SimdMeshImpl(MeshImpl):
+  """Mesh backend in the SIMD (single program, one core's view) style.
+
+  Args:
+    shape: mesh shape ("rows:8;cols:8", a list of Dimensions or pairs).
+    layout: layout rules.
+    devices: accepted for compatibility (the original ignored them too); if given, one
+      entry per core.
+    device_assignment: a tf.tpu.experimental.DeviceAssignment with one replica per core:
+      selects the TPU runtime. None runs the CPU emulation.
+    logical_to_physical: permutation of range(mesh size); l2p[logical pnum] is the
+      physical core (replica id) playing that processor. Default: identity.
+    allreduce_in_bfloat16_max_group_size: bfloat16 allreduces over larger groups are
+      summed in float32 (TPU runtime).
+  """
+
+  LaidOutTensor = LaidOutTensor
+
+  def __init__(self, shape, layout, devices=None, device_assignment=None,
+               logical_to_physical=None, allreduce_in_bfloat16_max_group_size=8):
+    super().__init__(shape, layout)
+    mesh = self.shape.to_string or "[]"
+    if devices is not None and len(devices) != self.size:
+      raise LayoutError("mesh %s has %d cores but %d devices were given"
+                        % (mesh, self.size, len(devices)))
+    if device_assignment is not None and _num_replicas(device_assignment) != self.size:
+      raise LayoutError(
+          "mesh %s has %d cores but the device assignment has %d replicas; SIMD runs one "
+          "replica per core" % (mesh, self.size, _num_replicas(device_assignment)))
+    if logical_to_physical is None:
+      logical_to_physical = list(range(self.size))
+    self._l2p = check_permutation(logical_to_physical, self.size, mesh)
+    self._p2l = inverse_permutation(self._l2p)
+    self._devices = devices
+    self._device_assignment = device_assignment
+    self.allreduce_in_bfloat16_max_group_size = allreduce_in_bfloat16_max_group_size
+    if device_assignment is None:
+      self._runtime = simd_emulation.EmulationRuntime(self)
+    else:
+      from mesh_tf.backends import simd_tpu  # pylint: disable=g-import-not-at-top
+      self._runtime = simd_tpu.TpuRuntime(self)
+    # The laid-out tensor class of this instance's runtime.
+    self.LaidOutTensor = self._runtime.LaidOutTensor  # pylint: disable=invalid-name
+
+  # ---- geometry ----
+  @property
+  def is_emulated(self):
+    """True when this mesh runs on the CPU emulation runtime."""
+    return self._device_assignment is None
+
+  @property
+  def devices(self):
+    return self._devices
+
+  @property
+  def device_assignment(self):
+    return self._device_assignment
+
+  @property
+  def logical_to_physical(self):
+    return list(self._l2p)
+
+  def l2p(self, logical_pnum):
+    """Physical core of a logical processor number."""
+    return self._l2p[logical_pnum]
+
+  def p2l(self, physical_pnum):
+    """Logical processor number of a physical core."""
+    return self._p2l[physical_pnum]
+
+  def _create_group_assignment(self, mesh_axes):
+    """Groups of PHYSICAL core ids for a collective over mesh_axes.
+
+    One group per combination of coordinates on the other axes; within a group, cores
+    are ordered by their (row-major) coordinates on mesh_axes. Both runtimes use this.
+    """
+    return [[self._l2p[p] for p in group] for group in self.processor_groups(mesh_axes)]
+
+  def group_assignment(self, mesh_axes):
+    """Public name of `_create_group_assignment`."""
+    return self._create_group_assignment(mesh_axes)
+
+  # ---- primitives (delegated to the runtime) ----
+  def slicewise(self, fn, *inputs):
+    return self._runtime.slicewise(fn, *inputs)
+
+  def allreduce(self, x, mesh_axes, reduction_fn_string):
+    return self._runtime.allreduce(x, list(mesh_axes), reduction_fn_string)
+
+  def allconcat(self, x, mesh_axis, concat_axis):
+    return self._runtime.allconcat(x, mesh_axis, concat_axis)
+
+  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    return self._runtime.alltoall(x, mesh_axis, split_axis, concat_axis)
+
+  def receive(self, x, mesh_axis, source_pcoord):
+    return self._runtime.receive(x, mesh_axis, source_pcoord)
+
+  def allsplit(self, x, mesh_axis, split_axis, which=None):
+    return self._runtime.allsplit(x, mesh_axis, split_axis, which)
+
+  def control_tensors(self, laid_out):
+    # The emulation's compact form waits for the value without broadcasting it to cores.
+    compact = getattr(laid_out, "compact", None)
+    return [compact] if compact is not None else list(laid_out.all_slices)
+
+  def laid_out_pnum(self):
+    return self._runtime.laid_out_pnum()
+
+  def laid_out_pcoord(self, mesh_axis):
+    return self._runtime.laid_out_pcoord(mesh_axis)
+
+  def laid_out_slice_begin(self, tensor_shape):
+    return self._runtime.laid_out_slice_begin(tensor_shape)
+
+  def laid_out_slice_num(self, tensor_shape):
+    return self._runtime.laid_out_slice_num(tensor_shape)
+
+  def import_tf_tensor(self, x, tf_x):
+    return self._runtime.import_tf_tensor(x, tf_x)
+
+  def export_to_tf_tensor(self, x, laid_out_x):
+    return self._runtime.export_to_tf_tensor(x, laid_out_x)
+
+  def make_variable(self, variable):
+    return self._runtime.make_variable(variable)

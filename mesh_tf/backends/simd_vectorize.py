@@ -1,0 +1,460 @@
+"""Runs a function written for one core's slices on every emulated core at once.
+
+The emulation keeps each laid-out tensor as one *compact* tf.Tensor [*extents, *slice]:
+one leading axis per mesh axis, in logical coordinates, of extent 1 along the mesh axes
+where every core holds the same slice (see `simd_emulation`). An op's slice function
+(`fn` of `MeshImpl.slicewise`) is written for one slice, so it is vectorized over the
+mesh axes:
+
+1. `fn` is traced once on slice-shaped placeholders in a scratch graph.
+2. If every op of the trace has a rule below, the ops are replayed on the compact
+   tensors: ops that depend on no slice ("unstacked") are replayed unchanged and computed
+   once for all cores; ops on stacked values get their axis arguments shifted past the
+   mesh axes, and numpy broadcasting pairs extents of 1 with full ones, so a value
+   replicated along a mesh axis is computed once along it. The replay emits as many TF
+   ops as one slice needs, whatever the core count.
+3. Otherwise `tf.vectorized_map` (TF's general loop vectorizer) runs `fn` on every core
+   (inputs broadcast to the full mesh); its graph does not grow with the core count
+   either, but it is slower to build.
+
+`stats` counts which path each call took, so tests and benchmarks can see the split.
+"""
+import collections
+import inspect
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework import func_graph as func_graph_lib  # pylint: disable=g-direct-tensorflow-import
+
+stats = collections.Counter()
+
+# Elementwise ops (numpy broadcasting): stacked inputs are aligned on per-slice rank.
+_CWISE = frozenset("""
+Abs Acos Acosh Add AddN AddV2 Asin Asinh Atan Atan2 Atanh BitwiseAnd BitwiseOr
+BitwiseXor Cast Ceil Cos Cosh DivNoNan Elu EluGrad Equal Erf Erfc Exp Expm1
+Floor FloorDiv FloorMod Gelu GeluGrad Greater GreaterEqual Identity Inv InvGrad IsFinite
+IsInf IsNan LeakyRelu LeakyReluGrad LeftShift Less LessEqual Lgamma Log Log1p LogicalAnd
+LogicalNot LogicalOr Maximum Minimum Mod Mul MulNoNan Neg NotEqual OnesLike Pow RealDiv
+Reciprocal ReciprocalGrad Relu Relu6 Relu6Grad ReluGrad RightShift Rint Round Rsqrt
+RsqrtGrad SelectV2 Selu SeluGrad Sigmoid SigmoidGrad Sign Sin Sinh Softplus
+SoftplusGrad Softsign Sqrt SqrtGrad Square SquaredDifference Sub Tan Tanh TanhGrad
+TruncateDiv TruncateMod Xdivy Xlog1py Xlogy ZerosLike StopGradient PreventGradient
+""".split())
+# Ops whose axis is one input (by op_def input name): non-negative axes move up by one.
+_AXIS_INPUT = {
+    "Sum": "reduction_indices", "Max": "reduction_indices", "Min": "reduction_indices",
+    "Prod": "reduction_indices", "Mean": "reduction_indices", "All": "reduction_indices",
+    "Any": "reduction_indices", "ArgMax": "dimension", "ArgMin": "dimension",
+    "ConcatV2": "axis", "ExpandDims": "dim", "Cumsum": "axis", "Cumprod": "axis",
+    "Roll": "axis", "Split": "split_dim", "SplitV": "split_dim", "Reverse": None,
+    "ReverseV2": "axis",
+}
+# Ops whose axis is an attr.
+_AXIS_ATTR = {"Pack": "axis", "Unpack": "axis", "OneHot": "axis"}
+_SHAPE_OPS = frozenset(["Shape", "Size", "Rank"])
+
+
+class _Fallback(Exception):
+  """The trace used an op the replay has no rule for."""
+
+
+def _input_groups(op):
+  """Splits op.inputs by op_def input arg: [(arg name, [tensors], is_list)]."""
+  groups, i = [], 0
+  for arg in op.op_def.input_arg:
+    if arg.number_attr:
+      n, is_list = op.get_attr(arg.number_attr), True
+    elif arg.type_list_attr:
+      n, is_list = len(op.get_attr(arg.type_list_attr)), True
+    else:
+      n, is_list = 1, False
+    groups.append((arg.name, list(op.inputs[i:i + n]), is_list))
+    i += n
+  return groups
+
+
+def _explicit_attrs(op):
+  """The attrs a tf.raw_ops call takes (those not inferred from the inputs)."""
+  inferred = set()
+  for arg in op.op_def.input_arg:
+    inferred.update(a for a in (arg.type_attr, arg.number_attr, arg.type_list_attr) if a)
+  return {a.name: op.get_attr(a.name) for a in op.op_def.attr if a.name not in inferred}
+
+
+_PARAMS = {}
+
+
+def _python_names(op):
+  """op_def input/attr names -> the keyword names of tf.raw_ops.<type> (a few differ,
+  e.g. ExpandDims' input "dim" is the keyword "axis"): inputs map in order, attrs by name
+  where it matches and otherwise in order."""
+  if op.type not in _PARAMS:
+    raw = getattr(tf.raw_ops, op.type, None)
+    if raw is None:
+      raise _Fallback(op.type)
+    params = [p for p in inspect.signature(raw).parameters if p != "name"]
+    inputs = [a.name for a in op.op_def.input_arg]
+    names = dict(zip(inputs, params))
+    rest = params[len(inputs):]
+    attrs = list(_explicit_attrs(op))
+    unmatched = [p for p in rest if p not in attrs]
+    for a in attrs:
+      names[a] = a if a in rest else unmatched.pop(0)
+    _PARAMS[op.type] = (raw, names)
+  return _PARAMS[op.type]
+
+
+def _call_raw(op, args, attrs):
+  """Emits op.type with the given inputs and attrs (keyed by op_def names); returns its
+  outputs as a flat list."""
+  raw, names = _python_names(op)
+  kwargs = {names[k]: v for k, v in list(args.items()) + list(attrs.items())}
+  result = raw(**kwargs)
+  if isinstance(result, (tf.Tensor, tf.Variable)) or hasattr(result, "dtype"):
+    return [result]
+  flat = []
+  for r in result:
+    flat.extend(r if isinstance(r, (list, tuple)) else [r])
+  return flat
+
+
+def _shift_axis(a, k):
+  """Non-negative axis values move past the k mesh axes; negative ones count from the
+  end."""
+  a = tf.convert_to_tensor(a)
+  return tf.where(a >= 0, a + k, a)
+
+
+def union_extents(extents_list):
+  """Per mesh axis, the largest extent (1 = same on every core along that axis)."""
+  return [max(e) for e in zip(*extents_list)]
+
+
+def broadcast_extents(value, extents, target):
+  """A compact value with mesh extents `extents` broadcast to `target` extents."""
+  if list(extents) == list(target):
+    return value
+  shape = tf.concat([tf.constant(target, tf.int32), tf.shape(value)[len(target):]], 0)
+  return tf.broadcast_to(value, shape)
+
+
+class _Replay:
+  """Replays a scratch trace on compact values.
+
+  Values: {scratch tensor ref: (value, extents)}. A stacked value has k leading mesh
+  axes whose extents are listed (1 where it is the same on every core along that axis);
+  extents None means the value is the same on every core and has no mesh axes.
+  """
+
+  def __init__(self, mesh_shape):
+    self.mesh_shape = list(mesh_shape)
+    self.k = len(self.mesh_shape)
+    self.values = {}
+    # scratch Einsum output ref -> recipe(drop_axes) re-emitting it summed over those
+    # mesh axes (see `run_slicewise`)
+    self.einsum_recipes = {}
+
+  def get(self, t):
+    return self.values[t.ref()]
+
+  def extents(self, t):
+    return self.get(t)[1]
+
+  def as_stacked(self, t, target=None):
+    """The value of t with its mesh axes (size 1 if it has none), broadcast to the
+    target extents if given."""
+    v, extents = self.get(t)
+    if extents is None:
+      v = tf.reshape(v, tf.concat([tf.ones([self.k], tf.int32), tf.shape(v)], 0))
+      extents = [1] * self.k
+    return v if target is None else broadcast_extents(v, extents, target)
+
+  def aligned(self, t, rank):
+    """Stacked value of per-slice rank r reshaped to per-slice rank `rank` (size-1 dims
+    inserted after the mesh axes), so numpy broadcasting pairs the right axes."""
+    v, extents = self.get(t)
+    if extents is None:
+      return v
+    r = t.shape.rank
+    for _ in range(rank - r):
+      v = tf.expand_dims(v, self.k)
+    return v
+
+  def run(self, op):
+    groups = _input_groups(op)
+    in_extents = [self.extents(t) for _, ts, _ in groups for t in ts]
+    in_extents = [e for e in in_extents if e is not None]
+    attrs = _explicit_attrs(op)
+    if op.type == "Const":
+      value = tf.make_ndarray(op.get_attr("value"))
+      outs, extents = [tf.constant(value, dtype=op.outputs[0].dtype)], None
+    elif op.type in _SHAPE_OPS and in_extents:
+      outs, extents = self._static_shape_op(op), None
+    elif not in_extents:
+      if op.op_def.is_stateful and op.type not in ("ReadVariableOp",):
+        raise _Fallback(op.type)
+      args = {name: [self.get(t)[0] for t in ts] if is_list else self.get(ts[0])[0]
+              for name, ts, is_list in groups}
+      outs, extents = _call_raw(op, args, attrs), None
+    else:
+      extents = union_extents(in_extents)
+      outs = self._stacked_op(op, groups, attrs, extents)
+    if len(outs) != len(op.outputs):
+      raise _Fallback(op.type)
+    for t, v in zip(op.outputs, outs):
+      self.values[t.ref()] = (v, extents)
+
+  def _static_shape_op(self, op):
+    shape = op.inputs[0].shape
+    if not shape.is_fully_defined():
+      raise _Fallback(op.type)
+    dims = shape.as_list()
+    value = {"Shape": dims, "Size": int(np.prod(dims)), "Rank": len(dims)}[op.type]
+    return [tf.constant(value, dtype=op.outputs[0].dtype)]
+
+  def _stacked_op(self, op, groups, attrs, extents):
+    """Rules for ops with at least one stacked input; outputs have `extents` (the union
+    of the inputs')."""
+    kind = op.type
+    if kind in _CWISE:
+      rank = max(t.shape.rank for _, ts, _ in groups for t in ts)
+      args = {}
+      for name, ts, is_list in groups:
+        # AddN needs equal shapes, not broadcasting.
+        vals = [self.as_stacked(t, extents) if kind == "AddN" else self.aligned(t, rank)
+                for t in ts]
+        args[name] = vals if is_list else vals[0]
+      return _call_raw(op, args, attrs)
+    if kind in _AXIS_INPUT or kind in _AXIS_ATTR:
+      return self._axis_op(op, groups, attrs, extents)
+    rule = getattr(self, "_rule_" + kind, None)
+    if rule is None:
+      raise _Fallback(kind)
+    return rule(op, groups, attrs, extents)
+
+  def _plain(self, t):
+    """Value of an input that must be the same on every core (e.g. a shape)."""
+    v, extents = self.get(t)
+    if extents is not None:
+      raise _Fallback("per-core control input")
+    return v
+
+  def _data_args(self, groups, control_names, extents):
+    args = {}
+    for name, ts, is_list in groups:
+      if name in control_names:
+        vals = [self._plain(t) for t in ts]
+      else:
+        vals = [self.as_stacked(t, extents) for t in ts]
+      args[name] = vals if is_list else vals[0]
+    return args
+
+  def _axis_op(self, op, groups, attrs, extents):
+    axis_input = _AXIS_INPUT.get(op.type)
+    if op.type == "Reverse":
+      raise _Fallback(op.type)
+    controls = {axis_input} if axis_input else set()
+    if op.type == "Roll":
+      controls.add("shift")
+    if op.type == "SplitV":
+      controls.add("size_splits")
+    if op.type == "OneHot":
+      controls.update(["depth", "on_value", "off_value"])
+    args = self._data_args(groups, controls, extents)
+    if axis_input:
+      args[axis_input] = _shift_axis(args[axis_input], self.k)
+    else:
+      name = _AXIS_ATTR[op.type]
+      if attrs[name] >= 0:
+        attrs[name] += self.k
+    return _call_raw(op, args, attrs)
+
+  def _rule_Einsum(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    equation = attrs["equation"].decode() if isinstance(attrs["equation"], bytes) else (
+        attrs["equation"])
+    if "." in equation:
+      raise _Fallback("einsum with ellipsis")
+    if not all(t.shape.is_fully_defined() for t in list(op.inputs) + list(op.outputs)):
+      raise _Fallback("einsum of unknown shape")
+    lhs, out = equation.split("->")
+    used = set(equation)
+    free = [c for c in "ZYXWVUTSRQPONMLKJIHGFEDCBAzyxwvutsrqponmlkjihgfedcba"
+            if c not in used]
+    if len(free) < self.k:
+      raise _Fallback("einsum with too many labels")
+    mesh_labels = free[:self.k]
+    terms, values = [], []
+    for term, t in zip(lhs.split(","), groups[0][1]):
+      v, e = self.get(t)
+      if e is not None:
+        # Mesh axes of extent 1 are dropped: einsum pairs the others by label.
+        kept = [i for i in range(self.k) if e[i] > 1]
+        if len(kept) < self.k:
+          v = tf.reshape(v, [e[i] for i in kept] + t.shape.as_list())
+        term = "".join(mesh_labels[i] for i in kept) + term
+      terms.append(term)
+      values.append(v)
+    out_shape = op.outputs[0].shape.as_list()
+
+    def emit(drop_axes):
+      """The einsum with the mesh axes drop_axes also contracted (extent 1 after)."""
+      out_extents = [1 if i in drop_axes else e for i, e in enumerate(extents)]
+      kept = [i for i in range(self.k) if out_extents[i] > 1]
+      call_attrs = dict(attrs, equation=",".join(terms) + "->" + "".join(
+          mesh_labels[i] for i in kept) + out)
+      result = _call_raw(op, {"inputs": values}, call_attrs)[0]
+      if len(kept) < self.k:
+        result = tf.reshape(result, out_extents + out_shape)
+      return result
+    self.einsum_recipes[op.outputs[0].ref()] = emit
+    return [emit(())]
+
+  def _rule_Transpose(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    args = self._data_args(groups, {"perm"}, extents)
+    perm = tf.cast(args["perm"], tf.int32)
+    args["perm"] = tf.concat([tf.range(self.k), perm + self.k], 0)
+    return _call_raw(op, args, attrs)
+
+  def _prepend(self, value, first):
+    """The 1-D control tensor `value` with the per-mesh-axis entries `first` in front."""
+    return tf.concat([tf.cast(tf.reshape(first, [-1]), value.dtype), value], 0)
+
+  def _rule_Reshape(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    args = self._data_args(groups, {"shape"}, extents)
+    args["shape"] = self._prepend(args["shape"], tf.constant(extents, tf.int32))
+    return _call_raw(op, args, attrs)
+
+  def _rule_BroadcastTo(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    args = self._data_args(groups, {"shape"}, extents)
+    args["input"] = self.aligned(op.inputs[0], len(op.outputs[0].shape))
+    args["shape"] = self._prepend(args["shape"], tf.constant(extents, tf.int32))
+    return _call_raw(op, args, attrs)
+
+  def _rule_Fill(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    dims = self._plain(op.inputs[0])
+    value = self.get(op.inputs[1])[0]
+    rank = op.outputs[0].shape.rank
+    value = tf.reshape(value, extents + [1] * rank)
+    return [tf.broadcast_to(value, self._prepend(dims, tf.constant(extents, tf.int32)))]
+
+  def _rule_Tile(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    args = self._data_args(groups, {"multiples"}, extents)
+    args["multiples"] = self._prepend(args["multiples"], tf.ones([self.k], tf.int32))
+    return _call_raw(op, args, attrs)
+
+  def _pad_rule(self, op, groups, attrs, extents):
+    controls = {"paddings", "constant_values"}
+    args = self._data_args(groups, controls, extents)
+    zero = tf.zeros([self.k, 2], args["paddings"].dtype)
+    args["paddings"] = tf.concat([zero, args["paddings"]], 0)
+    return _call_raw(op, args, attrs)
+
+  _rule_Pad = _rule_PadV2 = _rule_MirrorPad = _pad_rule
+
+  def _rule_Slice(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    args = self._data_args(groups, {"begin", "size"}, extents)
+    args["begin"] = self._prepend(args["begin"], tf.zeros([self.k], tf.int32))
+    args["size"] = self._prepend(args["size"], -tf.ones([self.k], tf.int32))
+    return _call_raw(op, args, attrs)
+
+  def _rule_StridedSlice(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    args = self._data_args(groups, {"begin", "end", "strides"}, extents)
+    zeros, ones = tf.zeros([self.k], tf.int32), tf.ones([self.k], tf.int32)
+    args["begin"] = self._prepend(args["begin"], zeros)
+    args["end"] = self._prepend(args["end"], zeros)
+    args["strides"] = self._prepend(args["strides"], ones)
+    all_mesh = (1 << self.k) - 1
+    for mask in ("begin_mask", "end_mask"):
+      attrs[mask] = (attrs[mask] << self.k) | all_mesh
+    for mask in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask"):
+      attrs[mask] = attrs[mask] << self.k
+    return _call_raw(op, args, attrs)
+
+
+def _trace(fn, args, stacked_positions, k):
+  """Traces fn on slice-shaped placeholders; returns (graph, placeholders, outputs)."""
+  graph = func_graph_lib.FuncGraph("simd_slice_fn")
+  with graph.as_default():
+    placeholders = {}
+    call_args = list(args)
+    for i in stacked_positions:
+      t = args[i]
+      placeholders[i] = tf.compat.v1.placeholder(t.dtype, t.shape[k:])
+      call_args[i] = placeholders[i]
+    outputs = fn(*call_args)
+  return graph, placeholders, outputs
+
+
+def _replay(graph, placeholders, outputs, args, mesh_shape, recipes):
+  replay = _Replay(mesh_shape)
+  for i, p in placeholders.items():
+    replay.values[p.ref()] = (args[i], args[i].shape.as_list()[:replay.k])
+  for external, internal in graph.captures:
+    replay.values[internal.ref()] = (external, None)
+  control = getattr(getattr(graph, "function_captures", None), "control", None) or []
+  control = [c for c in control if not tf.executing_eagerly()]
+  multi = isinstance(outputs, (tuple, list))
+  outs = list(outputs) if multi else [outputs]
+  if not all(isinstance(o, tf.Tensor) and o.graph is graph for o in outs):
+    raise _Fallback("fn returned a value not computed in its trace")
+  with tf.control_dependencies(control):
+    for op in graph.get_operations():
+      if op.type == "Placeholder" and any(o.ref() in replay.values for o in op.outputs):
+        continue
+      if op.control_inputs:
+        raise _Fallback("control dependencies inside fn")
+      replay.run(op)
+    results = [replay.as_stacked(o) for o in outs]
+    if control:
+      results = [tf.identity(r) for r in results]
+    elif recipes is not None:
+      for i, o in enumerate(outs):
+        if o.ref() in replay.einsum_recipes:
+          recipes[i] = replay.einsum_recipes[o.ref()]
+  return tuple(results) if multi else results[0]
+
+
+def run_slicewise(fn, args, stacked_positions, mesh_shape, recipes=None):
+  """fn on each core's slices.
+
+  Args at stacked_positions are compact: [*extents, *slice] with one leading axis per
+  mesh axis, of extent 1 where the value is the same on every core along it.
+
+  If `recipes` is a dict, recipes[i] is set for each output i that is one einsum of the
+  trace: recipe(drop_axes) emits that einsum again with the mesh axes drop_axes
+  contracted too, i.e. the output SUM-allreduced over them without the per-core partial
+  sums ever being stored.
+
+  Returns a compact tf.Tensor (or a tuple for several outputs). See the module
+  docstring for the two paths.
+  """
+  k = len(mesh_shape)
+  graph, placeholders, outputs = _trace(fn, args, stacked_positions, k)
+  try:
+    result = _replay(graph, placeholders, outputs, args, mesh_shape, recipes)
+    stats["replay"] += 1
+    return result
+  except _Fallback as reason:
+    stats["vectorized_map"] += 1
+    stats["fallback:" + str(reason)] += 1
+  return _vectorized_map(fn, args, stacked_positions, list(mesh_shape))
+
+
+def _vectorized_map(fn, args, stacked_positions, mesh_shape):
+  """tf.vectorized_map over all cores (every stacked arg broadcast to the full mesh)."""
+  k, num_cores = len(mesh_shape), int(np.prod(mesh_shape))
+  stacked = []
+  for i in stacked_positions:
+    a = args[i]
+    full = broadcast_extents(a, a.shape.as_list()[:k], mesh_shape)
+    stacked.append(tf.reshape(full, [num_cores] + a.shape.as_list()[k:]))
+
+  def one_core(slices):
+    call_args = list(args)
+    for i, s in zip(stacked_positions, slices):
+      call_args[i] = s
+    out = fn(*call_args)
+    return tuple(out) if isinstance(out, list) else out
+  out = tf.vectorized_map(one_core, stacked)
+  unflat = lambda o: tf.reshape(o, mesh_shape + o.shape.as_list()[1:])
+  return tuple(unflat(o) for o in out) if isinstance(out, tuple) else unflat(out)

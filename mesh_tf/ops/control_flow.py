@@ -1,0 +1,205 @@
+"""`while_loop`: a tf.while_loop whose condition and body are mtf sub-graphs.
+
+The condition and body are built once, as mtf ops on placeholder tensors, and kept out
+of the graph's operation list; lowering runs tf.while_loop over the laid-out values of
+the loop variables (flattened to their `.all_slices`, rebuilt with
+`mesh_impl.LaidOutTensor`), lowering the sub-graph inside the TF loop body. This works
+on every backend, eagerly and under tf.function.
+
+As in the original library, there is no gradient through a while loop.
+"""
+import tensorflow as tf
+
+from mesh_tf.errors import MtfError, ShapeError
+from mesh_tf.graph import Operation, Tensor
+
+
+def _as_tensor_list(values, what, op_name):
+  values = list(values) if isinstance(values, (list, tuple)) else [values]
+  for i, v in enumerate(values):
+    if not isinstance(v, Tensor):
+      raise ShapeError("while_loop %r: %s %d is %r, not an mtf.Tensor" % (
+          op_name, what, i, v), op=op_name)
+  return values
+
+
+class WhileLoopOperation(Operation):
+  """Repeats body_fn on the loop variables while cond_fn holds.
+
+  Args:
+    cond_fn: fn(*loop vars) -> a scalar bool mtf Tensor.
+    body_fn: fn(*loop vars) -> a list of new loop vars (same shapes and dtypes), followed,
+      if has_accumulators, by accumulator tensors that are summed over the iterations.
+    inputs: the initial loop vars (mtf Tensors).
+    tf_kwargs: passed to tf.while_loop (e.g. maximum_iterations); back_prop is ignored.
+    has_accumulators: whether body_fn returns accumulators after the loop vars.
+
+  Outputs: the final loop vars, then the accumulator sums (zero if the body never ran).
+  The op's inputs are the loop vars followed by the tensors from outside the loop that
+  the condition or body read (so they are lowered first).
+  """
+
+  def __init__(self, cond_fn, body_fn, inputs, tf_kwargs=None, has_accumulators=False,
+               name=None):
+    inputs = _as_tensor_list(inputs, "input", name or "while_loop")
+    if not inputs:
+      raise ShapeError("while_loop needs at least one loop variable")
+    super().__init__(inputs, name=name or "while_loop")
+    self._tf_kwargs = dict(tf_kwargs or {})
+    self._tf_kwargs.pop("back_prop", None)
+    self._has_accumulators = has_accumulators
+    self._num_loop_vars = len(inputs)
+    graph_ops = self.graph.operations
+    # The sub-graphs are built on placeholders; this op rejoins the graph after them.
+    graph_ops.remove(self)
+    self._cond_inputs = self._placeholders("cond_input")
+    self._cond_output, self._cond_ops = self._capture(lambda: cond_fn(*self._cond_inputs))
+    self._check_condition()
+    self._body_inputs = self._placeholders("body_input")
+    body_outputs, self._body_ops = self._capture(lambda: body_fn(*self._body_inputs))
+    self._body_outputs = _as_tensor_list(body_outputs, "body output", self.name)
+    self._check_body_outputs()
+    graph_ops.append(self)
+    self._inputs.extend(self._captured_tensors())
+    self.control_inputs = self._captured_control_inputs()
+    for y in self._body_outputs:
+      self._add_output(y.shape, y.dtype)
+
+  def _placeholders(self, prefix):
+    return [Tensor(self, x.shape, x.dtype, name="%s/%s:%d" % (self.name, prefix, i),
+                   index=i) for i, x in enumerate(self._inputs[:self._num_loop_vars])]
+
+  def _capture(self, fn):
+    graph_ops = self.graph.operations
+    start = len(graph_ops)
+    try:
+      result = fn()
+    finally:
+      captured = graph_ops[start:]
+      del graph_ops[start:]  # even on error: a failed loop leaves no ops behind
+    return result, captured
+
+  def _check_condition(self):
+    c = self._cond_output
+    if not isinstance(c, Tensor) or c.dtype != tf.bool or c.shape.ndims != 0:
+      raise ShapeError("while_loop %r: cond_fn must return a scalar bool mtf Tensor, got "
+                       "%r" % (self.name, c), op=self.name)
+
+  def _check_body_outputs(self):
+    n, outs = self._num_loop_vars, self._body_outputs
+    if len(outs) < n or (len(outs) > n and not self._has_accumulators):
+      raise ShapeError(
+          "while_loop %r: body_fn returned %d tensors for %d loop variables%s" % (
+              self.name, len(outs), n,
+              "" if self._has_accumulators else " (pass has_accumulators=True to return "
+              "accumulators after them)"), op=self.name)
+    for i, (x, y) in enumerate(zip(self._inputs[:n], outs)):
+      if x.shape != y.shape or x.dtype != y.dtype:
+        raise ShapeError(
+            "while_loop %r: loop variable %d is %s %s but body_fn returns %s %s for it" % (
+                self.name, i, x.shape, x.dtype.name, y.shape, y.dtype.name),
+            op=self.name, tensor=y.name)
+
+  def _sub_ops(self):
+    return self._cond_ops + self._body_ops
+
+  def _captured_tensors(self):
+    """Tensors the sub-graphs read that are made outside them, in first-use order."""
+    inside = set(self._sub_ops()) | {self}
+    seen, captured = set(), []
+    for op in self._sub_ops():
+      for t in op.inputs:
+        if t.operation not in inside and t not in seen:
+          seen.add(t)
+          captured.append(t)
+    for t in [self._cond_output] + self._body_outputs:
+      if t.operation not in inside and t not in seen:
+        seen.add(t)
+        captured.append(t)
+    return captured
+
+  def _captured_control_inputs(self):
+    inside = set(self._sub_ops())
+    return [d for op in self._sub_ops() for d in getattr(op, "control_inputs", ())
+            if d not in inside]
+
+  @property
+  def has_gradient(self):
+    return any(x.dtype.is_floating for x in self.inputs)
+
+  def gradient(self, grad_ys):
+    raise MtfError(
+        "while_loop %r has no gradient (as in the original library): a gradient was "
+        "requested through it. Compute gradients inside body_fn (see "
+        "serialize_training_step) or stop_gradient its inputs" % self.name, op=self.name)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    n = self._num_loop_vars
+    initial = [lowering.tensors[x] for x in self._inputs[:n]]
+    for acc in self._body_outputs[n:]:
+      sizes, dtype = impl.slice_shape(acc.shape), acc.dtype
+      initial.append(impl.slicewise(lambda s=sizes, d=dtype: tf.zeros(s, d)))
+    counts = [len(v.all_slices) for v in initial]
+
+    def unflatten(flat):
+      out, i = [], 0
+      for c in counts:
+        out.append(impl.LaidOutTensor(list(flat[i:i + c])))
+        i += c
+      return out
+
+    def bind(placeholders, values):
+      for p, v in zip(placeholders, values):
+        lowering.set_tensor_lowering(p, v)
+
+    def tf_cond(*flat):
+      bind(self._cond_inputs, unflatten(flat))
+      for op in self._cond_ops:
+        op.lower(lowering)
+      c = self._cond_output
+      return impl.export_to_tf_tensor(c, lowering.tensors[c])
+
+    def tf_body(*flat):
+      values = unflatten(flat)
+      bind(self._body_inputs, values)
+      for op in self._body_ops:
+        op.lower(lowering)
+      outs = [lowering.tensors[y] for y in self._body_outputs]
+      new = outs[:n] + [impl.slicewise(tf.add, total, out)
+                        for total, out in zip(values[n:], outs[n:])]
+      return [t for v in new for t in v.all_slices]
+
+    flat = [t for v in initial for t in v.all_slices]
+    result = tf.while_loop(tf_cond, tf_body, flat, **self._tf_kwargs)
+    for y, laid in zip(self.outputs, unflatten(result)):
+      lowering.set_tensor_lowering(y, laid)
+
+
+def while_loop(cond_fn, body_fn, inputs, num_loop_vars=None, has_accumulators=False,
+               **kwargs):
+  """Runs body_fn while cond_fn holds; returns the final loop vars as a list.
+
+  Args:
+    cond_fn: fn(*loop vars) -> scalar bool mtf Tensor.
+    body_fn: fn(*loop vars) -> list of new loop vars, then (if has_accumulators) tensors
+      summed over the iterations and returned after the loop vars.
+    inputs: list of mtf Tensors, the initial loop vars.
+    num_loop_vars: if given, only the first num_loop_vars final values (then any
+      accumulators) are returned. The original turned the other inputs into variables to
+      speed up multi-GPU loops; here all stay loop variables, which gives the same values.
+    has_accumulators: see body_fn.
+    **kwargs: passed to tf.while_loop (e.g. maximum_iterations, parallel_iterations).
+
+  There is no gradient through the loop; asking for one raises an MtfError.
+  """
+  inputs = list(inputs)
+  if num_loop_vars is not None and not 0 < num_loop_vars <= len(inputs):
+    raise ShapeError("while_loop: num_loop_vars=%r must be in 1..%d (the number of "
+                     "inputs)" % (num_loop_vars, len(inputs)))
+  op = WhileLoopOperation(cond_fn, body_fn, inputs, tf_kwargs=kwargs,
+                          has_accumulators=has_accumulators)
+  outputs = list(op.outputs)
+  if num_loop_vars is None:
+    return outputs
+  return outputs[:num_loop_vars] + outputs[len(inputs):]

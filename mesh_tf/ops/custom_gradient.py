@@ -1,0 +1,152 @@
+"""User-defined backward passes: `custom_gradient`, and `recompute_grad` built on it.
+
+`custom_gradient(fn, grad_fn, explicit_inputs)` runs fn as usual and wraps its outputs
+in a `CustomGradientOperation`, whose gradient is whatever grad_fn builds (mtf ops).
+`recompute_grad` uses it to rebuild fn's forward ops in the backward pass (a copy made by
+`clone_operations`), so activations need not be kept between the passes.
+"""
+import copy
+
+from mesh_tf.autodiff.gradients import gradients
+from mesh_tf.errors import MtfError, ShapeError
+from mesh_tf.graph import Operation, Tensor
+from mesh_tf.ops.variables import Variable
+
+
+def clone_operations(graph, operations, input_mapping):
+  """Re-creates operations (in order) on new inputs; returns {old tensor: new tensor}.
+
+  input_mapping maps some tensors read by the ops to replacements. Ops without inputs
+  (variables, random ops, constants, imports) are not copied: their outputs map to
+  themselves, so a copy reads the same variables and the same random draws. The original
+  library offered this as Graph.clone_operations.
+  """
+  mapping = dict(input_mapping)
+  for op in operations:
+    if not op.inputs:
+      for y in op.outputs:
+        mapping.setdefault(y, y)
+      continue
+    clone = copy.copy(op)
+    # pylint: disable=protected-access
+    clone._inputs = [mapping.get(x, x) for x in op.inputs]
+    clone._name = graph.unique_name(op.name)
+    clone._outputs = []
+    for y in op.outputs:
+      mapping[y] = clone._add_output(y.shape, y.dtype)
+    graph.add_operation(clone)
+  return mapping
+
+
+class CustomGradientOperation(Operation):
+  """Passes fn's outputs through; its gradient is grad_fn's.
+
+  Inputs: all_inputs (the explicit inputs, then the tensors fn read from elsewhere),
+  followed by fn's outputs. grad_fn(explicit_inputs, all_inputs, forward_operations,
+  outputs, output_grads) returns one gradient (or None) per tensor of all_inputs; no
+  gradient reaches the forward ops themselves.
+  """
+
+  def __init__(self, explicit_inputs, all_inputs, fn_outputs, grad_fn, forward_operations,
+               name=None):
+    super().__init__(list(all_inputs) + list(fn_outputs), name=name or "custom_gradient")
+    self._explicit_inputs = list(explicit_inputs)
+    self._num_all_inputs = len(all_inputs)
+    self._grad_fn = grad_fn
+    self._forward_operations = list(forward_operations)
+    for y in fn_outputs:
+      self._add_output(y.shape, y.dtype)
+
+  @property
+  def all_inputs(self):
+    """The explicit inputs, then the other tensors fn read."""
+    return self.inputs[:self._num_all_inputs]
+
+  @property
+  def fn_outputs(self):
+    """fn's own outputs (this op's outputs pass them through)."""
+    return self.inputs[self._num_all_inputs:]
+
+  def lower(self, lowering):
+    for src, y in zip(self.fn_outputs, self.outputs):
+      lowering.set_tensor_lowering(y, lowering.tensors[src])
+
+  def gradient(self, grad_ys):
+    graph = self.graph
+    num_vars = len(graph.all_variables)
+    grads = list(self._grad_fn(
+        explicit_inputs=self._explicit_inputs, all_inputs=self.all_inputs,
+        forward_operations=self._forward_operations, outputs=self.fn_outputs,
+        output_grads=grad_ys))
+    if len(graph.all_variables) != num_vars:
+      raise MtfError("custom_gradient %r: grad_fn created variables %s; create them in "
+                     "the forward function instead" % (self.name, [
+                         v.name for v in graph.all_variables[num_vars:]]), op=self.name)
+    if len(grads) != self._num_all_inputs:
+      raise ShapeError("custom_gradient %r: grad_fn returned %d gradients for %d inputs "
+                       "(explicit inputs, then %s)" % (
+                           self.name, len(grads), self._num_all_inputs,
+                           [t.name for t in self.all_inputs[len(self._explicit_inputs):]]),
+                       op=self.name)
+    return grads + [None] * len(self.fn_outputs)
+
+
+def custom_gradient(fn, grad_fn, explicit_inputs):
+  """fn(*explicit_inputs), differentiated by grad_fn instead of through fn's ops.
+
+  Args:
+    fn: fn(*explicit_inputs) -> an mtf Tensor or a tuple of them.
+    grad_fn: fn(explicit_inputs, all_inputs, forward_operations, outputs, output_grads)
+      -> a list with one gradient (or None) per tensor of all_inputs: the explicit inputs
+      followed by every other tensor fn's ops read (e.g. variable values, including
+      variables fn creates), in first-use order. output_grads has one entry (maybe None) per output.
+    explicit_inputs: list of mtf Tensors.
+  Returns:
+    fn's result (a Tensor, or a tuple if fn returned one).
+  """
+  explicit_inputs = list(explicit_inputs)
+  if not explicit_inputs or not all(isinstance(x, Tensor) for x in explicit_inputs):
+    raise ShapeError("custom_gradient needs a non-empty list of mtf Tensors as "
+                     "explicit_inputs, got %r" % (explicit_inputs,))
+  graph = explicit_inputs[0].graph
+  outputs, forward_ops = graph.capture_operations(lambda: fn(*explicit_inputs))
+  returns_tuple = isinstance(outputs, tuple)
+  outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+  # Variables created inside fn count as inputs too: their gradients must get out.
+  made_inside = {y for op in forward_ops if not isinstance(op, Variable)
+                 for y in op.outputs}
+  implicit, seen = [], set(explicit_inputs)
+  for op in forward_ops:
+    for t in op.inputs:
+      if t not in made_inside and t not in seen:
+        seen.add(t)
+        implicit.append(t)
+  op = CustomGradientOperation(explicit_inputs, explicit_inputs + implicit, outputs,
+                               grad_fn, forward_ops)
+  return tuple(op.outputs) if returns_tuple else op.outputs[0]
+
+
+def recompute_grad(fn, explicit_inputs, control_dependencies=True):
+  """fn(*explicit_inputs), whose forward ops are recomputed in the backward pass.
+
+  The gradient equals fn's ordinary gradient; random ops and variables inside fn are
+  not re-drawn or re-read differently, since clone_operations shares them. With
+  control_dependencies, the recomputation waits for the output gradients, so it runs
+  late in the backward pass rather than right after the forward pass.
+  """
+  from mesh_tf.ops.assign import depend  # pylint: disable=g-import-not-at-top
+
+  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs, output_grads):
+    del explicit_inputs
+    graph = all_inputs[0].graph
+    ready = [g for g in output_grads if g is not None]
+    sources = [depend(x, ready) if control_dependencies and ready else x
+               for x in all_inputs]
+    mapping, recompute_ops = graph.capture_operations(lambda: clone_operations(
+        graph, forward_operations, dict(zip(all_inputs, sources))))
+    live = [(mapping.get(y, y), g) for y, g in zip(outputs, output_grads) if g is not None]
+    if not live:
+      return [None] * len(all_inputs)
+    return gradients([y for y, _ in live], sources, grad_ys=[g for _, g in live],
+                     operations=recompute_ops)
+  return custom_gradient(fn, grad_fn, explicit_inputs)

@@ -1,0 +1,70 @@
+"""Plain and momentum stochastic gradient descent."""
+import gin
+
+from mesh_tf.ops import assign as assign_ops
+from mesh_tf.ops.variables import VariableDType
+from mesh_tf.optimize import lowering_time
+from mesh_tf.optimize.base import Optimizer, cast_to, make_slot
+
+
+@gin.configurable(module="mesh_tf.optimize")
+class SgdOptimizer(Optimizer):
+  """var -= learning_rate * grad.
+
+  The update is written with assign_sub, so a variable kept in bfloat16 slices gets
+  the (small) difference added instead of being rounded from a recomputed full value.
+  """
+
+  def __init__(self, learning_rate):
+    lowering_time.check_rate(learning_rate, "SgdOptimizer.learning_rate")
+    self._lr = learning_rate
+
+  @property
+  def lr(self):
+    """The learning rate as given."""
+    return self._lr
+
+  learning_rate = lr
+
+  def apply_grad(self, grad, var):
+    lr = self._scalar(var.mesh, self._lr, grad.dtype, "learning_rate")
+    return [assign_ops.assign_sub(var, grad * lr)]
+
+
+@gin.configurable(module="mesh_tf.optimize")
+class MomentumOptimizer(Optimizer):
+  """Heavy-ball momentum: v = momentum * v + learning_rate * grad; var -= v.
+
+  The velocity slot is `<var>_momentum_v`, created with the variable's own
+  VariableDType (the original's name and dtype as far as we know them; a checkpoint
+  of the original's momentum runs would confirm it). The step subtracts the *new*
+  velocity, as tf.compat.v1.train.MomentumOptimizer does.
+  """
+
+  def __init__(self, learning_rate, momentum):
+    lowering_time.check_rate(learning_rate, "MomentumOptimizer.learning_rate")
+    lowering_time.check_rate(momentum, "MomentumOptimizer.momentum")
+    self._lr = learning_rate
+    self._momentum = momentum
+
+  @property
+  def lr(self):
+    """The learning rate as given."""
+    return self._lr
+
+  learning_rate = lr
+
+  @property
+  def momentum(self):
+    """The momentum coefficient as given."""
+    return self._momentum
+
+  def apply_grad(self, grad, var):
+    velocity = make_slot(var, "_momentum_v", dtype=VariableDType(
+        var.master_dtype, var.slice_dtype, var.activation_dtype))
+    dtype = velocity.dtype
+    lr = self._scalar(var.mesh, self._lr, dtype, "learning_rate")
+    momentum = self._scalar(var.mesh, self._momentum, dtype, "momentum")
+    new_velocity = velocity * momentum + cast_to(grad, dtype) * lr
+    return [assign_ops.assign(velocity, new_velocity),
+            assign_ops.assign_sub(var, new_velocity)]
