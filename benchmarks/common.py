@@ -21,11 +21,8 @@ LM_SIZES = {
 
 def set_up_virtual_cpus(n):
   """Splits the CPU into n logical devices; must run before TensorFlow runs any op."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  cpus = tf.config.list_physical_devices("CPU")
-  tf.config.set_logical_device_configuration(
-      cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
-  return ["/cpu:%d" % i for i in range(n)]
+  from mesh_tf import utils  # pylint: disable=g-import-not-at-top
+  return utils.configure_virtual_cpus(n)
 
 
 def time_alternating(fns, steps, repeats):

@@ -82,3 +82,4 @@ from mesh_tf import checkpoint
 from mesh_tf.checkpoint import CheckpointManager, restore_checkpoint, save_checkpoint
 from mesh_tf import analysis
 from mesh_tf import learning_rate_schedules, optimize
+from mesh_tf import utils

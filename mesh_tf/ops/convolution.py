@@ -201,11 +201,16 @@ class _ConvOperation(ConvFamilyOperation):
                    x.shape.as_list()[:-self._n - 1])
 
   def gradient(self, grad_ys):
-    x, f = self.inputs
-    dy = grad_ys[0]
-    n, s, p = self._n, self._strides, self._padding
-    return [Conv2or3dBackpropInputOperation(n, False, x.shape, f, dy, s, p).outputs[0],
-            Conv2or3dBackpropFilterOperation(n, False, x, f.shape, dy, s, p).outputs[0]]
+    return _input_and_filter_gradients(self, grad_ys, is_transpose=False)
+
+
+def _input_and_filter_gradients(op, grad_ys, is_transpose):
+  x, f = op.inputs
+  dy = grad_ys[0]
+  n, s, p = op._n, op._strides, op._padding  # pylint: disable=protected-access
+  return [
+      Conv2or3dBackpropInputOperation(n, is_transpose, x.shape, f, dy, s, p).outputs[0],
+      Conv2or3dBackpropFilterOperation(n, is_transpose, x, f.shape, dy, s, p).outputs[0]]
 
 
 class Conv2dOperation(_ConvOperation):
@@ -252,11 +257,7 @@ class _ConvTransposeOperation(ConvFamilyOperation):
     return _unflat(out, x.shape.as_list()[:-n - 1])
 
   def gradient(self, grad_ys):
-    x, f = self.inputs
-    dy = grad_ys[0]
-    n, s, p = self._n, self._strides, self._padding
-    return [Conv2or3dBackpropInputOperation(n, True, x.shape, f, dy, s, p).outputs[0],
-            Conv2or3dBackpropFilterOperation(n, True, x, f.shape, dy, s, p).outputs[0]]
+    return _input_and_filter_gradients(self, grad_ys, is_transpose=True)
 
 
 class Conv2dTransposeOperation(_ConvTransposeOperation):

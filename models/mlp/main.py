@@ -36,15 +36,6 @@ flags.DEFINE_multi_string("gin_param", [], "Gin bindings, e.g. "
                           "\"make_mesh_impl.backend = 'gspmd'\".")
 
 
-def configure_virtual_cpus(n):
-  """Splits the host CPU into n logical devices; must run before TF initializes."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  cpus = tf.config.list_physical_devices("CPU")
-  tf.config.set_logical_device_configuration(
-      cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
-  return ["/cpu:%d" % i for i in range(n)]
-
-
 def print_layout_report(model, mesh_shape, layout):
   """Prints the layout report and the cost model's per-processor cost of a train step."""
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
@@ -71,7 +62,7 @@ def main(argv):
   from models.mlp.model import MlpModel, synthetic_digits  # pylint: disable=g-import-not-at-top
 
   mesh_size = mtf.convert_to_shape(FLAGS.mesh_shape).size
-  devices = configure_virtual_cpus(mesh_size)
+  devices = mtf.utils.configure_virtual_cpus(mesh_size)
   model_dir = FLAGS.model_dir or tempfile.mkdtemp(prefix="mtf_mlp_")
   batch = FLAGS.batch_size
   images, labels = synthetic_digits(batch * FLAGS.train_steps, seed=0)

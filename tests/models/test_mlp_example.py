@@ -1,5 +1,6 @@
 """The README example: 2-layer MLP on mesh [2,4], batch on rows and hidden on cols."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
@@ -99,3 +100,10 @@ def test_trainer_layout_report_mode_prints_splits_warnings_and_cost():
       capture_output=True, text=True, timeout=300, check=True).stdout
   assert "computed identically on every processor of mesh dims ['cols']" in good
   assert "bytes sent" in good and "allreduce" in good
+
+
+def test_virtual_cpu_count_mismatch_is_a_clear_error():
+  # conftest made 8 devices before TF initialized; asking for another count now fails.
+  with pytest.raises(mtf.LayoutError, match="already runs with 8"):
+    mtf.utils.configure_virtual_cpus(4)
+  assert mtf.utils.configure_virtual_cpus(8) == ["/cpu:%d" % i for i in range(8)]

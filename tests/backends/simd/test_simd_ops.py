@@ -1,6 +1,6 @@
 """Every op family and its gradient under SIMD emulation equals one device.
 
-The program of simd_programs.py (imports, variables, elementwise, einsum, reductions,
+The program of every_op_program.py (imports, variables, elementwise, einsum, reductions,
 reshape, slicing, shifts, gather/one_hot, cumsum, top_1, random/dropout, gradients and an
 assign) runs on the six meshes of the SIMD issue with several layouts each, and is
 compared with PlacementMeshImpl on a single device. 64- and 512-core meshes are marked
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from simd_programs import OUTPUT_NAMES, run_eager, run_in_function
+from every_op_program import OUTPUT_NAMES, run_eager, run_in_function
 
 SCRAMBLE_SEED = 7
 

@@ -1,4 +1,5 @@
-"""One mtf program touching every op family of the foundation, for backend comparisons.
+"""One mtf program touching every op family of the foundation, for comparing lowerings
+(backends, eager vs tf.function vs XLA).
 
 Dims are sized so that every layout of the SIMD tests divides them (up to a 16x32 mesh).
 """
@@ -64,7 +65,7 @@ def run_eager(impl):
   return values + [impl.variable_store["w"].read_full().numpy()]
 
 
-def run_in_function(impl):
+def run_in_function(impl, jit_compile=False):
   """Numpy values of OUTPUT_NAMES, lowered inside one tf.function."""
   graph, mesh, outputs, update = build_program()
   mtf.Lowering(graph, {mesh: impl})
@@ -72,7 +73,7 @@ def run_in_function(impl):
   # would make tf.function trace twice.
   impl.next_random_step()
 
-  @tf.function(autograph=False)
+  @tf.function(autograph=False, jit_compile=jit_compile)
   def step():
     lowering = mtf.Lowering(graph, {mesh: impl})
     values = [lowering.export_to_tf_tensor(t) for t in outputs]
