@@ -1,55 +1,38 @@
-"""Local (windowed) attention along one length dim, with halo exchange between blocks.
+"""Local (windowed) attention over blocks in 1-D and 2-D, with halo exchange.
 
-The length is cut into blocks; the blocks dim keeps the length dim's name so the layout
-splits it the same way, and each block is extended with the last positions of the block
-before it (a halo) taken with `mtf.shift` -- a neighbour exchange when length is split.
+The length (or each image axis) is cut into blocks; the blocks dim may be split over the
+mesh, and each block is extended with the neighbouring positions (a halo) by
+`mtf.halo_exchange` / `mtf.left_halo_exchange` -- a neighbour exchange when split.
 """
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.layers.attention import dot_product_attention, multihead_attention_vars
-from mesh_tf.layers.masks import NEG_INF, attention_bias_local_block
+from mesh_tf.layers.masks import (NEG_INF, attention_bias_local_2d_block,
+                                  attention_bias_local_block)
 from mesh_tf.layers.scoping import layer_scope
 from mesh_tf.ops import einsum as einsum_ops
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import indexing
 from mesh_tf.ops import reshape as reshape_ops
 from mesh_tf.ops import slicing
+from mesh_tf.ops.halo import halo_exchange_sides, left_halo_exchange
 from mesh_tf.shapes import Dimension, Shape
 
 
-def _halo(x, blocks_dim, block_dim, width, direction):
-  """The `width` positions of the neighbouring blocks next to each block.
+def _extend_by_a_block(x, blocks_dim, size_dim, mask_right, what):
+  """x with size_dim grown by one block of halo before (and after, unless mask_right).
 
-  direction -1 takes them from the blocks before (left halo), +1 from the blocks after.
-  Positions before the first block or after the last are zeros.
+  The halo comes from the neighbouring blocks along blocks_dim, or is zero padding when
+  blocks_dim is None (a single block).
   """
-  neighbours, covered = [], 0
-  while covered < width:
-    covered += block_dim.size
-    distance = len(neighbours) + 1  # shift by +1 brings each block its left neighbour
-    neighbours.append(slicing.shift(x, -direction * distance, blocks_dim, wrap=False))
-  if direction < 0:
-    joined = slicing.concat(neighbours[::-1], block_dim.name)
-    return slicing.slice(joined, covered - width, width, block_dim.name)
-  joined = slicing.concat(neighbours, block_dim.name)
-  return slicing.slice(joined, 0, width, block_dim.name)
-
-
-def left_halo_exchange(x, blocks_dim, block_dim, halo_size):
-  """x with each block preceded by the halo_size positions before it (zeros at the start)."""
-  if halo_size == 0:
-    return x
-  return slicing.concat([_halo(x, blocks_dim, block_dim, halo_size, -1), x],
-                        block_dim.name)
-
-
-def halo_exchange(x, blocks_dim, block_dim, halo_size):
-  """x with each block flanked by halo_size positions of its neighbours on both sides."""
-  if halo_size == 0:
-    return x
-  return slicing.concat([_halo(x, blocks_dim, block_dim, halo_size, -1), x,
-                         _halo(x, blocks_dim, block_dim, halo_size, 1)], block_dim.name)
+  if size_dim not in x.shape.dims:
+    raise ShapeError("%s: %s %s has no dim %s" % (what, x.name, x.shape, size_dim),
+                     tensor=x.name, dim=size_dim.name)
+  right = 0 if mask_right else size_dim.size
+  if blocks_dim is None:
+    return slicing.pad(x, [size_dim.size, right], size_dim.name)
+  return halo_exchange_sides(x, blocks_dim, size_dim, size_dim.size, right)
 
 
 def local_1d_halo_exchange(k, v, num_w_blocks, w_dim, mask_right):
@@ -58,12 +41,22 @@ def local_1d_halo_exchange(k, v, num_w_blocks, w_dim, mask_right):
   With num_w_blocks (the dim numbering the blocks) the halo comes from the neighbouring
   blocks; without it (a single block) it is zero padding.
   """
+  return tuple(_extend_by_a_block(x, num_w_blocks, w_dim, mask_right,
+                                  "local_1d_halo_exchange") for x in (k, v))
+
+
+def local_2d_halo_exchange(k, v, num_h_blocks, h_dim, num_w_blocks, w_dim, mask_right):
+  """Extends keys and values by one block of halo along h_dim, then along w_dim.
+
+  Each block gains the blocks above and below it and, through the second exchange (which
+  moves the already extended blocks), the ones left, right and diagonal to it; with
+  mask_right only those above and to the left. A None blocks dim means a single block
+  along that axis (zero padding).
+  """
   def extend(x):
-    if num_w_blocks is not None:
-      if mask_right:
-        return left_halo_exchange(x, num_w_blocks, w_dim, w_dim.size)
-      return halo_exchange(x, num_w_blocks, w_dim, w_dim.size)
-    return slicing.pad(x, [w_dim.size, 0 if mask_right else w_dim.size], w_dim.name)
+    x = _extend_by_a_block(x, num_h_blocks, h_dim, mask_right, "local_2d_halo_exchange")
+    return _extend_by_a_block(x, num_w_blocks, w_dim, mask_right,
+                              "local_2d_halo_exchange")
   return extend(k), extend(v)
 
 
@@ -212,3 +205,61 @@ def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
       mask = attention_bias_local_block(query_antecedent.mesh, w_dim, memory_w_dim)
     o = dot_product_attention(q, k, v, mask)
     return einsum_ops.einsum([o, wo], query_antecedent.shape)
+
+
+def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
+                                           memory_h_dim=None, memory_w_dim=None,
+                                           mask_right=False, master_dtype=tf.float32,
+                                           slice_dtype=tf.float32, name=None):
+  """Self-attention of each image block to itself and its neighbouring blocks.
+
+  query_antecedent: [batch, num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels]. A
+  query sees the 3 x 3 blocks around (and including) its own; with mask_right only the
+  blocks above-left, above, left and its own, and there only the positions before it in
+  raster order (attention_bias_local_2d_block). Neighbours beyond the image edges are zero
+  keys and values. The blocks dims may be split over the mesh.
+
+  Args:
+    query_antecedent: input tensor.
+    kv_channels, heads: Dimensions.
+    memory_h_dim, memory_w_dim: unused (the memory dims are "memory_<h_dim name>" and
+      "memory_<w_dim name>"); kept for the original signature.
+    mask_right: causal attention in raster order.
+    master_dtype, slice_dtype: variable precisions.
+    name: variable scope (default a fresh "multihead_attention").
+
+  Returns:
+    query_antecedent's shape.
+  """
+  del memory_h_dim, memory_w_dim
+  x = query_antecedent
+  if x.shape.ndims != 6:
+    raise ShapeError("local_2d_self_attention_spatial_blocks: %s %s must be [batch, "
+                     "num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels]" % (
+                         x.name, x.shape), tensor=x.name)
+  batch, num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels = x.shape.dims
+  with layer_scope(x.graph, name, "multihead_attention"):
+    wq, wk, wv, wo = multihead_attention_vars(x.mesh, heads, io_channels, kv_channels,
+                                              master_dtype, slice_dtype, x.dtype)
+    memory = reshape_ops.rename_dimension(x, h_dim.name, "memory_" + h_dim.name)
+    memory = reshape_ops.rename_dimension(memory, w_dim.name, "memory_" + w_dim.name)
+    memory_h_dim, memory_w_dim = memory.shape.dims[3:5]
+    blocks = [batch, heads, num_h_blocks, num_w_blocks]
+    q = einsum_ops.einsum([x, wq], blocks + [h_dim, w_dim, kv_channels])
+    kv_shape = blocks + [memory_h_dim, memory_w_dim, kv_channels]
+    k, v = local_2d_halo_exchange(einsum_ops.einsum([memory, wk], kv_shape),
+                                  einsum_ops.einsum([memory, wv], kv_shape),
+                                  num_h_blocks, memory_h_dim, num_w_blocks, memory_w_dim,
+                                  mask_right)
+    # dot_product_attention reduces one memory dim, so both memory axes become one.
+    memory_dim = Dimension("memory_positions",
+                           k.shape.get_dim_by_name(memory_h_dim.name).size *
+                           k.shape.get_dim_by_name(memory_w_dim.name).size)
+    k, v = [reshape_ops.reshape(t, blocks + [memory_dim, kv_channels]) for t in (k, v)]
+    mask = None
+    if mask_right:
+      mask = attention_bias_local_2d_block(x.mesh, h_dim, w_dim, memory_h_dim,
+                                           memory_w_dim)
+      mask = reshape_ops.reshape(mask, [h_dim, w_dim, memory_dim])
+    o = dot_product_attention(q, k, v, mask)
+    return einsum_ops.einsum([o, wo], x.shape)

@@ -61,3 +61,31 @@ def attention_bias_local_block(mesh, block_length, memory_length, dtype=tf.int32
                            indexing.mtf_range(mesh, current, dtype)), dtype)
   both = slicing.concat([previous, future], current.name)
   return ew.cast(both, tf.float32) * NEG_INF
+
+
+def attention_bias_local_2d_block(mesh, h_dim, w_dim, memory_h_dim, memory_w_dim,
+                                  dtype=tf.int32):
+  """Mask of causal local 2-D block attention: [h_dim, w_dim, memory_h_dim, memory_w_dim].
+
+  The memory of a block is the 2h x 2w window of the blocks above-left, above, left and
+  the block itself (at the bottom right). A query at row i, column j of its block sees
+  what comes no later in raster order over the whole image: memory rows above row i, and
+  row i up to column j. The memory dims give the names; their sizes are 2 * h and 2 * w.
+  dtype is that of the position arithmetic; the mask is float32.
+  """
+  for query_dim, memory_dim in ((h_dim, memory_h_dim), (w_dim, memory_w_dim)):
+    if query_dim.name == memory_dim.name:
+      raise ShapeError("attention_bias_local_2d_block: the memory dim needs a name other "
+                       "than the query dim %s" % (query_dim,), dim=query_dim.name)
+  memory_h = Dimension(memory_h_dim.name, 2 * h_dim.size)
+  memory_w = Dimension(memory_w_dim.name, 2 * w_dim.size)
+  # Memory positions relative to the query block's first row and column.
+  memory_row = indexing.mtf_range(mesh, memory_h, dtype) - h_dim.size
+  memory_col = indexing.mtf_range(mesh, memory_w, dtype) - w_dim.size
+  query_row = indexing.mtf_range(mesh, h_dim, dtype)
+  query_col = indexing.mtf_range(mesh, w_dim, dtype)
+  later = ew.logical_or(
+      ew.greater(memory_row, query_row),
+      ew.logical_and(ew.equal(memory_row, query_row), ew.greater(memory_col, query_col)),
+      output_shape=[h_dim, w_dim, memory_h, memory_w])
+  return _blocked(later, tf.float32)

@@ -1,4 +1,5 @@
-"""Noise and gradient regularizers: dropout, jitter, annealed dropout, gradient clipping."""
+"""Noise and gradient regularizers: dropout, jitter, annealed dropout, gradient clipping
+(and summaries of the activation gradients that clipping acts on)."""
 import gin
 import tensorflow as tf
 
@@ -8,6 +9,7 @@ from mesh_tf.ops import creation
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import random as random_ops
 from mesh_tf.ops import reduce as reduce_ops
+from mesh_tf.ops.summary import scalar_summary
 
 
 def dropout(x, is_training=True, keep_prob=None, rate=None, noise_shape=None,
@@ -97,3 +99,47 @@ def clip_activation_gradient(x, clip_rms_norm=None):
     raise ShapeError("clip_activation_gradient of %s: clip_rms_norm must be positive, "
                      "not %r" % (x.name, clip_rms_norm), tensor=x.name)
   return ClipActivationGradientOperation(x, clip_rms_norm).outputs[0]
+
+
+class ActivationGradientSummaryOperation(Operation):
+  """Identity forward; building its gradient adds scalar summaries of that gradient."""
+
+  def __init__(self, x, tag, batch_dims, name=None):
+    super().__init__([x], name=name or "summary_for_clip_activation_gradient")
+    self._tag = tag
+    self._batch_dims = list(batch_dims)
+    self._add_output(x.shape, x.dtype)
+
+  def gradient(self, grad_ys):
+    dy = grad_ys[0]
+    square = ew.square(ew.cast(dy, tf.float32))
+    rms = ew.sqrt(reduce_ops.reduce_mean(square, output_shape=[]))
+    per_example = ew.sqrt(reduce_ops.reduce_mean(square, output_shape=self._batch_dims))
+    scalar_summary(self._tag + "/grad_rms", rms)
+    scalar_summary(self._tag + "/grad_rms_max_example",
+                   reduce_ops.reduce_max(per_example, output_shape=[]))
+    return [dy]
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    lowering.set_tensor_lowering(
+        self.outputs[0], impl.slicewise(tf.identity, lowering.tensors[self.inputs[0]]))
+
+
+def summary_for_clip_activation_gradient(t, name, batch_dims):
+  """t unchanged; in the backward pass, summaries of its gradient dt to tune clipping.
+
+  Two scalars are written: "<name>/grad_rms", the RMS of dt over all of t (the quantity
+  clip_activation_gradient compares with clip_rms_norm), and
+  "<name>/grad_rms_max_example", the largest RMS of dt over the non-batch dims among the
+  examples indexed by batch_dims (Dimensions or names of t's dims).
+  """
+  dims = []
+  for d in batch_dims:
+    d_name = d if isinstance(d, str) else d.name
+    if d_name not in t.shape.dimension_names:
+      raise ShapeError("summary_for_clip_activation_gradient %r: batch dim %r is not a "
+                       "dim of %s %s" % (name, d_name, t.name, t.shape),
+                       tensor=t.name, dim=d_name)
+    dims.append(t.shape.get_dim_by_name(d_name))
+  return ActivationGradientSummaryOperation(t, name, dims).outputs[0]

@@ -230,6 +230,27 @@ class MeshImpl:
         lambda t: tf.broadcast_to(local_broadcast(t, old_shape, new_shape), sizes),
         old_slices)
 
+  def slicewise_delay_allreduce(self, fn, *inputs):
+    """slicewise for a fn linear in its inputs: partial sums still owing one allreduce
+    (LazyAllreduceSum, e.g. from `lowering.tensors.raw`) stay owing it."""
+    from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum  # pylint: disable=g-import-not-at-top
+    lazy = [x for x in inputs if isinstance(x, LazyAllreduceSum)]
+    if lazy and len(lazy) == len(inputs) and len({x.mesh_axes for x in lazy}) == 1:
+      return LazyAllreduceSum(self, self.slicewise(fn, *[x.laid_out for x in lazy]),
+                              lazy[0].mesh_axes, self.current_op_name)
+    return self.slicewise(fn, *[x.force() if isinstance(x, LazyAllreduceSum) else x
+                                for x in inputs])
+
+  def Print(self, x, data, message, **kwargs):  # pylint: disable=invalid-name
+    """x, printing `data` (laid-out values) with `message` when it is computed."""
+    deps = [tf.print(message, *[t for d in data for t in self.control_tensors(d)],
+                     **kwargs)] if data else []
+
+    def fn(t):
+      with tf.control_dependencies(deps):
+        return tf.identity(t)
+    return self.slicewise(fn, x)
+
   def allsplit(self, x, mesh_axis, split_axis, which=None):
     """Keeps this processor's piece of split_axis (no communication): inverse of allconcat."""
     n = self._shape[mesh_axis].size

@@ -119,3 +119,50 @@ def test_clip_activation_gradient_scales_to_the_rms(make_mesh_impl):
   got = mtf.Lowering(graph, {mesh: make_mesh_impl("rows:2;cols:4", "batch:rows")}
                     ).export_to_tf_tensor(gx).numpy()
   np.testing.assert_allclose(np.sqrt(np.mean(got ** 2)), 0.25, rtol=1e-5)
+
+
+def _summary_values(graph, lowering):
+  """{tag: value} of the scalar summaries in graph (each lowered on demand)."""
+  return {op.name: float(lowering.lowered_operation(op).numpy())
+          for op in graph.operations if isinstance(op, mtf.ScalarSummaryOperation)}
+
+
+@pytest.mark.parametrize("case", FOCUSED_CASES[:2], ids=FOCUSED_IDS[:2])
+def test_summary_for_clip_activation_gradient(make_mesh_impl, case):
+  """Forward and gradient pass through; the summaries are the gradient's RMS overall and
+  the largest per-example RMS (examples = batch, RMS over samples and hidden)."""
+  x_val = random_array(SHAPE, 7)
+  dy_val = random_array(SHAPE, 8, -3.0, 3.0)
+  dy_val[5] *= 4.0  # one example with a clearly larger gradient
+  graph, mesh = new_mesh()
+  x = mtf.import_tf_tensor(mesh, x_val, SHAPE)
+  y = mtf.layers.summary_for_clip_activation_gradient(x, "act", [BATCH]) * 2.0
+  assert not [op for op in graph.operations if isinstance(op, mtf.ScalarSummaryOperation)]
+  gx, = mtf.gradients([y], [x], grad_ys=[mtf.import_tf_tensor(mesh, dy_val, SHAPE)])
+  lowering = mtf.Lowering(graph, {mesh: make_mesh_impl(*case)})
+  np.testing.assert_array_equal(lowering.export_to_tf_tensor(y).numpy(), x_val * 2.0)
+  np.testing.assert_allclose(lowering.export_to_tf_tensor(gx).numpy(), dy_val * 2.0)
+  dt = dy_val * 2.0
+  summaries = _summary_values(graph, lowering)
+  assert sorted(summaries) == ["act/grad_rms", "act/grad_rms_max_example"]
+  np.testing.assert_allclose(summaries["act/grad_rms"], np.sqrt(np.mean(dt ** 2)),
+                             rtol=1e-5)
+  np.testing.assert_allclose(summaries["act/grad_rms_max_example"],
+                             np.sqrt(np.mean(dt[5] ** 2)), rtol=1e-5)
+
+
+def test_summary_for_clip_activation_gradient_against_tf(make_mesh_impl):
+  shape = [BATCH, HIDDEN]
+  check_layer(make_mesh_impl("rows:2;cols:4", "batch:rows;hidden:cols"),
+              [(random_array(shape, 9), shape)],
+              lambda x: mtf.layers.summary_for_clip_activation_gradient(
+                  mtf.tanh(x), "t", ["batch"]) * x,
+              lambda xs, p: tf.tanh(xs[0]) * xs[0])
+
+
+def test_summary_for_clip_activation_gradient_bad_batch_dim():
+  _, mesh = new_mesh()
+  x = mtf.zeros(mesh, SHAPE)
+  with pytest.raises(mtf.ShapeError, match="batch dim 'examples'") as info:
+    mtf.layers.summary_for_clip_activation_gradient(x, "act", ["examples"])
+  assert info.value.dim == "examples"

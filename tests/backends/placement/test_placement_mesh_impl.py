@@ -78,3 +78,26 @@ def test_allreduce_over_both_axes_and_one():
   assert all(float(t[0]) == 28.0 for t in total.tensor_list)
   row_max = impl.allreduce(x, [1], "MAX")
   assert [float(t[0]) for t in row_max.tensor_list] == [3.0] * 4 + [7.0] * 4
+
+
+def test_slicewise_delay_allreduce_keeps_partial_sums_owing_one_allreduce():
+  from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum  # pylint: disable=g-import-not-at-top
+  impl = mtf.PlacementMeshImpl("all:4", "", ["/cpu:%d" % i for i in range(4)])
+  parts = [impl.LaidOutTensor([tf.constant([float(p + k)]) for p in range(4)])
+           for k in (0, 10)]
+  lazy = [LazyAllreduceSum(impl, p, [0], "einsum") for p in parts]
+  out = impl.slicewise_delay_allreduce(tf.add, *lazy)
+  assert isinstance(out, LazyAllreduceSum) and not impl.comm_log
+  # Sum over processors of (p + p + 10) = 2 * 6 + 40.
+  assert [t.numpy()[0] for t in out.force().all_slices] == [52.0] * 4
+  assert len(impl.comm_log) == 1
+  mixed = impl.slicewise_delay_allreduce(tf.add, lazy[0], parts[1])
+  assert not isinstance(mixed, LazyAllreduceSum)
+
+
+def test_mesh_impl_print_passes_the_value_through(capsys):
+  del capsys
+  impl = mtf.PlacementMeshImpl("all:2", "", ["/cpu:0", "/cpu:1"])
+  x = impl.LaidOutTensor([tf.constant([1.0]), tf.constant([2.0])])
+  out = impl.Print(x, [x], "x is")
+  assert [t.numpy()[0] for t in out.all_slices] == [1.0, 2.0]
