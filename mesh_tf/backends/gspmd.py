@@ -11,7 +11,7 @@ collectives: on TPU under `tf.distribute.TPUStrategy` with SPMD partitioning; on
 import tensorflow as tf
 
 from mesh_tf.backends import gspmd_sharding
-from mesh_tf.lowering.mesh_impl import MeshImpl
+from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
 from mesh_tf.shapes import TensorLayout, convert_to_shape
 
 
@@ -46,17 +46,14 @@ class LaidOutTensor:
     return self
 
 
-class LaidOutVariable:
+class LaidOutVariable(LaidOutVariableBase):
   """One full-shape tf.Variable per mtf Variable; reads and writes carry its sharding."""
 
   def __init__(self, variable, mesh_impl):
     self._mesh_impl = mesh_impl
-    self.name = variable.name
-    self.shape = variable.shape
-    self.master_dtype = variable.master_dtype
-    self.slice_dtype = variable.slice_dtype
+    super().__init__(variable)
     self.sharding = mesh_impl.sharding_of(self.shape, self.name)
-    initial = tf.cast(variable.initial_value(), self.slice_dtype)
+    initial = self.initial_full_value(variable)
     self.variable = tf.Variable(initial, name=gspmd_sharding.scope_name(self.name),
                                 trainable=False)
     gspmd_sharding.annotate_variable(self.variable, self.sharding)

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.errors import LayoutError
-from mesh_tf.lowering.mesh_impl import MeshImpl
+from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
 from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_to_pnum
 
 
@@ -33,17 +33,14 @@ class LaidOutTensor:
     return self
 
 
-class LaidOutVariable:
+class LaidOutVariable(LaidOutVariableBase):
   """Per-device slice variables of one mtf Variable; the only copy of its state."""
 
   def __init__(self, variable, mesh_impl):
     self._variable = variable
     self._mesh_impl = mesh_impl
-    self.name = variable.name
-    self.shape = variable.shape
-    self.master_dtype = variable.master_dtype
-    self.slice_dtype = variable.slice_dtype
-    initial = tf.cast(variable.initial_value(), self.slice_dtype)
+    super().__init__(variable)
+    initial = self.initial_full_value(variable)
     slices = mesh_impl.make_slices(initial, self.shape)
     self.slice_variables = []
     for pnum, s in enumerate(slices):

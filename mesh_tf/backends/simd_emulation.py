@@ -23,6 +23,7 @@ import tensorflow as tf
 from mesh_tf.backends import simd_vectorize
 from mesh_tf.backends.simd_vectorize import broadcast_extents
 from mesh_tf.errors import LayoutError
+from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
 from mesh_tf.shapes import convert_to_shape
 
 _TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
@@ -83,17 +84,14 @@ class EmulatedLaidOutTensor:
     return self
 
 
-class EmulatedLaidOutVariable:
+class EmulatedLaidOutVariable(LaidOutVariableBase):
   """One tf.Variable per mtf Variable, holding its compact value (one copy of each
   distinct slice)."""
 
   def __init__(self, variable, runtime):
     self._runtime = runtime
-    self.name = variable.name
-    self.shape = variable.shape
-    self.master_dtype = variable.master_dtype
-    self.slice_dtype = variable.slice_dtype
-    initial = tf.cast(variable.initial_value(), self.slice_dtype)
+    super().__init__(variable)
+    initial = self.initial_full_value(variable)
     self.variable = tf.Variable(runtime.compact_from_full(initial, self.shape),
                                 name=self.name.replace("/", "_") + "_cores",
                                 trainable=False)

@@ -25,6 +25,7 @@ import tensorflow as tf
 from mesh_tf.backends import simd_emulation
 from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.errors import LayoutError
+from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
 from mesh_tf.shapes import convert_to_shape
 
 
@@ -57,22 +58,19 @@ def _replica_id():
   return tf.cast(context.replica_id_in_sync_group, tf.int32)
 
 
-class TpuLaidOutVariable:
+class TpuLaidOutVariable(LaidOutVariableBase):
   """A sync-on-read variable with one component (this core's slice) per replica."""
 
   def __init__(self, variable, runtime):
     self._runtime = runtime
-    self.name = variable.name
-    self.shape = variable.shape
-    self.master_dtype = variable.master_dtype
-    self.slice_dtype = variable.slice_dtype
+    super().__init__(variable)
     sizes = runtime.impl.slice_shape(self.shape)
     self.variable = tf.Variable(
         tf.zeros(sizes, self.slice_dtype), trainable=False,
         name=self.name.replace("/", "_") + "_slice",
         synchronization=tf.VariableSynchronization.ON_READ,
         aggregation=tf.VariableAggregation.NONE)
-    self.assign_full(tf.cast(variable.initial_value(), self.slice_dtype))
+    self.assign_full(self.initial_full_value(variable))
 
   @property
   def laid_out_tensor(self):

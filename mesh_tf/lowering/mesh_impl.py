@@ -21,6 +21,32 @@ CollectiveRecord.__doc__ = """One collective: kind, mesh axes, processors per gr
 of each processor's input slice, and the name of the mtf op whose lowering emitted it."""
 
 
+class LaidOutVariableBase:
+  """What every backend's laid-out variable shares: the mtf Variable's name, full shape
+  and dtypes, its initial value, and the original's master-copy hooks (no-ops here: the
+  slices are the only state). Subclasses add laid_out_tensor, assign_to_slices,
+  read_full and assign_full."""
+
+  def __init__(self, variable):
+    self.name = variable.name
+    self.shape = variable.shape
+    self.master_dtype = variable.master_dtype
+    self.slice_dtype = variable.slice_dtype
+
+  @staticmethod
+  def initial_full_value(variable):
+    """The variable's full-shape initial value in its slice dtype."""
+    return tf.cast(variable.initial_value(), variable.slice_dtype)
+
+  def copy_master_to_slices(self):
+    """No-op kept for the original's API (there is no master copy)."""
+    return tf.no_op() if not tf.executing_eagerly() else None
+
+  def copy_slices_to_master(self):
+    """No-op kept for the original's API (there is no master copy)."""
+    return tf.no_op() if not tf.executing_eagerly() else None
+
+
 class MeshImpl:
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
 
