@@ -15,7 +15,7 @@ flags.DEFINE_integer("steps", 10, "Train steps per timed block.")
 flags.DEFINE_integer("repeats", 5, "Timed blocks per variant (the median is reported).")
 flags.DEFINE_string("size", "small", "Model size: tiny (for smoke tests) or small.")
 flags.DEFINE_list("backends", ["placement", "simd", "gspmd"],
-                  "Backends to run; those not importable are reported as missing.")
+                  "Backends to run (names of mtf.make_mesh_impl).")
 
 LAYOUTS = [
     ("single", "", ""),
@@ -25,34 +25,10 @@ LAYOUTS = [
 ]
 
 
-def _backend_class(name):
-  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
-  try:
-    if name == "placement":
-      return mtf.PlacementMeshImpl
-    if name == "simd":
-      from mesh_tf.simd_mesh_impl import SimdMeshImpl  # pylint: disable=g-import-not-at-top
-      return SimdMeshImpl
-    if name == "gspmd":
-      from mesh_tf.gspmd_mesh_impl import GSPMDMeshImpl  # pylint: disable=g-import-not-at-top
-      return GSPMDMeshImpl
-  except ImportError:
-    return None
-  raise ValueError("unknown backend %r (known: placement, simd, gspmd)" % name)
-
-
-def _make_impl(backend, mesh_shape, layout, devices):
-  cls = _backend_class(backend)
-  if backend == "placement":
-    import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
-    n = mtf.convert_to_shape(mesh_shape).size
-    return cls(mesh_shape, layout, devices[:n])
-  return cls(mesh_shape, layout)
-
-
 def main(_):
   devices = common.set_up_virtual_cpus(8)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   from mesh_tf import analysis  # pylint: disable=g-import-not-at-top
   from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
   c = config.TinyLmConfig(**dict(common.LM_SIZES[FLAGS.size], heads=8))
@@ -60,12 +36,10 @@ def main(_):
   inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
   fns, info = {}, {}
   for backend in FLAGS.backends:
-    if _backend_class(backend) is None:
-      print("backend %s: not available in this checkout" % backend)
-      continue
     for label, mesh_shape, layout in LAYOUTS:
       model = mtf_model.TinyLmModel(c)
-      impl = _make_impl(backend, mesh_shape, layout, devices)
+      n = mtf.convert_to_shape(mesh_shape).size
+      impl = mtf.make_mesh_impl(backend, mesh_shape, layout, devices[:n])
       step = model.make_train_step(impl, jit_compile=(backend == "gspmd"))
       key = "%s %s" % (backend, label)
       fns[key] = lambda s=step: s(inputs, targets)

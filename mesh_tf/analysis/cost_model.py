@@ -68,21 +68,17 @@ def _gather_records(impl, shape, dtype, dim_names, op_name):
 
 def _einsum(impl, op):
   y = op.outputs[0]
-  shapes = [x.shape for x in op.inputs]
-  gather = einsum_ops._dims_to_gather(impl, shapes, y.shape)  # pylint: disable=protected-access
+  gather, reduced = einsum_ops.contraction_plan(impl, [x.shape for x in op.inputs], y.shape)
   records = []
   for x in op.inputs:
     records += _gather_records(impl, x.shape, x.dtype, gather, op.name)
-  reduced = set()
   local = {}
   for x in op.inputs:
     for d, a in zip(x.shape.dims, impl.tensor_layout(x.shape)):
       split = a is not None and d.name not in gather
       local[d.name] = d.size // impl.shape[a].size if split else d.size
-      if split and d not in y.shape.dims:
-        reduced.add(a)
   if reduced:  # deferred, as the lowering does (lazy_allreduce)
-    axes = tuple(sorted(reduced))
+    axes = tuple(reduced)
     records.append(_Pending(y, CollectiveRecord(
         "allreduce", axes, list_product([impl.shape[a].size for a in axes]),
         _nbytes(impl, y), op.name)))
@@ -130,14 +126,14 @@ def _slicewise(impl, op):
 
 def _shift(impl, op):
   x = op.inputs[0]
-  axis = x.shape.dimension_names.index(op._dim_name)  # pylint: disable=protected-access
+  axis = x.shape.dimension_names.index(op.dim_name)
   mesh_axis = impl.tensor_layout(x.shape)[axis]
   local = impl.slice_shape(x.shape)[axis]
-  offset = op._offset  # pylint: disable=protected-access
+  offset = op.offset
   if mesh_axis is None:
     return [], 0.0
   if abs(offset) > local or offset == 0:
-    return _gather_records(impl, x.shape, x.dtype, [op._dim_name], op.name), 0.0  # pylint: disable=protected-access
+    return _gather_records(impl, x.shape, x.dtype, [op.dim_name], op.name), 0.0
   return [CollectiveRecord("receive", (mesh_axis,), impl.shape[mesh_axis].size,
                            _nbytes(impl, x), op.name)], 0.0
 

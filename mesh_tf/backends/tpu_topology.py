@@ -9,7 +9,8 @@ its groups sit on short physical rings; the helpers here choose such maps.
 Pure Python (no TensorFlow).
 """
 from mesh_tf.errors import LayoutError
-from mesh_tf.shapes import Dimension, Shape, list_product
+from mesh_tf.shapes import (Dimension, Shape, list_product, pnum_to_processor_coordinates,
+                            processor_coordinates_to_pnum)
 
 
 def check_permutation(logical_to_physical, num_cores, mesh_description):
@@ -42,21 +43,6 @@ def inverse_permutation(perm):
   for i, p in enumerate(perm):
     inverse[p] = i
   return inverse
-
-
-def _row_major(sizes, coord):
-  n = 0
-  for s, c in zip(sizes, coord):
-    n = n * s + c
-  return n
-
-
-def _unravel(sizes, n):
-  coord = []
-  for s in reversed(sizes):
-    coord.append(n % s)
-    n //= s
-  return coord[::-1]
 
 
 class HierarchicalTiling:
@@ -100,10 +86,10 @@ class HierarchicalTiling:
     sizes = [list_product(s) for s in shapes]
     for logical in range(list_product(sizes)):
       physical = [0] * len(physical_shape)
-      for index, s, stride in zip(_unravel(sizes, logical), shapes, strides):
-        for k, (c, st) in enumerate(zip(_unravel(s, index), stride)):
+      for index, s, stride in zip(pnum_to_processor_coordinates(sizes, logical), shapes, strides):
+        for k, (c, st) in enumerate(zip(pnum_to_processor_coordinates(s, index), stride)):
           physical[k] += c * st
-      self._l2p.append(_row_major(physical_shape, physical))
+      self._l2p.append(processor_coordinates_to_pnum(physical_shape, physical))
 
   @staticmethod
   def _remaining(spec, shapes, physical_shape):
@@ -203,4 +189,4 @@ def auto_logical_to_physical_tpu(logical_shape, physical_shape, return_coordinat
         order.append([i, j, k, c][:len(physical_shape)])
   if return_coordinates:
     return order
-  return [_row_major(physical_shape, coord) for coord in order]
+  return [processor_coordinates_to_pnum(physical_shape, coord) for coord in order]

@@ -101,7 +101,7 @@ class Lowering:
 
   def _lower_one(self, op):
     """Lowers one op, keeping the collectives it emitted in self.comm_records."""
-    impl = self.mesh_to_impl.get(op.mesh)
+    impl = self.mesh_impl(op)
     start = len(impl.comm_log)
     impl.current_op_name = op.name
     try:

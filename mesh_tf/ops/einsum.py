@@ -37,6 +37,21 @@ def _dims_to_gather(impl, input_shapes, output_shape):
   return gather
 
 
+def contraction_plan(impl, input_shapes, output_shape):
+  """How an einsum lowers on impl's layout.
+
+  Returns (names of contracted dims to gather first, sorted mesh axes of the SUM
+  allreduce its local result owes -- those splitting a contracted dim that stays split).
+  """
+  gather = _dims_to_gather(impl, input_shapes, output_shape)
+  reduced = set()
+  for s in input_shapes:
+    for d, a in zip(s.dims, impl.tensor_layout(s)):
+      if a is not None and d not in output_shape.dims and d.name not in gather:
+        reduced.add(a)
+  return gather, sorted(reduced)
+
+
 class EinsumOperation(Operation):
   """Contracts inputs to output_shape; dims missing from the output are summed over."""
 
@@ -74,7 +89,7 @@ class EinsumOperation(Operation):
     impl = lowering.mesh_impl(self)
     y = self.outputs[0]
     equation = _equation([x.shape for x in self.inputs], y.shape)
-    gather = _dims_to_gather(impl, [x.shape for x in self.inputs], y.shape)
+    gather, reduced_axes = contraction_plan(impl, [x.shape for x in self.inputs], y.shape)
     ins = []
     for x in self.inputs:
       laid = lowering.tensors[x]
@@ -83,13 +98,8 @@ class EinsumOperation(Operation):
         lowering.add_counter("einsum_allconcat", impl.laid_out_size(x.shape))
       ins.append(laid)
     out = impl.slicewise(lambda *slices: impl.einsum(equation, *slices), *ins)
-    reduced_axes = set()
-    for x in self.inputs:
-      for d, a in zip(x.shape.dims, impl.tensor_layout(x.shape)):
-        if a is not None and d not in y.shape.dims and d.name not in gather:
-          reduced_axes.add(a)
     if reduced_axes:  # allreduced when first read, after any add_n of partial sums
-      out = LazyAllreduceSum(impl, out, sorted(reduced_axes), self.name)
+      out = LazyAllreduceSum(impl, out, reduced_axes, self.name)
     all_dims = shape_union([x.shape for x in self.inputs])
     lowering.add_counter("einsum", list_product(all_dims.to_integer_list))
     lowering.set_tensor_lowering(y, out)

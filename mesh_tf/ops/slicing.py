@@ -187,6 +187,14 @@ class ShiftOperation(Operation):
     self._offset, self._dim_name, self._wrap = offset, dim_name, wrap
     self._add_output(x.shape, x.dtype)
 
+  @property
+  def offset(self):
+    return self._offset
+
+  @property
+  def dim_name(self):
+    return self._dim_name
+
   def gradient(self, grad_ys):
     return [shift(grad_ys[0], -self._offset, self._dim_name, self._wrap)]
 

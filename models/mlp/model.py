@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models import train_steps
 
 
 class MlpModel:
@@ -47,26 +48,12 @@ class MlpModel:
     return mtf.Lowering(self.graph, {self.mesh: mesh_impl}, feeds=feeds)
 
   def make_train_step(self, mesh_impl, jit_compile=False):
-    """A tf.function running one SGD step and returning the loss before the update."""
-    self.lowering(mesh_impl)  # creates the variables eagerly, before any trace
-
-    @tf.function(jit_compile=jit_compile)
-    def train_step(images, labels):
-      lowering = self.lowering(mesh_impl, images, labels)
-      loss = lowering.export_to_tf_tensor(self.loss)
-      for op in self.update_ops:
-        lowering.lowered_operation(op)
-      return loss
-    return train_step
+    """A tf.function(images, labels) running one SGD step; returns the loss before it."""
+    return train_steps.make_train_step(self, mesh_impl, jit_compile)
 
   def make_eval_step(self, mesh_impl):
-    """A tf.function computing the loss of a batch without updating."""
-    self.lowering(mesh_impl)
-
-    @tf.function
-    def eval_step(images, labels):
-      return self.lowering(mesh_impl, images, labels).export_to_tf_tensor(self.loss)
-    return eval_step
+    """A tf.function(images, labels) computing the loss of a batch without updating."""
+    return train_steps.make_eval_step(self, mesh_impl)
 
 
 def synthetic_digits(num_examples, rows=28, cols=28, num_classes=10, seed=0):

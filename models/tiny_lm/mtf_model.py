@@ -2,6 +2,7 @@
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models import train_steps
 from models.tiny_lm import config as config_lib
 
 
@@ -68,13 +69,4 @@ class TinyLmModel:
 
   def make_train_step(self, mesh_impl, jit_compile=False):
     """tf.function(inputs, targets) -> loss before the SGD update."""
-    self.lowering(mesh_impl)
-
-    @tf.function(jit_compile=jit_compile)
-    def train_step(inputs, targets):
-      lowering = self.lowering(mesh_impl, inputs, targets)
-      loss = lowering.export_to_tf_tensor(self.loss)
-      for op in self.update_ops:
-        lowering.lowered_operation(op)
-      return loss
-    return train_step
+    return train_steps.make_train_step(self, mesh_impl, jit_compile)

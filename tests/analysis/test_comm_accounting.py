@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf import analysis
+from models import train_steps
 from models.mlp import model as mlp
 from models.tiny_lm import config as lm_config
 from models.tiny_lm import mtf_model as lm
@@ -31,10 +32,7 @@ def _measured_records(model, impl, feeds):
   def step(*args):
     lowering = model.lowering(impl, *args)
     lowerings.append(lowering)
-    loss = lowering.export_to_tf_tensor(model.loss)
-    for op in model.update_ops:
-      lowering.lowered_operation(op)
-    return loss
+    return train_steps.lower_train_step(lowering, model.loss, model.update_ops)
   model.lowering(impl)
   step.get_concrete_function(*feeds)  # tracing emits (and records) the collectives
   assert len(lowerings) == 1
