@@ -21,9 +21,10 @@ setuptools.setup(
         "gpu": ["tensorflow[and-cuda]" + TF_VERSION],
         "tpu": ["tensorflow-tpu" + TF_VERSION],
         "data": ["tensorflow-datasets"],
+        "text": ["sentencepiece"],
         # jax/jaxlib run XLA's SPMD partitioner on host CPUs in the GSPMD tests (version
         # verified with TF 2.21); nbclient/nbformat/ipykernel execute colab/ notebooks.
         "test": ["pytest", "hypothesis", "jax==0.10.2", "jaxlib==0.10.2", "nbclient",
-                 "nbformat", "ipykernel"],
+                 "nbformat", "ipykernel", "sentencepiece", "tensorflow-datasets"],
     },
 )

@@ -83,3 +83,4 @@ from mesh_tf.checkpoint import CheckpointManager, restore_checkpoint, save_check
 from mesh_tf import analysis
 from mesh_tf import learning_rate_schedules, optimize
 from mesh_tf import utils
+from mesh_tf import beam_search

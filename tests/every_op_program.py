@@ -45,7 +45,7 @@ def build_program():
   loss = mtf.reduce_mean(mtf.layers.softmax_cross_entropy_with_logits(
       logits, mtf.one_hot(ids, V), V))
   loss += mtf.reduce_sum(mtf.cumsum(mtf.reduce_max(probs, reduced_dim=V), L)) * 0.01
-  best, index = mtf.top_1(logits, V)
+  index, best = mtf.top_1(logits, V)
   stacked = mtf.stack(mtf.unstack(best, L), "length", axis=1)
   where = mtf.where(mtf.greater(stacked, 0.0), stacked, -stacked)
   range_sum = mtf.reduce_sum(mtf.cast(mtf.range(mesh, B, tf.int32), tf.float32) *

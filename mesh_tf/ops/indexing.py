@@ -103,14 +103,17 @@ def cumsum(x, dim, exclusive=False, reverse=False):
 
 
 def top_1(x, reduced_dim, dtype=tf.int32, name=None):
-  """(max, argmax) of x over reduced_dim; argmax is the first index of the max."""
+  """(argmax, max) of x over reduced_dim, as in the original: `index, value = top_1(...)`.
+
+  On ties the index is the last position holding the max (the original's choice).
+  """
   reduced_dim = convert_to_dimension(reduced_dim)
   max_val = reduce_max(x, reduced_dim=reduced_dim, name=name)
   is_max = ew.equal(x, max_val)
-  index = ew.where(is_max, mtf_range(x.mesh, reduced_dim, dtype), reduced_dim.size)
-  return max_val, reduce_min(index, reduced_dim=reduced_dim)
+  index = ew.where(is_max, mtf_range(x.mesh, reduced_dim, dtype), -1)
+  return reduce_max(index, reduced_dim=reduced_dim), max_val
 
 
 def argmax(x, reduced_dim):
   """Index of the max of x over reduced_dim."""
-  return top_1(x, reduced_dim)[1]
+  return top_1(x, reduced_dim)[0]

@@ -1,0 +1,1 @@
+"""The Transformer models (the original's mesh_tensorflow.transformer package)."""

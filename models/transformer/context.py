@@ -1,0 +1,136 @@
+"""`Context`: the per-call state every Transformer layer reads and writes.
+
+A model builds one Context per call (training step, eval pass or decoding pass) and
+hands it to each layer's `call(context, x)`. It carries the mesh, the batch and length
+dims, the variable precisions, the mode, positions and segment ids of packed examples,
+the encoder output for encoder-decoder attention, and the list where layers add their
+auxiliary losses (e.g. the MoE load-balancing loss).
+"""
+import tensorflow as tf
+
+import mesh_tf as mtf
+
+
+class ModeKeys:
+  """The original's tf.estimator.ModeKeys values, which TF 2 no longer ships."""
+  TRAIN = "train"
+  EVAL = "eval"
+  PREDICT = "infer"
+
+
+def is_training(mode):
+  """Whether mode means training (accepts the strings and tf.estimator-style keys)."""
+  return str(mode).lower() == ModeKeys.TRAIN
+
+
+class Context:
+  """State shared by the layers of one model call (the original's argument names).
+
+  Args:
+    model: the Unitransformer being called.
+    mesh: the mtf.Mesh.
+    batch_dims: list of mtf.Dimension (e.g. [batch] or [batch, beam]).
+    length_dim: the sequence mtf.Dimension.
+    variable_dtype: mtf.VariableDType for the layers' variables.
+    beam_dim: the beam dim while beam-searching, else None.
+    mode: ModeKeys.TRAIN / EVAL / PREDICT, or "incremental" / "first_part" in decoding.
+    position: int Tensor [batch..., length] of positions (None: 0..length-1).
+    position_is_default: whether position is plain 0..length-1 (no packing).
+    sequence_id: int Tensor of segment ids of packed examples (0 = padding), or None.
+    subsequence_id: segment ids within a sequence (e.g. for delimited LMs), or None.
+    states, new_states: decoding states read/written by incremental layers.
+    losses: list to which layers append auxiliary scalar losses (or None to drop them).
+    initial_position: first decoding position in incremental mode.
+    layer_outputs: list collecting each layer's output, if given.
+    encoder_output: the encoder's output for encoder-decoder attention.
+    encoder_sequence_id: segment ids of the encoder inputs.
+    constant_states, shared_params, encoder_layer_outputs, write_priority,
+      read_priority, inputs, encoder_inputs: as in the original.
+    num_microbatches: how many microbatches make up the batch.
+  """
+
+  def __init__(self, model, mesh, batch_dims, length_dim, variable_dtype, beam_dim=None,
+               mode=ModeKeys.TRAIN, position=None, position_is_default=False,
+               sequence_id=None, subsequence_id=None, states=None, new_states=None,
+               losses=None, initial_position=None, layer_outputs=None,
+               encoder_output=None, encoder_sequence_id=None, constant_states=None,
+               shared_params=None, encoder_layer_outputs=None, write_priority=None,
+               read_priority=None, inputs=None, encoder_inputs=None, num_microbatches=1):
+    self.model = model
+    self.mesh = mesh
+    self.batch_dims = list(batch_dims)
+    self.length_dim = length_dim
+    self.variable_dtype = variable_dtype
+    self.beam_dim = beam_dim
+    self.mode = mode
+    self.position = position
+    self.position_is_default = position_is_default
+    self.sequence_id = sequence_id
+    self.subsequence_id = subsequence_id
+    self.states = states
+    self.new_states = new_states
+    self.losses = losses
+    self.initial_position = initial_position
+    self.layer_outputs = layer_outputs
+    self.encoder_output = encoder_output
+    self.encoder_sequence_id = encoder_sequence_id
+    self.constant_states = constant_states
+    self.next_constant_state = 0
+    self.shared_params = shared_params
+    self.encoder_layer_outputs = encoder_layer_outputs
+    self.write_priority = write_priority
+    self.read_priority = read_priority
+    self.inputs = inputs
+    self.encoder_inputs = encoder_inputs
+    self.num_microbatches = num_microbatches
+    self.next_states_index = 0
+
+  @property
+  def train(self):
+    """Whether this call trains (dropout on, z-loss on)."""
+    return is_training(self.mode)
+
+  @property
+  def activation_dtype(self):
+    """The dtype of activations (the variables' activation dtype)."""
+    return self.variable_dtype.activation_dtype
+
+  @property
+  def encoder_length_dim(self):
+    """The length dim of the encoder output (None without an encoder)."""
+    if self.encoder_output is None:
+      return None
+    return self.encoder_output.shape.dims[-2]
+
+  @property
+  def nonpadding(self):
+    """Float Tensor, 1.0 where sequence_id marks a real token; None if unpacked."""
+    if self.sequence_id is None or isinstance(self.sequence_id, int):
+      return None
+    return mtf.cast(mtf.not_equal(self.sequence_id, 0), self.activation_dtype)
+
+  def get_position(self):
+    """Positions [length] (0..length-1) or the packed positions given."""
+    if self.position is not None:
+      return self.position
+    return mtf.range(self.mesh, self.length_dim, tf.int32)
+
+  def get_states(self, n):
+    """The next n decoding states (in the order layers recorded them)."""
+    states = self.states[self.next_states_index:self.next_states_index + n]
+    self.next_states_index += n
+    return states
+
+  def record_new_states(self, new_states):
+    """Appends this layer's new decoding states."""
+    self.new_states.extend(new_states)
+
+  def record_constant_state(self, s):
+    """Records a state computed once in "first_part" mode and reused afterwards."""
+    self.constant_states.append(s)
+
+  def get_constant_state(self):
+    """The next constant state recorded in "first_part" mode."""
+    ret = self.constant_states[self.next_constant_state]
+    self.next_constant_state += 1
+    return ret

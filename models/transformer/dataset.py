@@ -1,0 +1,246 @@
+"""Input pipelines (the original's transformer/dataset.py), on tf.data.
+
+A *dataset function* is what the trainer calls, like the original's
+`run(train_dataset_fn=...)`:
+
+    dataset_fn(sequence_length, vocabulary, dataset_split) -> tf.data.Dataset
+
+It returns an unbatched dataset of dicts of int32 features of shape
+[sequence_length["targets"]] ("inputs" too for encoder-decoder tasks), already
+encoded, EOS-terminated and packed or padded; `sequence_length` is an int or a dict
+{"inputs": n, "targets": n}; `dataset_split` is "train" or "validation"/"eval".
+Call dataset functions with keyword arguments; their other arguments are bound in gin.
+`batch_dataset` then repeats and batches. Nothing here downloads: TFDS datasets load
+only from data already on disk, and a missing file or dataset raises `MtfError`.
+"""
+import collections
+
+import gin
+import tensorflow as tf
+
+from mesh_tf import errors
+from models.transformer import packing
+from models.transformer import tfds_loading
+
+# The packing/padding functions live in packing.py; they are part of this module's API.
+pack_dataset = packing.pack_dataset
+pack_or_pad = packing.pack_or_pad
+trim_and_pad_dataset = packing.trim_and_pad_dataset
+ensure_dataset_eos = packing.ensure_dataset_eos
+
+EOS_ID = 1
+
+EvalDataset = collections.namedtuple(
+    "EvalDataset", ["name", "dataset_fn", "postprocess_fn", "metric_fns",
+                    "dataset_size"])
+EvalDataset.__new__.__defaults__ = (None,)
+EvalDataset.__doc__ = ("A named evaluation set: dataset_fn as above, a postprocess_fn "
+                       "for decoded text, metric_fns(targets, predictions) -> dict.")
+
+
+def is_eval_split(dataset_split):
+  """Whether dataset_split names held-out data ("validation", "eval", "test")."""
+  return dataset_split in ("validation", "eval", "test", "dev")
+
+
+def check_split(dataset_split):
+  """Raises MtfError unless dataset_split is train or a held-out split."""
+  if dataset_split != "train" and not is_eval_split(dataset_split):
+    raise errors.MtfError("unknown dataset_split %r: use 'train' or 'validation'"
+                          % (dataset_split,))
+
+
+def inputs_vocabulary(vocabulary):
+  """The vocabulary of "inputs": the first of a pair, or the single vocabulary."""
+  return vocabulary[0] if isinstance(vocabulary, (tuple, list)) else vocabulary
+
+
+def targets_vocabulary(vocabulary):
+  """The vocabulary of "targets": the second of a pair, or the single vocabulary."""
+  return vocabulary[1] if isinstance(vocabulary, (tuple, list)) else vocabulary
+
+
+def _vocabulary_for(key, vocabulary):
+  return inputs_vocabulary(vocabulary) if key.startswith("inputs") else (
+      targets_vocabulary(vocabulary))
+
+
+def encode_dataset(dataset, vocabulary):
+  """Encodes every string feature into int32 ids (no EOS appended)."""
+  def encode(features):
+    return {k: _vocabulary_for(k, vocabulary).encode_tf(v) if v.dtype == tf.string
+            else v for k, v in features.items()}
+  return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def encode_all_features(dataset, vocabulary):
+  """Encodes every feature (strings) into int32 ids and appends EOS to each."""
+  def encode(features):
+    return {k: tf.concat([_vocabulary_for(k, vocabulary).encode_tf(v), [EOS_ID]], 0)
+            for k, v in features.items()}
+  return dataset.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def supervised_to_dict(dataset, text2self):
+  """(inputs, targets) pairs -> {"inputs", "targets"}, or {"targets"} if text2self."""
+  if text2self:
+    return dataset.map(lambda x, y: {"targets": y})
+  return dataset.map(lambda x, y: {"inputs": x, "targets": y})
+
+
+def pad_dataset_with_zeroed_out_examples(dataset):
+  """The dataset followed by an unlimited stream of all-zero examples like its own."""
+  zeros = dataset.take(1).map(
+      lambda features: {k: tf.zeros_like(v) for k, v in features.items()})
+  return dataset.concatenate(zeros.repeat())
+
+
+def batch_dataset(dataset, batch_size, repeat=True):
+  """Repeats (optionally) and batches with drop_remainder, so every batch is full."""
+  if repeat:
+    dataset = dataset.repeat()
+  return dataset.batch(int(batch_size), drop_remainder=True).prefetch(
+      tf.data.AUTOTUNE)
+
+
+def _text_files(glob):
+  """Sorted files matching glob; MtfError naming the pattern when none does."""
+  patterns = [glob] if isinstance(glob, str) else list(glob)
+  files = []
+  for pattern in patterns:
+    matched = sorted(tf.io.gfile.glob(pattern))
+    if not matched:
+      raise errors.MtfError("no text file matches %r" % pattern, file=pattern,
+                            hint="check the path/glob bound in gin")
+    files.extend(matched)
+  return files
+
+
+def make_text_line_dataset(glob):
+  """tf.string dataset of the lines of the files matching glob (sorted order)."""
+  return tf.data.TextLineDataset(_text_files(glob))
+
+
+@gin.configurable(module="dataset")
+def simple_text_line_dataset(glob=gin.REQUIRED, shuffle_buffer_size=100000, seed=None):
+  """{"targets": line} for each line of the files matching glob, optionally shuffled."""
+  dataset = make_text_line_dataset(glob)
+  if shuffle_buffer_size:
+    dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+  return dataset.map(lambda line: {"targets": line})
+
+
+@gin.configurable(module="dataset")
+def sample_from_text_line_datasets(glob_weight_list, shuffle_buffer_size=100000,
+                                   prefetch=1000, seed=None):
+  """{"targets": line} drawn from several globs with the given weights, unlimited."""
+  globs, weights = zip(*glob_weight_list)
+  sources = [make_text_line_dataset(g).repeat().shuffle(shuffle_buffer_size, seed=seed)
+             for g in globs]
+  dataset = tf.data.Dataset.sample_from_datasets(sources, weights=list(weights),
+                                                 seed=seed)
+  return dataset.map(lambda line: {"targets": line}).prefetch(prefetch)
+
+
+def _held_out(text, validation_fraction):
+  """Deterministic split by content: a hash of the text picks the held-out lines."""
+  bucket = tf.strings.to_hash_bucket_fast(text, 10000)
+  return bucket < int(round(validation_fraction * 10000))
+
+
+def lm_features(dataset, sequence_length, vocabulary, pack=True):
+  """{"targets": text} -> encoded, EOS-terminated, packed or padded features."""
+  dataset = dataset.filter(lambda ex: tf.strings.length(ex["targets"]) > 0)
+  dataset = encode_all_features(dataset, vocabulary)
+  return pack_or_pad(dataset, sequence_length, pack=pack, ensure_eos=True)
+
+
+@gin.configurable(module="dataset")
+def text_line_dataset(sequence_length, vocabulary, dataset_split, glob=gin.REQUIRED,
+                      validation_glob=None, validation_fraction=0.05, pack=True):
+  """Dataset function: one LM example per non-blank line of the files matching glob.
+
+  The validation split is `validation_glob` if given, else the lines whose content
+  hashes into the held-out fraction (the train split is the rest).
+  """
+  check_split(dataset_split)
+  source = glob
+  if is_eval_split(dataset_split) and validation_glob:
+    source = validation_glob
+  lines = make_text_line_dataset(source).map(tf.strings.strip)
+  if not validation_glob:
+    held_out = is_eval_split(dataset_split)
+    lines = lines.filter(lambda s: tf.equal(_held_out(s, validation_fraction), held_out))
+  return lm_features(lines.map(lambda s: {"targets": s}), sequence_length, vocabulary,
+                     pack=pack)
+
+
+@gin.configurable(module="dataset")
+def text_corpus_dataset(sequence_length, vocabulary, dataset_split, glob=gin.REQUIRED,
+                        validation_fraction=0.05):
+  """Dataset function: whole text files, encoded and cut into consecutive sequences.
+
+  Each sequence holds length-1 tokens of running text and EOS. The last
+  `validation_fraction` of each file's tokens is the validation split.
+  """
+  check_split(dataset_split)
+  length = packing.lengths_per_key(sequence_length, ["targets"])["targets"]
+  vocab = targets_vocabulary(vocabulary)
+  held_out = is_eval_split(dataset_split)
+
+  def split_tokens(path):
+    tokens = vocab.encode_tf(tf.io.read_file(path))
+    n = tf.size(tokens)
+    cut = n - tf.cast(tf.cast(n, tf.float32) * validation_fraction, tf.int32)
+    return tokens[cut:] if held_out else tokens[:cut]
+
+  files = tf.data.Dataset.from_tensor_slices(_text_files(glob))
+  tokens = files.map(split_tokens).unbatch()
+  chunks = tokens.batch(length - 1)
+  return chunks.map(lambda c: {"targets": packing.trim_and_pad_to_length(
+      tf.concat([c, [EOS_ID]], 0), length)})
+
+
+def _tfds_features(dataset_name, text2self, tfds_data_dir, dataset_split):
+  """A TFDS split as {"inputs"?, "targets"} dicts (data must be on disk)."""
+  check_split(dataset_split)
+  dataset = tfds_loading.load_tfds(dataset_name, dataset_split, tfds_data_dir)
+  return supervised_to_dict(dataset, text2self)
+
+
+@gin.configurable(module="dataset")
+def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED, text2self=gin.REQUIRED,
+                              tfds_data_dir=gin.REQUIRED, dataset_split="train",
+                              batch_size=None, sequence_length=gin.REQUIRED,
+                              vocabulary=None, pack=True):
+  """A TFDS dataset whose features are already token ids; EOS appended, packed.
+
+  Unbatched (the dataset-function contract) unless batch_size is given.
+  """
+  del vocabulary  # The ids come from the dataset's own encoder.
+  dataset = _tfds_features(dataset_name, text2self, tfds_data_dir, dataset_split)
+  not_ids = [k for k, spec in dataset.element_spec.items() if not spec.dtype.is_integer]
+  if not_ids:
+    raise errors.MtfError(
+        "TFDS dataset %r is not pretokenized: feature(s) %s hold %s, not token ids"
+        % (dataset_name, ", ".join(not_ids), dataset.element_spec[not_ids[0]].dtype.name),
+        hint="use dataset.untokenized_tfds_dataset with a vocabulary")
+  dataset = dataset.map(lambda ex: {k: tf.concat([tf.cast(v, tf.int32), [EOS_ID]], 0)
+                                    for k, v in ex.items()})
+  dataset = pack_or_pad(dataset, sequence_length, pack=pack, ensure_eos=True)
+  return batch_dataset(dataset, batch_size) if batch_size else dataset
+
+
+@gin.configurable(module="dataset")
+def untokenized_tfds_dataset(dataset_name=gin.REQUIRED, text2self=gin.REQUIRED,
+                             tfds_data_dir=gin.REQUIRED, dataset_split="train",
+                             batch_size=None, sequence_length=gin.REQUIRED,
+                             vocabulary=gin.REQUIRED, pack=True):
+  """A TFDS text dataset, encoded with `vocabulary`, EOS appended, packed or padded.
+
+  Unbatched (the dataset-function contract) unless batch_size is given.
+  """
+  dataset = _tfds_features(dataset_name, text2self, tfds_data_dir, dataset_split)
+  dataset = encode_all_features(dataset, vocabulary)
+  dataset = pack_or_pad(dataset, sequence_length, pack=pack, ensure_eos=True)
+  return batch_dataset(dataset, batch_size) if batch_size else dataset

@@ -1,0 +1,121 @@
+"""Decode mode: prompts from a file (one per line), decoded by the model, text out.
+
+The decoding graph is built once for a fixed [batch, length] of prompt ids; prompts
+are encoded with the vocabulary, padded with 0 to the length, and decoded in batches
+(the last one padded with empty prompts). LMs continue each prompt
+(Unitransformer.sample_autoregressive); encoder-decoder models translate it
+(Bitransformer.decode). Greedy at temperature 0, sampling above; beam_size > 1 runs
+beam search.
+"""
+import gin
+import numpy as np
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models.transformer import model_graph
+
+DEFAULT_PROMPTS = ("The ", "In the beginning ", "A function ", "When the ")
+
+
+class DecodeGraph:
+  """The mtf graph decoding an int32 [batch, length] "inputs" placeholder."""
+
+  def __init__(self, model, batch_size, length, variable_dtype, temperature=0.0,
+               beam_size=1, alpha=0.6):
+    self.graph = mtf.Graph()
+    self.mesh = mtf.Mesh(self.graph, "my_mesh")
+    self.batch_size, self.length = batch_size, length
+    dims = [mtf.Dimension("batch", batch_size), mtf.Dimension("length", length)]
+    self.inputs = mtf.import_tf_tensor(
+        self.mesh, tf.TensorSpec([batch_size, length], tf.int32), dims, name="inputs")
+    if model_graph.is_bitransformer(model):
+      self.outputs = model.decode(self.inputs, variable_dtype=variable_dtype,
+                                  beam_size=beam_size, alpha=alpha,
+                                  temperature=temperature)
+    elif beam_size > 1:
+      self.outputs = model.beam_search(self.inputs, decode_length=length, beam_size=beam_size,
+                                       alpha=alpha, variable_dtype=variable_dtype)
+    else:
+      self.outputs = model.sample_autoregressive(
+          self.inputs, temperature=temperature, variable_dtype=variable_dtype,
+          remove_partial_sequences=True)
+
+  def lowering(self, mesh_impl, inputs=None):
+    """A Lowering on mesh_impl, fed with prompt ids (None: variables only)."""
+    feeds = {} if inputs is None else {self.inputs: inputs}
+    return mtf.Lowering(self.graph, {self.mesh: mesh_impl}, feeds=feeds)
+
+  def make_decode_fn(self, mesh_impl):
+    """A tf.function(int32 [batch, length]) -> decoded int32 ids."""
+    self.lowering(mesh_impl)
+
+    @tf.function
+    def decode(inputs):
+      return self.lowering(mesh_impl, inputs).export_to_tf_tensor(self.outputs)
+    return decode
+
+
+def encode_prompts(prompts, vocabulary, batch_size, length):
+  """int32 [n_batches * batch_size, length] prompt ids, zero-padded (ids trimmed)."""
+  rows = int(np.ceil(max(len(prompts), 1) / batch_size)) * batch_size
+  ids = np.zeros([rows, length], np.int32)
+  for i, prompt in enumerate(prompts):
+    encoded = list(vocabulary.encode(prompt))[:length - 1]
+    ids[i, :len(encoded)] = encoded
+  return ids
+
+
+def ids_to_text(ids, vocabulary, eos_id=1):
+  """Text of one row of ids, cut at the first EOS; padding (0) is skipped.
+
+  Decoded LM rows hold 0 where the prompt was (remove_partial_sequences).
+  """
+  out = []
+  for i in np.asarray(ids).tolist():
+    if i == eos_id:
+      break
+    if i:
+      out.append(i)
+  return vocabulary.decode(out)
+
+
+@gin.configurable(module="utils")
+def decode_from_file(decode_fn, vocabulary, batch_size, length, input_filename=None,
+                     output_filename=None, prompts=None):
+  """Decodes every prompt of input_filename (or prompts / DEFAULT_PROMPTS); writes one
+  output line per prompt to output_filename (if given); returns the lines."""
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  if input_filename:
+    prompts = utils.get_inputs_from_file(input_filename)
+  prompts = list(prompts if prompts is not None else DEFAULT_PROMPTS)
+  ids = encode_prompts(prompts, vocabulary, batch_size, length)
+  lines = []
+  for start in range(0, ids.shape[0], batch_size):
+    decoded = decode_fn(tf.constant(ids[start:start + batch_size])).numpy()
+    for row in decoded:
+      lines.append(ids_to_text(row, vocabulary).replace("\n", " "))
+  lines = lines[:len(prompts)]
+  for prompt, line in zip(prompts, lines):
+    print("%r -> %r" % (prompt, line), flush=True)
+  if output_filename:
+    utils.write_lines_to_file(lines, output_filename)
+  return lines
+
+
+@gin.configurable(module="utils")
+def decode_options(temperature=0.0, beam_size=1, alpha=0.6):
+  """How decode mode decodes: sampling temperature (0: greedy), beam size, alpha."""
+  return {"temperature": temperature, "beam_size": beam_size, "alpha": alpha}
+
+
+def run_decode(model_fn, mesh_impl, model_dir, checkpoint_path, vocabulary, batch_size,
+               sequence_length, variable_dtype, input_filename, output_filename):
+  """Decode mode of utils.run: restores the checkpoint and decodes the prompts."""
+  length = model_graph.feature_length(sequence_length, "inputs" if isinstance(
+      sequence_length, dict) and "inputs" in sequence_length else "targets")
+  graph = DecodeGraph(model_fn(), batch_size, length, variable_dtype, **decode_options())
+  decode_fn = graph.make_decode_fn(mesh_impl)
+  restored = mtf.restore_checkpoint(checkpoint_path or model_dir, mesh_impl)
+  print("decoding with %s" % restored.path, flush=True)
+  return decode_from_file(decode_fn, vocabulary, batch_size, length,
+                          input_filename=input_filename, output_filename=output_filename)

@@ -1,0 +1,67 @@
+"""Export mode: a SavedModel that decodes token ids (and text) without mesh_tf.
+
+The decoding graph is lowered on one device; its variables are held by a tf.Module
+and the traced decoding function is plain TF, so `tf.saved_model.load` needs only
+TensorFlow. Signatures: "serving_default" takes int32 ids [n, length] (n up to the
+batch size) and returns {"outputs": decoded ids}; "text" (when the vocabulary has
+encode_tf/decode_tf) takes a string vector and returns {"outputs": decoded text}.
+"""
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models.transformer import decode_io
+
+
+def _pad_rows(ids, batch_size, length):
+  """ids [n, <=length] zero-padded to [batch_size, length]; also returns n."""
+  n = tf.shape(ids)[0]
+  ids = ids[:, :length]
+  ids = tf.pad(ids, [[0, batch_size - n], [0, length - tf.shape(ids)[1]]])
+  return tf.reshape(ids, [batch_size, length]), n
+
+
+def build_module(decode_fn, vocabulary, batch_size, length):
+  """A tf.Module with the decoding signatures, tracking the variables they read."""
+  module = tf.Module()
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+  def decode_ids(ids):
+    padded, n = _pad_rows(ids, batch_size, length)
+    outputs = decode_fn(padded)[:n]
+    ends = tf.cumsum(tf.cast(tf.equal(outputs, 1), tf.int32), axis=-1, exclusive=True)
+    return {"outputs": tf.where(tf.equal(ends, 0), outputs, 0)}
+
+  module.decode_ids = decode_ids
+  signatures = {"serving_default": decode_ids.get_concrete_function()}
+  if hasattr(vocabulary, "encode_tf") and hasattr(vocabulary, "decode_tf"):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def decode_text(texts):
+      def encode_one(text):
+        ids = tf.cast(vocabulary.encode_tf(text), tf.int32)[:length - 1]
+        return tf.pad(ids, [[0, length - 1 - tf.shape(ids)[0]]])
+      ids = tf.map_fn(encode_one, texts, fn_output_signature=tf.TensorSpec(
+          [length - 1], tf.int32))
+      ids = decode_ids(ids)["outputs"]
+      return {"outputs": vocabulary.decode_tf(ids)}
+    module.decode_text = decode_text
+    signatures["text"] = decode_text.get_concrete_function()
+  # The variables the traced functions read, so the SavedModel stores them.
+  module.tracked_variables = list({id(v): v for f in signatures.values()
+                                   for v in f.variables}.values())
+  return module, signatures
+
+
+def run_export(model_fn, model_dir, checkpoint_path, vocabulary, batch_size,
+               sequence_length, variable_dtype, export_path):
+  """Export mode of utils.run: restores on one device and saves the SavedModel."""
+  from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
+  length = model_graph.feature_length(sequence_length, "targets")
+  mesh_impl = mtf.PlacementMeshImpl("", "", [""])
+  graph = decode_io.DecodeGraph(model_fn(), batch_size, length, variable_dtype)
+  decode_fn = graph.make_decode_fn(mesh_impl)
+  restored = mtf.restore_checkpoint(checkpoint_path or model_dir, mesh_impl)
+  module, signatures = build_module(decode_fn, vocabulary, batch_size, length)
+  tf.saved_model.save(module, export_path, signatures=signatures)
+  print("exported %s (step %s) to %s" % (restored.path, restored.global_step, export_path),
+        flush=True)
+  return export_path

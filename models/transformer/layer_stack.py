@@ -1,0 +1,285 @@
+"""`LayerStack`: a list of TransformerLayers wrapped in configurable "sublayers".
+
+A sublayer is a function `(x, layer_stack, context, ...) -> x`. The stack runs
+`sublayers_initial` once, then for every layer the `sublayers_per_layer` chain (the
+default, pre-norm residual: rms_norm -> call_layer -> dropout -> residual), then
+`sublayers_final`. Each layer's variables live in `mtf.variable_scope(layer.name)`
+(e.g. "block_000/layer_001"), and `sublayer_call_layer` adds the layer's class name, so
+names match the original library: "<model>/block_000/layer_000/SelfAttention/q",
+"<model>/block_000/layer_000/rms_norm/scale", and the final norm "<model>/rms_norm/scale".
+"""
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models.transformer.transformer_layer import TransformerLayer
+
+
+def _model_dim(context):
+  return context.model.model_dim
+
+
+def _ensemble_dims(context):
+  return list(getattr(context.model, "ensemble_dims", []) or [])
+
+
+@gin.configurable(module="transformer")
+def sublayer_call_layer(x, layer_stack, context):
+  """Calls the current layer (inputs masked at padding) in its class-name scope."""
+  x = sublayer_mask_padding(x, layer_stack, context)
+  layer = context.current_layer
+  with mtf.variable_scope(type(layer).__name__):
+    y = layer.call(context, x)
+  _check_layer_output(layer, x, y)
+  return y
+
+
+def _check_layer_output(layer, x, y):
+  if not isinstance(y, mtf.Tensor) or y.shape != x.shape:
+    raise mtf.ShapeError("layer %s (%s) returned %s for input shape %s; a layer must keep "
+                         "its input's shape" % (layer.name, type(layer).__name__,
+                                                getattr(y, "shape", y), x.shape),
+                         op=layer.name, tensor=getattr(y, "name", None))
+
+
+@gin.configurable(module="transformer")
+def sublayer_mask_padding(x, layer_stack, context):
+  """Zeroes x where context.sequence_id is 0 (padding of packed examples)."""
+  del layer_stack
+  if isinstance(context.sequence_id, mtf.Tensor):
+    return x * mtf.cast(mtf.not_equal(context.sequence_id, 0), context.activation_dtype)
+  return x
+
+
+@gin.configurable(module="transformer")
+def sublayer_rms_norm(x, layer_stack, context, epsilon=1e-6, name="rms_norm"):
+  """x / rms(x over d_model) * scale; the variable is "<scope>/<name>/scale"."""
+  del layer_stack
+  model_dim = _model_dim(context)
+  with mtf.variable_scope(name):
+    scale = mtf.get_variable(context.mesh, "scale",
+                             mtf.Shape(_ensemble_dims(context) + [model_dim]),
+                             initializer=tf.ones_initializer(),
+                             dtype=context.variable_dtype)
+  variance = mtf.reduce_mean(mtf.square(x), reduced_dim=model_dim)
+  return x * mtf.rsqrt(variance + epsilon) * scale
+
+
+@gin.configurable(module="transformer")
+def sublayer_scale_norm(x, layer_stack, context, epsilon=1e-6, name="scale_norm"):
+  """Like rms_norm, but with a single learned scalar scale (per ensemble member)."""
+  del layer_stack
+  with mtf.variable_scope(name):
+    scale = mtf.get_variable(context.mesh, "scale", mtf.Shape(_ensemble_dims(context)),
+                             initializer=tf.ones_initializer(),
+                             dtype=context.variable_dtype)
+  variance = mtf.reduce_mean(mtf.square(x), reduced_dim=_model_dim(context))
+  return x * mtf.rsqrt(variance + epsilon) * scale
+
+
+@gin.configurable(module="transformer")
+def sublayer_true_layer_norm(x, layer_stack, context, epsilon=1e-6):
+  """Mean-and-variance layer norm over d_model with scale and bias."""
+  del layer_stack
+  model_dim = _model_dim(context)
+  dims = _ensemble_dims(context) + [model_dim]
+  with mtf.variable_scope("true_layer_norm"):
+    scale = mtf.get_variable(context.mesh, "scale", mtf.Shape(dims),
+                             initializer=tf.ones_initializer(),
+                             dtype=context.variable_dtype)
+    bias = mtf.get_variable(context.mesh, "bias", mtf.Shape(dims),
+                            initializer=tf.zeros_initializer(),
+                            dtype=context.variable_dtype)
+  centered = x - mtf.reduce_mean(x, reduced_dim=model_dim)
+  variance = mtf.reduce_mean(mtf.square(centered), reduced_dim=model_dim)
+  return centered * mtf.rsqrt(variance + epsilon) * scale + bias
+
+
+@gin.configurable(module="transformer")
+def sublayer_residual(x, layer_stack, context):
+  """Adds the current layer's input (the residual connection)."""
+  del layer_stack
+  return x + context.current_layer_input
+
+
+@gin.configurable(module="transformer")
+def sublayer_dropout(x, layer_stack, context, dropout_rate=0.0):
+  """Dropout in training; one mask per (batch, d_model) entry, shared along length."""
+  del layer_stack
+  if context.train and dropout_rate > 0:
+    noise_shape = mtf.Shape(list(context.batch_dims) + [_model_dim(context)])
+    return mtf.dropout(x, rate=dropout_rate, noise_shape=noise_shape)
+  return x
+
+
+@gin.configurable(module="transformer")
+def sublayer_annealed_dropout(x, layer_stack, context, init_dropout_rate=0.0,
+                              start_step=None, end_step=None):
+  """Dropout whose rate falls linearly from init_dropout_rate to 0 over the steps."""
+  del layer_stack
+  if context.train and init_dropout_rate > 0:
+    return mtf.layers.annealed_dropout(x, True, start_step, end_step, init_dropout_rate)
+  return x
+
+
+@gin.configurable(module="transformer")
+def sublayer_clip_activation_gradient(x, layer_stack, context, rms_norm=1.0):
+  """Identity forward; clips the rms of the gradient flowing back through x."""
+  del layer_stack, context
+  return mtf.layers.clip_activation_gradient(x, rms_norm)
+
+
+@gin.configurable(module="transformer")
+def sublayer_rezero(x, layer_stack, context, initial_value=0.0):
+  """x times a learned scalar "rezero/scale" (ReZero, starting at initial_value)."""
+  del layer_stack
+  with mtf.variable_scope("rezero"):
+    scale = mtf.get_variable(context.mesh, "scale", mtf.Shape(_ensemble_dims(context)),
+                             initializer=tf.constant_initializer(initial_value),
+                             dtype=context.variable_dtype)
+  return x * scale
+
+
+@gin.configurable(module="transformer")
+def sublayer_legacy_dropout(x, layer_stack, context):
+  """Dropout at the stack's legacy dropout_rate."""
+  return sublayer_dropout(x, layer_stack, context, dropout_rate=layer_stack.dropout_rate)
+
+
+@gin.configurable(module="transformer")
+def sublayer_legacy_rms_norm(x, layer_stack, context):
+  """Per-layer rms norm of the legacy stack (scope "layer_norm")."""
+  return sublayer_rms_norm(x, layer_stack, context, epsilon=layer_stack.norm_epsilon,
+                           name="layer_norm")
+
+
+@gin.configurable(module="transformer")
+def sublayer_legacy_final_rms_norm(x, layer_stack, context):
+  """Final rms norm of the legacy stack (scope "final_layer_norm")."""
+  return sublayer_rms_norm(x, layer_stack, context, epsilon=layer_stack.norm_epsilon,
+                           name="final_layer_norm")
+
+
+def default_sublayers():
+  """(initial, per_layer, final) sublayers of the original's defaults.gin."""
+  return ([sublayer_dropout],
+          [sublayer_rms_norm, sublayer_call_layer, sublayer_dropout, sublayer_residual],
+          [sublayer_rms_norm, sublayer_dropout])
+
+
+@gin.configurable(module="transformer")
+class LayerStack(TransformerLayer):
+  """A stack of TransformerLayers, each wrapped in the per-layer sublayers.
+
+  Args:
+    layers: list of TransformerLayer (their names give the variable scopes).
+    sublayers_initial, sublayers_per_layer, sublayers_final: lists of sublayer
+      functions; None takes the defaults of the original's defaults.gin.
+    dropout_rate, norm_epsilon: legacy mode (both or neither): legacy dropout and
+      "layer_norm"/"final_layer_norm" scoped norms instead of the sublayer lists.
+    recompute_grads: recompute each layer's forward pass in the backward pass.
+  """
+
+  def __init__(self, layers, sublayers_initial=None, sublayers_per_layer=None,
+               sublayers_final=None, dropout_rate=None, norm_epsilon=None,
+               recompute_grads=False):
+    self._layers = list(layers)
+    self._recompute_grads = recompute_grads
+    self.dropout_rate = dropout_rate
+    self.norm_epsilon = norm_epsilon
+    if (dropout_rate is None) != (norm_epsilon is None):
+      raise mtf.MtfError(
+          "LayerStack: dropout_rate=%r and norm_epsilon=%r must both be set (legacy mode) "
+          "or both be None" % (dropout_rate, norm_epsilon))
+    if dropout_rate is not None:
+      given = [s for s in (sublayers_initial, sublayers_per_layer, sublayers_final)
+               if s is not None]
+      if given:
+        raise mtf.MtfError("LayerStack: legacy dropout_rate/norm_epsilon cannot be "
+                           "combined with explicit sublayers_* lists")
+      sublayers_initial = [sublayer_legacy_dropout]
+      sublayers_per_layer = [sublayer_legacy_rms_norm, sublayer_call_layer,
+                             sublayer_legacy_dropout, sublayer_residual]
+      sublayers_final = [sublayer_legacy_final_rms_norm, sublayer_legacy_dropout]
+    initial, per_layer, final = default_sublayers()
+    self._sublayers_initial = list(initial if sublayers_initial is None
+                                   else sublayers_initial)
+    self._sublayers_per_layer = list(per_layer if sublayers_per_layer is None
+                                     else sublayers_per_layer)
+    self._sublayers_final = list(final if sublayers_final is None else sublayers_final)
+
+  def call(self, context, x):
+    """Runs the initial sublayers, every layer, then the final sublayers."""
+    x = self._call_sublayers(self._sublayers_initial, x, context)
+    _record_output(context, x)
+    context.layer_index = 0
+    for lnum, layer in enumerate(self._layers):
+      with mtf.variable_scope(layer.name or ""):
+        if self._recompute_grads:
+          def fn(x, layer=layer):
+            return self._layer_fn(x, layer, context)
+          x = mtf.recompute_grad(fn, [x])
+        else:
+          x = self._layer_fn(x, layer, context)
+      if lnum != len(self._layers) - 1:
+        _record_output(context, x)
+      context.layer_index += 1
+    x = self._call_sublayers(self._sublayers_final, x, context)
+    x = sublayer_mask_padding(x, self, context)
+    _record_output(context, x)
+    return x
+
+  def _call_sublayers(self, sublayers, x, context):
+    for sublayer in sublayers:
+      x = sublayer(x, self, context)
+    return x
+
+  def _layer_fn(self, x, layer, context):
+    context.current_layer = layer
+    context.current_layer_input = x
+    y = self._call_sublayers(self._sublayers_per_layer, x, context)
+    _check_layer_output(layer, x, y)
+    return y
+
+  @property
+  def num_layers(self):
+    """How many layers the stack holds."""
+    return len(self._layers)
+
+  @property
+  def layers(self):
+    """The list of layers."""
+    return self._layers
+
+
+def _record_output(context, x):
+  if context.layer_outputs is not None:
+    context.layer_outputs.append(x)
+
+
+def _layer_instance(layer_cls):
+  """A fresh layer from a class or factory; a given instance is copied."""
+  if isinstance(layer_cls, TransformerLayer):
+    import copy  # pylint: disable=g-import-not-at-top
+    return copy.copy(layer_cls)
+  return layer_cls()
+
+
+@gin.configurable(module="transformer")
+def make_layer_stack(layers=gin.REQUIRED, layer_stack_cls=LayerStack, num_layers=6,
+                     block_scope=True):
+  """A layer_stack_cls of num_layers blocks, each a fresh instance of every layer class.
+
+  With block_scope the layers are named "block_%03d/layer_%03d" (block, index in the
+  block), as in the original; without it "layer_%03d" numbered through the stack.
+  """
+  stack = []
+  for block in range(num_layers):
+    for n, cls in enumerate(layers):
+      layer = _layer_instance(cls)
+      if block_scope:
+        layer.set_name("block_%03d/layer_%03d" % (block, n))
+      else:
+        layer.set_name("layer_%03d" % (block * len(layers) + n))
+      stack.append(layer)
+  return layer_stack_cls(stack)

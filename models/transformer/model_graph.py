@@ -1,0 +1,170 @@
+"""`ModelGraph`: a Transformer model's mtf graph for one mode, built once.
+
+The trainer feeds batches of int32 [batch, length] features ("targets", and "inputs"
+for encoder-decoder models, plus "*_segmentation" / "*_position" of packed data) into
+placeholders; the graph computes the model's loss (and, when training, the gradients
+and the optimizer's update ops). A Lowering of the graph, fed with one batch, runs
+inside the trainer's tf.function.
+"""
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf.errors import LayoutError
+from models.transformer.context import ModeKeys
+
+# Feature keys a model may read; anything else in a dataset is ignored.
+FEATURE_KEYS = ("inputs", "targets", "inputs_segmentation", "inputs_position",
+                "targets_segmentation", "targets_position", "targets_subsegmentation")
+
+# Dim names of the Transformer family: layouts may name them even when a given model
+# lacks them (e.g. "experts:batch" in a layout shared by dense and MoE models).
+STANDARD_DIM_NAMES = ("batch", "length", "memory_length", "d_model", "heads", "d_kv",
+                      "d_ff", "vocab", "experts", "expert_hidden", "beam", "outer_batch",
+                      "inner_batch", "ensemble", "memory_heads", "kv_heads")
+
+
+def feature_length(sequence_length, key):
+  """The length of feature key: sequence_length is an int or a dict by feature name."""
+  if isinstance(sequence_length, dict):
+    base = key.split("_")[0]
+    if base not in sequence_length:
+      raise mtf.MtfError("sequence_length %r has no entry for feature %r"
+                         % (sequence_length, base))
+    return int(sequence_length[base])
+  return int(sequence_length)
+
+
+def is_bitransformer(model):
+  """Whether model is an encoder-decoder (has an encoder and a decoder)."""
+  return hasattr(model, "encoder") and hasattr(model, "decoder")
+
+
+def _autoregressive_inputs(targets, sequence_id):
+  """The LM inputs: targets shifted right by one (0 first), per packed segment."""
+  try:
+    from models.transformer import transformer  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    transformer = None
+  if transformer is not None and hasattr(transformer, "autoregressive_inputs"):
+    return transformer.autoregressive_inputs(targets, sequence_id=sequence_id)
+  length_dim = targets.shape.dims[-1]
+  inputs = mtf.shift(targets, offset=1, dim=length_dim, wrap=False)
+  if sequence_id is not None:  # position 0 of every packed segment sees 0
+    same = mtf.equal(sequence_id, mtf.shift(sequence_id, offset=1, dim=length_dim,
+                                            wrap=False))
+    inputs *= mtf.cast(same, inputs.dtype)
+  return inputs
+
+
+def model_features(model, feature_keys):
+  """The feature keys this model reads, in FEATURE_KEYS order."""
+  wanted = set(feature_keys) & set(FEATURE_KEYS)
+  if not is_bitransformer(model):
+    wanted -= {"inputs", "inputs_segmentation", "inputs_position"}
+  if "targets" not in wanted:
+    raise mtf.MtfError("the dataset has no 'targets' feature (it has %s)"
+                       % sorted(feature_keys))
+  if is_bitransformer(model) and "inputs" not in wanted:
+    raise mtf.MtfError("an encoder-decoder model needs an 'inputs' feature; the dataset "
+                       "has %s" % sorted(feature_keys))
+  return [k for k in FEATURE_KEYS if k in wanted]
+
+
+def call_model(model, features, mode, variable_dtype, num_microbatches=1):
+  """(logits, loss) of model on a dict of mtf features (the original model_fn's call)."""
+  targets = features["targets"]
+  if is_bitransformer(model):
+    return model.call_simple(
+        inputs=features["inputs"], targets=targets, compute_loss=True, mode=mode,
+        variable_dtype=variable_dtype,
+        encoder_sequence_id=features.get("inputs_segmentation"),
+        decoder_sequence_id=features.get("targets_segmentation"),
+        decoder_subsequence_id=features.get("targets_subsegmentation"),
+        encoder_position=features.get("inputs_position"),
+        decoder_position=features.get("targets_position"),
+        num_microbatches=num_microbatches)
+  sequence_id = features.get("targets_segmentation")
+  inputs = _autoregressive_inputs(targets, sequence_id)
+  return model.call_simple(
+      inputs=inputs, targets=targets, compute_loss=True, mode=mode,
+      variable_dtype=variable_dtype, sequence_id=sequence_id,
+      subsequence_id=features.get("targets_subsegmentation"),
+      position=features.get("targets_position"), num_microbatches=num_microbatches)
+
+
+class ModelGraph:
+  """The mtf graph of one model call on one batch shape.
+
+  Args:
+    model: a Unitransformer or Bitransformer.
+    batch_size: examples per batch.
+    sequence_length: int, or dict {"inputs": n, "targets": m}.
+    feature_keys: the keys of the dataset's examples.
+    mode: ModeKeys.TRAIN builds gradients and update ops; EVAL only the loss.
+    variable_dtype: mtf.VariableDType of the model's variables.
+    optimizer: an mtf.optimize.Optimizer (training only).
+
+  Attributes: graph, mesh, loss, logits, update_ops, placeholders (key -> mtf Tensor).
+  """
+
+  def __init__(self, model, batch_size, sequence_length, feature_keys, mode,
+               variable_dtype, optimizer=None, num_microbatches=1):
+    self.model = model
+    self.mode = mode
+    self.batch_size = batch_size
+    self.graph = mtf.Graph()
+    self.mesh = mtf.Mesh(self.graph, "my_mesh")
+    self.keys = model_features(model, feature_keys)
+    batch_dim = mtf.Dimension("batch", batch_size)
+    self.placeholders = {}
+    for key in self.keys:
+      length = feature_length(sequence_length, key)
+      self.placeholders[key] = mtf.import_tf_tensor(
+          self.mesh, tf.TensorSpec([batch_size, length], tf.int32),
+          [batch_dim, mtf.Dimension("length", length)], name=key)
+    self.logits, loss = call_model(model, self.placeholders, mode, variable_dtype,
+                                   num_microbatches)
+    self.loss = mtf.cast(loss, tf.float32)
+    self.update_ops = []
+    if mode == ModeKeys.TRAIN:
+      variables = self.graph.trainable_variables
+      grads = mtf.gradients([self.loss], [v.outputs[0] for v in variables])
+      self.update_ops = optimizer.apply_grads(grads, variables)
+
+  def tokens_per_batch(self):
+    """Number of target positions in one batch."""
+    return self.placeholders["targets"].shape.size
+
+  def lowering(self, mesh_impl, features=None):
+    """A Lowering on mesh_impl fed with a dict of features (None: variables only)."""
+    feeds = {}
+    if features is not None:
+      feeds = {self.placeholders[k]: features[k] for k in self.keys}
+    return mtf.Lowering(self.graph, {self.mesh: mesh_impl}, feeds=feeds)
+
+  def dim_names(self):
+    """The names of every dim of every tensor in the graph, sorted."""
+    return sorted({d.name for op in self.graph.operations for t in op.outputs
+                   for d in t.shape.dims})
+
+
+def check_layout_names(model_graph, layout_rules, mesh_shape):
+  """Raises LayoutError for a layout rule naming a dim the model lacks.
+
+  Returns the rules that split nothing: those naming a mesh dim the mesh lacks (the
+  original ignores them, so one layout serves several meshes) and those naming a
+  standard Transformer dim this model does not use.
+  """
+  rules = mtf.convert_to_layout_rules(layout_rules)
+  mesh_dims = [d.name for d in mtf.convert_to_shape(mesh_shape).dims]
+  dims = set(model_graph.dim_names())
+  unused = []
+  for tensor_dim, mesh_dim in rules:
+    rule = "%s:%s" % (tensor_dim, mesh_dim)
+    if tensor_dim not in dims and tensor_dim not in STANDARD_DIM_NAMES:
+      raise LayoutError(
+          "layout rule %r names dim %r, which the model lacks; the model's dims are %s"
+          % (rule, tensor_dim, ", ".join(sorted(dims))), rule=rule, dim=tensor_dim)
+    if tensor_dim not in dims or mesh_dim not in mesh_dims:
+      unused.append(rule)
+  return unused

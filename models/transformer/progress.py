@@ -1,0 +1,52 @@
+"""A progress line for training: step/total, a bar, loss, learning rate, tokens/s, ETA."""
+import sys
+import time
+
+
+def format_duration(seconds):
+  """Seconds as H:MM:SS."""
+  seconds = max(0, int(round(seconds)))
+  return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
+
+
+class Progress:
+  """Measures throughput since start() and prints one line per report().
+
+  Args:
+    total_steps: the step training stops at.
+    tokens_per_step: tokens in one batch.
+    stream: where lines go (stdout by default).
+    bar_width: characters of the [####....] bar.
+  """
+
+  def __init__(self, total_steps, tokens_per_step, stream=None, bar_width=20):
+    self.total_steps = total_steps
+    self.tokens_per_step = tokens_per_step
+    self.stream = stream or sys.stdout
+    self.bar_width = bar_width
+    self._start_time = None
+    self._start_step = 0
+    self._last_time = None
+    self._last_step = 0
+
+  def start(self, step):
+    """Begins timing at global step `step` (e.g. the resumed step)."""
+    self._start_time = self._last_time = time.time()
+    self._start_step = self._last_step = step
+
+  def report(self, step, loss, learning_rate):
+    """Prints the line for global step `step`; returns the tokens/s since last report."""
+    now = time.time()
+    steps = step - self._last_step
+    elapsed = max(now - self._last_time, 1e-9)
+    tokens_per_second = steps * self.tokens_per_step / elapsed
+    per_step = (now - self._start_time) / max(step - self._start_step, 1)
+    eta = per_step * (self.total_steps - step)
+    done = int(self.bar_width * step / max(self.total_steps, 1))
+    bar = "#" * done + "." * (self.bar_width - done)
+    self.stream.write("step %d/%d [%s] loss %.4f lr %.3g %.0f tokens/s ETA %s\n"
+                      % (step, self.total_steps, bar, loss, learning_rate,
+                         tokens_per_second, format_duration(eta)))
+    self.stream.flush()
+    self._last_time, self._last_step = now, step
+    return tokens_per_second

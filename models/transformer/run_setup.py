@@ -1,0 +1,130 @@
+"""What every trainer mode needs first: devices, the MeshImpl, batched data, gin file IO.
+
+The mesh is emulated on virtual CPU devices: a placement mesh of n processors needs n
+logical devices, fixed before TensorFlow runs its first op. SIMD emulation and GSPMD
+run on one device whatever the mesh size.
+"""
+import os
+import uuid
+
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf.errors import LayoutError, MtfError
+from models.transformer import model_graph
+
+
+def configured_backend():
+  """The gin binding of make_mesh_impl.backend, or "placement" when unbound."""
+  try:
+    return gin.query_parameter("make_mesh_impl.backend")
+  except ValueError:
+    return "placement"
+
+
+def mesh_devices(mesh_size, backend):
+  """Device names for a mesh of mesh_size processors on the given backend.
+
+  Placement needs one logical CPU per processor: they are made if TensorFlow has not
+  started yet; otherwise the first mesh_size existing ones are used.
+  """
+  if backend != "placement":
+    return None
+  if mesh_size == 1:
+    return [""]
+  try:
+    return mtf.utils.configure_virtual_cpus(mesh_size)
+  except LayoutError:
+    have = len(tf.config.list_logical_devices("CPU"))
+    if have < mesh_size:
+      raise LayoutError(
+          "mesh of %d processors needs %d CPU devices for the placement backend, but "
+          "TensorFlow already started with %d; run in a fresh process, or set "
+          "make_mesh_impl.backend = 'simd'" % (mesh_size, mesh_size, have)) from None
+    return ["/cpu:%d" % i for i in range(mesh_size)]
+
+
+def make_mesh_impl(mesh_shape, layout_rules):
+  """A MeshImpl of the gin-configured backend (placement by default)."""
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  layout_rules = mtf.convert_to_layout_rules(layout_rules)
+  backend = configured_backend()
+  devices = mesh_devices(mesh_shape.size, backend)
+  return mtf.make_mesh_impl(mesh_shape=mesh_shape, layout=layout_rules, devices=devices)
+
+
+def _fix_lengths(sequence_length):
+  """A map function that casts features to int32 and pads/trims them to their length."""
+  def fix(example):
+    out = {}
+    for key, value in example.items():
+      if key not in model_graph.FEATURE_KEYS:
+        continue
+      length = model_graph.feature_length(sequence_length, key)
+      value = tf.cast(value, tf.int32)[:length]
+      out[key] = tf.pad(value, [[0, length - tf.shape(value)[0]]])
+      out[key].set_shape([length])
+    return out
+  return fix
+
+
+def batched_dataset(dataset_fn, sequence_length, vocabulary, dataset_split, batch_size,
+                    repeat=True):
+  """dataset_fn's examples as fixed-shape int32 [batch_size, length] feature dicts."""
+  if dataset_fn is None:
+    raise MtfError("no dataset function for split %r: bind utils.run.train_dataset_fn "
+                   "(or eval_dataset_fn) in gin" % dataset_split)
+  try:
+    dataset = dataset_fn(sequence_length=sequence_length, vocabulary=vocabulary,
+                         dataset_split=dataset_split)
+  except (FileNotFoundError, tf.errors.NotFoundError) as e:
+    raise MtfError("dataset for split %r: data file not found: %s" % (dataset_split, e),
+                   file=getattr(e, "filename", None)) from e
+  dataset = dataset.map(_fix_lengths(sequence_length))
+  if repeat:
+    dataset = dataset.repeat()
+  return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
+
+
+def feature_keys(dataset):
+  """The feature names of a (batched) dataset."""
+  return sorted(dataset.element_spec)
+
+
+def next_batch(iterator, dataset_split):
+  """The next batch; a missing or unreadable data file becomes an MtfError."""
+  try:
+    return next(iterator)
+  except tf.errors.NotFoundError as e:
+    raise MtfError("dataset for split %r: data file not found: %s"
+                   % (dataset_split, e.message)) from e
+
+
+def write_text_atomically(path, text):
+  """Writes text to path through a temporary file and a rename."""
+  directory = os.path.dirname(path) or "."
+  tf.io.gfile.makedirs(directory)
+  tmp = os.path.join(directory, ".%s.tmp-%s" % (os.path.basename(path), uuid.uuid4().hex))
+  with tf.io.gfile.GFile(tmp, "w") as f:
+    f.write(text)
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def _run_bindings():
+  """The "# Parameters for run:" block of gin's bindings (gin lists a configurable as
+  operative only once it returns, and utils.run is still running)."""
+  text = gin.config_str()
+  start = text.find("# Parameters for run:")
+  if start < 0:
+    return ""
+  end = text.find("\n\n", start)
+  return text[start:] if end < 0 else text[start:end + 1]
+
+
+def write_operative_config(model_dir):
+  """Writes gin's operative config (what the run actually used) to model_dir."""
+  text = gin.operative_config_str()
+  if "# Parameters for run:" not in text:
+    text = text.rstrip("\n") + "\n\n" + _run_bindings()
+  write_text_atomically(os.path.join(model_dir, "operative_config.gin"), text)

@@ -1,0 +1,178 @@
+"""Train mode: the update step as one tf.function, checkpoints, resume, summaries, eval.
+
+The global step is a tf.Variable owned here and handed to mtf.optimize, so learning-rate
+schedules read it when the graph is lowered (on every call of the traced step); it is
+incremented after the updates and saved as `global_step` in every checkpoint. Starting
+again in the same model_dir resumes from its latest checkpoint, on any mesh and layout.
+"""
+import numbers
+import os
+
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models import train_steps as shared_steps
+from models.transformer import evaluation
+from models.transformer import model_graph
+from models.transformer import progress as progress_lib
+from models.transformer import run_setup
+from models.transformer import summaries
+from models.transformer.context import ModeKeys
+
+
+def make_learning_rate(learning_rate_schedule, global_step, train_steps):
+  """A zero-argument callable giving the rate at the current global step, or None."""
+  if learning_rate_schedule is None:
+    return None
+  if isinstance(learning_rate_schedule, numbers.Number):
+    rate = float(learning_rate_schedule)
+    return lambda: tf.constant(rate, tf.float32)
+  return lambda: tf.cast(learning_rate_schedule(step=global_step,
+                                                total_train_steps=train_steps), tf.float32)
+
+
+def make_optimizer(optimizer, learning_rate):
+  """An Optimizer instance: optimizer may be an instance, a class/factory, or None
+  (AdafactorOptimizer, as in the original trainer)."""
+  if isinstance(optimizer, mtf.optimize.Optimizer):
+    return optimizer
+  factory = optimizer or mtf.optimize.AdafactorOptimizer
+  if learning_rate is None:
+    return factory()
+  return factory(learning_rate=learning_rate)
+
+
+def current_learning_rate(optimizer):
+  """The optimizer's learning rate now, as a float32 tf.Tensor (for summaries)."""
+  rate = getattr(optimizer, "learning_rate", None)
+  if callable(rate) and not isinstance(rate, tf.Variable):
+    rate = rate()
+  if rate is None:
+    rate = 0.0
+  return tf.cast(rate, tf.float32)
+
+
+class Trainer:
+  """Builds the train graph and step once; `train(steps)` runs and checkpoints.
+
+  Args:
+    model_fn: zero-argument callable returning a fresh model (one per graph).
+    mesh_impl: where the variables live.
+    model_dir: checkpoints, summaries and operative_config.gin go here.
+    batch_size, sequence_length: the batch shape.
+    feature_keys: the dataset's feature names.
+    variable_dtype: mtf.VariableDType of the model.
+    train_steps: the global step to stop at (also the schedules' total).
+    optimizer, learning_rate_schedule: as utils.run takes them.
+    save_checkpoints_steps, keep_checkpoint_max: checkpoint period and count.
+    iterations_per_loop: steps between progress lines and summaries.
+  """
+
+  def __init__(self, model_fn, mesh_impl, model_dir, batch_size, sequence_length,
+               feature_keys, variable_dtype, train_steps, optimizer=None,
+               learning_rate_schedule=None, save_checkpoints_steps=1000,
+               keep_checkpoint_max=5, iterations_per_loop=100, num_microbatches=1):
+    self.mesh_impl = mesh_impl
+    self.model_dir = model_dir
+    self.train_steps = train_steps
+    self.save_checkpoints_steps = save_checkpoints_steps
+    self.iterations_per_loop = iterations_per_loop
+    self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    mtf.optimize.set_global_step(self.global_step)
+    self.optimizer = make_optimizer(optimizer, make_learning_rate(
+        learning_rate_schedule, self.global_step, train_steps))
+    self.graph = model_graph.ModelGraph(
+        model_fn(), batch_size, sequence_length, feature_keys, ModeKeys.TRAIN,
+        variable_dtype, optimizer=self.optimizer, num_microbatches=num_microbatches)
+    self.graph.lowering(mesh_impl)  # creates the variables eagerly, before any trace
+    self.manager = mtf.CheckpointManager(
+        model_dir, mesh_impl, max_to_keep=keep_checkpoint_max,
+        extra_variables={"global_step": self.global_step})
+    graph = self.graph
+
+    @tf.function(jit_compile=isinstance(mesh_impl, mtf.GSPMDMeshImpl))
+    def train_step(features):
+      rate = current_learning_rate(self.optimizer)
+      loss = shared_steps.lower_train_step(graph.lowering(mesh_impl, features),
+                                           graph.loss, graph.update_ops)
+      self.global_step.assign_add(1)
+      return loss, rate
+    self.train_step = train_step
+
+  def restore(self, init_checkpoint=None):
+    """Resumes from model_dir's latest checkpoint, else loads init_checkpoint's model
+    variables (if given); returns the global step training starts at."""
+    step = self.manager.restore_or_initialize()
+    if step is not None:
+      self.global_step.assign(step)
+      print("resumed from %s at step %d" % (self.manager.latest_checkpoint, step),
+            flush=True)
+      return step
+    if init_checkpoint:
+      result = mtf.restore_checkpoint(init_checkpoint, self.mesh_impl, allow_missing=True)
+      print("initialized %d variables from %s" % (len(result.names), result.path),
+            flush=True)
+    return int(self.global_step.numpy())
+
+  def train(self, dataset, evaluator=None, eval_dataset=None, eval_steps=0, stream=None):
+    """Runs steps until train_steps; returns [(step, loss)] of the progress lines."""
+    step = int(self.global_step.numpy())
+    if step >= self.train_steps:
+      print("global step %d already reaches train_steps %d; nothing to do"
+            % (step, self.train_steps), flush=True)
+      return []
+    writer = summaries.ScalarWriter(self.model_dir)
+    progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch(),
+                                     stream=stream)
+    progress.start(step)
+    history = []
+    iterator = iter(dataset)
+    while step < self.train_steps:
+      loss, rate = self.train_step(run_setup.next_batch(iterator, "train"))
+      step += 1
+      if step % self.iterations_per_loop == 0 or step == self.train_steps:
+        loss, rate = float(loss), float(rate)
+        tokens_per_second = progress.report(step, loss, rate)
+        writer.write(step, {"loss": loss, "learning_rate": rate,
+                            "tokens_per_second": tokens_per_second})
+        history.append((step, loss))
+      if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
+        path = self.manager.save()
+        print("saved checkpoint %s" % path, flush=True)
+        if evaluator is not None and eval_steps:
+          results = evaluator.evaluate(eval_dataset, eval_steps)
+          evaluation.write_eval_results(self.model_dir, step, results)
+          print("eval at step %d: loss %.4f perplexity %.3f"
+                % (step, results["loss"], results["perplexity"]), flush=True)
+    writer.close()
+    return history
+
+
+def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
+              eval_dataset_fn, dataset_split, batch_size, sequence_length, variable_dtype,
+              train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
+              keep_checkpoint_max, iterations_per_loop, eval_steps, init_checkpoint,
+              num_microbatches=1):
+  """Train mode of utils.run; returns the trainer's [(step, loss)] history."""
+  dataset = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
+                                      dataset_split, batch_size)
+  keys = run_setup.feature_keys(dataset)
+  trainer = Trainer(model_fn, mesh_impl, model_dir, batch_size, sequence_length, keys,
+                    variable_dtype, train_steps, optimizer=optimizer,
+                    learning_rate_schedule=learning_rate_schedule,
+                    save_checkpoints_steps=save_checkpoints_steps,
+                    keep_checkpoint_max=keep_checkpoint_max,
+                    iterations_per_loop=iterations_per_loop,
+                    num_microbatches=num_microbatches)
+  evaluator = eval_dataset = None
+  if eval_dataset_fn is not None and eval_steps:
+    eval_dataset = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,
+                                             "validation", batch_size)
+    evaluator = evaluation.Evaluator(model_fn, mesh_impl, batch_size, sequence_length,
+                                     run_setup.feature_keys(eval_dataset), variable_dtype)
+  trainer.restore(init_checkpoint)  # before anything is written to model_dir
+  run_setup.write_operative_config(model_dir)
+  print("training %s on mesh %s, layout %s (%s), to step %d"
+        % (type(trainer.graph.model).__name__, mesh_impl.shape.to_string,
+           mesh_impl.layout_rules, type(mesh_impl).__name__, train_steps), flush=True)
+  return trainer.train(dataset, evaluator, eval_dataset, eval_steps)

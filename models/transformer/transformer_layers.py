@@ -1,0 +1,409 @@
+"""The Transformer's layers: attention (self, encoder-decoder, local) and feed-forward.
+
+Each layer is a gin-configurable `TransformerLayer` holding hyperparameters only; its
+`call(context, x)` creates the variables (in the scope named after the layer class,
+e.g. ".../layer_000/SelfAttention/q", as the original's checkpoints have them) and
+returns a tensor shaped like x.
+"""
+import contextlib
+
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf.errors import MtfError, ShapeError
+from mesh_tf.graph import current_scope_name
+from models.transformer import attention
+from models.transformer import relative_position
+from models.transformer.transformer_layer import TransformerLayer
+
+RELATIVE_ATTENTION_TYPES = (None, "bias", "bias_shared")
+
+
+@contextlib.contextmanager
+def class_scope(layer):
+  """Opens a variable scope named after the layer's class, unless already inside it.
+
+  The original opened it around every layer call; whichever of the layer stack and the
+  layer opens it, the variables end up in exactly one such scope.
+  """
+  name = type(layer).__name__
+  scope = current_scope_name()
+  if scope == name or scope.endswith("/" + name):
+    yield
+  else:
+    with mtf.variable_scope(name):
+      yield
+
+
+def _model_flag(context, name):
+  return bool(getattr(context.model, name, False))
+
+
+def _rename_length(x, old_name, new_name="memory_length"):
+  """x with dim old_name renamed (x unchanged when it has no such dim)."""
+  if old_name == new_name or old_name not in x.shape.dimension_names:
+    return x
+  return mtf.rename_dimension(x, old_name, new_name)
+
+
+def _as_tensor_or_none(x):
+  return x if isinstance(x, mtf.Tensor) else None
+
+
+def _model_dim(context):
+  """The model's d_model Dimension (context.model.model_dim, a Dimension or an int)."""
+  model_dim = getattr(context.model, "model_dim", None)
+  if model_dim is None:
+    raise ShapeError("attention_params: the model has no model_dim; pass query_input_dim",
+                     dim="d_model")
+  if isinstance(model_dim, mtf.Dimension):
+    return model_dim
+  return mtf.Dimension("d_model", int(model_dim))
+
+
+def attention_params(context, kv_dim, num_heads, num_memory_heads=0, shared_kv=False,
+                     no_query=False, combine_dims=True, keep_query_heads_dims=False,
+                     fold_scaling_into_initializer=True, query_input_dim=None,
+                     memory_input_dim=None):
+  """AttentionParams for a layer: heads dims from num_heads and num_memory_heads.
+
+  num_memory_heads=0: every query head has its own keys and values; 1: one key/value
+  head shared by all (multi-query); n > 1: query heads [heads=n, query_heads=num_heads/n]
+  share keys and values along "query_heads".
+  """
+  model_dim = query_input_dim or _model_dim(context)
+  if num_memory_heads in (0, None):
+    query_heads = [mtf.Dimension("heads", num_heads)]
+    memory_heads = list(query_heads)
+  elif num_memory_heads == 1:
+    query_heads = [mtf.Dimension("heads", num_heads)]
+    memory_heads = []
+  else:
+    if num_heads % num_memory_heads:
+      raise ShapeError("attention_params: num_memory_heads %d does not divide num_heads %d"
+                       % (num_memory_heads, num_heads), dim="heads")
+    memory_heads = [mtf.Dimension("heads", num_memory_heads)]
+    query_heads = memory_heads + [mtf.Dimension("query_heads",
+                                                num_heads // num_memory_heads)]
+  return attention.AttentionParams(
+      context.mesh, query_input_dim=model_dim, memory_input_dim=memory_input_dim or model_dim,
+      output_dim=model_dim, key_dim=kv_dim, value_dim=kv_dim, query_heads_dims=query_heads,
+      memory_heads_dims=memory_heads, variable_dtype=context.variable_dtype,
+      shared_kv=shared_kv, no_query=no_query, combine_dims=combine_dims,
+      ensemble_dim=None, keep_query_heads_dims=keep_query_heads_dims,
+      fold_scaling_into_initializer=fold_scaling_into_initializer)
+
+
+@gin.configurable(module="transformer_layers")
+class DenseReluDense(TransformerLayer):
+  """Position-wise feed-forward: activation(x wi) wo, with d_ff = hidden_size.
+
+  A list of activations gives gated variants: ["gelu", "linear"] multiplies
+  gelu(x wi_0) by (x wi_1). Dropout (training only) is shared along the length dim.
+  Variables: wi/kernel (or wi_0/kernel, wi_1/kernel, ...) and wo/kernel.
+  """
+
+  def __init__(self, hidden_size=4096, dropout_rate=0.0, activation="relu",
+               use_bias=False):
+    self.hidden_size = hidden_size
+    self.dropout_rate = dropout_rate
+    self.activation = activation
+    self.use_bias = use_bias
+
+  def call(self, context, x, losses=None):
+    """[batch..., length, d_model] -> the same shape."""
+    del losses
+    io_dim = x.shape.dims[-1]
+    hidden_dim = mtf.Dimension("d_ff", self.hidden_size)
+    with class_scope(self):
+      h = mtf.layers.dense_product(
+          x, reduced_dims=[io_dim], new_dims=[hidden_dim],
+          activation_functions=self.activation, use_bias=self.use_bias,
+          variable_dtype=context.variable_dtype, name="wi")
+      if context.train and self.dropout_rate:
+        h = mtf.dropout(h, rate=self.dropout_rate,
+                        noise_shape=h.shape - [context.length_dim])
+      return mtf.layers.dense(h, [io_dim], reduced_dims=[hidden_dim],
+                              use_bias=self.use_bias,
+                              variable_dtype=context.variable_dtype, name="wo")
+
+
+@gin.configurable(module="transformer_layers")
+class SelfAttention(TransformerLayer):
+  """Multi-head self-attention, causal when the model is fully autoregressive.
+
+  Packed examples (context.sequence_id a Tensor) attend only within their segment.
+  relative_attention_type: None, "bias" (a per-layer "relative_attention_bias" table
+  [heads, buckets] indexed by the bucketed relative position; buckets are
+  bidirectional unless the model is autoregressive) or "bias_shared" (one table kept in
+  context.shared_params["relative_attention_bias"], created by the first layer that
+  needs it). z_loss_coeff adds coeff * mean(logsumexp(logits)^2) to context.losses in
+  training. attention_func: None for plain softmax attention, or a function with the
+  signature of attention.attention.
+  """
+
+  def __init__(self, num_heads=8, num_memory_heads=0, key_value_size=128, shared_kv=False,
+               dropout_rate=0.0, attention_kwargs=None, relative_attention_type=None,
+               relative_attention_num_buckets=32, attention_func=None, combine_dims=True,
+               keep_query_heads_dims=False, fold_scaling_into_initializer=True,
+               z_loss_coeff=None):
+    if relative_attention_type not in RELATIVE_ATTENTION_TYPES:
+      raise MtfError("%s: unknown relative_attention_type %r (known: %s)" % (
+          type(self).__name__, relative_attention_type, RELATIVE_ATTENTION_TYPES),
+                     rule=str(relative_attention_type))
+    if attention_func is not None and not callable(attention_func):
+      raise MtfError("%s: attention_func %r is not callable" % (
+          type(self).__name__, attention_func), rule=str(attention_func))
+    self.num_heads = num_heads
+    self.num_memory_heads = num_memory_heads
+    self.key_value_size = key_value_size
+    self.shared_kv = shared_kv
+    self.dropout_rate = dropout_rate
+    self.attention_kwargs = dict(attention_kwargs or {})
+    self.relative_attention_type = relative_attention_type
+    self.relative_attention_num_buckets = relative_attention_num_buckets
+    self.attention_func = attention_func
+    self.combine_dims = combine_dims
+    self.keep_query_heads_dims = keep_query_heads_dims
+    self.fold_scaling_into_initializer = fold_scaling_into_initializer
+    self.z_loss_coeff = z_loss_coeff
+
+  @property
+  def kv_dim(self):
+    """The key/value size dim "d_kv"."""
+    return mtf.Dimension("d_kv", self.key_value_size)
+
+  def make_params(self, context, io_dim=None, memory_dim=None):
+    """The layer's AttentionParams (creates its variables in the current scope)."""
+    return attention_params(
+        context, self.kv_dim, self.num_heads, self.num_memory_heads, self.shared_kv,
+        combine_dims=self.combine_dims, keep_query_heads_dims=self.keep_query_heads_dims,
+        fold_scaling_into_initializer=self.fold_scaling_into_initializer,
+        query_input_dim=io_dim, memory_input_dim=memory_dim)
+
+  def attention_kwargs_from_context(self, context):
+    """Keyword arguments of the attention function for this call."""
+    kwargs = dict(self.attention_kwargs)
+    kwargs["dropout_rate"] = self.dropout_rate if context.train else 0.0
+    kwargs.setdefault("dropout_broadcast_dims", [context.length_dim])
+    if self.z_loss_coeff:
+      kwargs["z_loss_coeff"] = self.z_loss_coeff
+    return kwargs
+
+  def attention_fn(self, *args, **kwargs):
+    """The attention function: attention_func if given, else attention.attention."""
+    return (self.attention_func or attention.attention)(*args, **kwargs)
+
+  def memory_length(self, context):
+    """The memory dim of self-attention: the length dim renamed "memory_length"."""
+    return mtf.Dimension("memory_length", context.length_dim.size)
+
+  def rename_length_to_memory_length(self, x, context):
+    """x with the context's length dim called "memory_length"."""
+    return _rename_length(x, context.length_dim.name)
+
+  def _relative_bias(self, context, query_position, memory_position, heads_dims,
+                     bidirectional):
+    if self.relative_attention_type is None:
+      return None
+    make = lambda: relative_position.relative_attention_bias_variable(
+        context.mesh, heads_dims, self.relative_attention_num_buckets,
+        context.variable_dtype)
+    if self.relative_attention_type == "bias":
+      table = make()
+    else:
+      if context.shared_params is None:
+        raise MtfError("%s: relative_attention_type 'bias_shared' needs "
+                       "context.shared_params (a dict) to hold the shared table" %
+                       type(self).__name__, rule="bias_shared")
+      if "relative_attention_bias" not in context.shared_params:
+        context.shared_params["relative_attention_bias"] = make()
+      table = context.shared_params["relative_attention_bias"]
+    rel = memory_position - query_position
+    return mtf.cast(relative_position.relative_position_bias(table, rel, bidirectional),
+                    context.activation_dtype)
+
+  def compute_bias(self, context, memory_position, x, heads_dims, q):
+    """The additive bias: causal, segment and read/write-priority masks, plus the
+    relative-position bias."""
+    del x, q
+    query_position = context.get_position()
+    visible = None
+    if _model_flag(context, "fully_autoregressive"):
+      visible = mtf.less_equal(memory_position, query_position)
+    sequence_id = _as_tensor_or_none(context.sequence_id)
+    if sequence_id is not None:
+      same = mtf.equal(sequence_id, self.rename_length_to_memory_length(sequence_id, context))
+      visible = same if visible is None else mtf.logical_and(visible, same)
+    if context.read_priority is not None and context.write_priority is not None:
+      # A prefix LM: memory is visible when written no later than the query reads.
+      allowed = mtf.less_equal(
+          self.rename_length_to_memory_length(context.write_priority, context),
+          context.read_priority)
+      visible = allowed if visible is None else mtf.logical_and(visible, allowed)
+    bias = None
+    if visible is not None:
+      bias = attention.visibility_mask_to_attention_bias(visible, context.activation_dtype)
+    rel_bias = self._relative_bias(context, query_position, memory_position, heads_dims,
+                                   bidirectional=not _model_flag(context, "autoregressive"))
+    if rel_bias is not None:
+      bias = rel_bias if bias is None else bias + rel_bias
+    return bias
+
+  def call(self, context, x, losses=None):
+    """[batch..., length, d_model] -> the same shape."""
+    del losses
+    io_dim = x.shape.dims[-1]
+    with class_scope(self):
+      params = self.make_params(context, io_dim)
+      q = params.compute_q(x)
+      memory = self.rename_length_to_memory_length(x, context)
+      if self.shared_kv:
+        k = v = params.compute_kv(memory)
+      else:
+        k, v = params.compute_k(memory), params.compute_v(memory)
+      memory_position = self.rename_length_to_memory_length(context.get_position(), context)
+      bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)
+      o = self.attention_fn(q, k, v, self.memory_length(context), self.kv_dim, self.kv_dim,
+                            bias=bias, context=context,
+                            **self.attention_kwargs_from_context(context))
+      return params.compute_output(o, output_shape=x.shape)
+
+
+@gin.configurable(module="transformer_layers")
+class EncDecAttention(SelfAttention):
+  """Attention from the decoder to context.encoder_output (variables "EncDecAttention/*").
+
+  Queries come from x, keys and values from the encoder output, whose length dim is
+  (or is renamed to) "memory_length". A query sees the encoder positions of its own
+  segment: where both context.sequence_id and context.encoder_sequence_id are given,
+  those whose ids match; with only encoder_sequence_id, the non-padding ones (id != 0).
+  """
+
+  def __init__(self, relative_attention_type=None, **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
+
+  def _memory(self, context):
+    memory = context.encoder_output
+    if memory is None:
+      raise MtfError("%s layer %r: context.encoder_output is None; this layer needs the "
+                     "encoder's output (use it in a Bitransformer's decoder)" % (
+                         type(self).__name__, self.name), op=self.name)
+    return _rename_length(memory, memory.shape.dims[-2].name)
+
+  def _encoder_sequence_id(self, context, memory_length):
+    encoder_id = _as_tensor_or_none(context.encoder_sequence_id)
+    if encoder_id is None:
+      return None
+    if memory_length not in encoder_id.shape.dims:
+      length_dims = [d for d in encoder_id.shape.dims if d.size == memory_length.size]
+      if not length_dims:
+        raise ShapeError("%s: encoder_sequence_id %s has no dim of the encoder length %s" %
+                         (type(self).__name__, encoder_id.shape, memory_length),
+                         tensor=encoder_id.name, dim=memory_length.name)
+      encoder_id = _rename_length(encoder_id, length_dims[-1].name)
+    return encoder_id
+
+  def call(self, context, x, losses=None):
+    """[batch..., length, d_model] attends to the encoder output; returns x's shape."""
+    del losses
+    memory = self._memory(context)
+    memory_length = memory.shape.dims[-2]
+    with class_scope(self):
+      params = self.make_params(context, x.shape.dims[-1], memory.shape.dims[-1])
+      q = params.compute_q(x)
+      if self.shared_kv:
+        k = v = params.compute_kv(memory)
+      else:
+        k, v = params.compute_k(memory), params.compute_v(memory)
+      bias = None
+      encoder_id = self._encoder_sequence_id(context, memory_length)
+      if encoder_id is not None:
+        decoder_id = _as_tensor_or_none(context.sequence_id)
+        if decoder_id is None:
+          visible = mtf.not_equal(encoder_id, 0)
+        else:
+          visible = mtf.equal(decoder_id, encoder_id)
+        bias = attention.visibility_mask_to_attention_bias(visible, context.activation_dtype)
+      if self.relative_attention_type is not None:
+        memory_position = mtf.range(context.mesh, memory_length, tf.int32)
+        rel_bias = self._relative_bias(context, context.get_position(), memory_position,
+                                       params.query_heads_dims, bidirectional=True)
+        bias = rel_bias if bias is None else bias + rel_bias
+      o = self.attention_fn(q, k, v, memory_length, self.kv_dim, self.kv_dim, bias=bias,
+                            context=context, **self.attention_kwargs_from_context(context))
+      return params.compute_output(o, output_shape=x.shape)
+
+
+def _length_dim_num_splits(context):
+  """Over how many processors the model's layout splits the length dim (1 if unknown)."""
+  layout = getattr(context.model, "layout", None)
+  mesh_shape = getattr(context.model, "mesh_shape", None)
+  if layout is None or mesh_shape is None:
+    return 1
+  return mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape, context.length_dim)
+
+
+@gin.configurable(module="transformer_layers")
+class LocalSelfAttention(SelfAttention):
+  """Self-attention to the positions within `radius` (only earlier ones if causal).
+
+  Computed block by block (attention.local_attention_1d), so a length dim split over
+  the mesh exchanges only the radius positions next to each block.
+  """
+
+  def __init__(self, radius=128, num_heads=8, num_memory_heads=0, key_value_size=128,
+               shared_kv=False, dropout_rate=0.0, attention_kwargs=None,
+               combine_dims=True, keep_query_heads_dims=False,
+               fold_scaling_into_initializer=True, z_loss_coeff=None):
+    super().__init__(num_heads=num_heads, num_memory_heads=num_memory_heads,
+                     key_value_size=key_value_size, shared_kv=shared_kv,
+                     dropout_rate=dropout_rate, attention_kwargs=attention_kwargs,
+                     combine_dims=combine_dims, keep_query_heads_dims=keep_query_heads_dims,
+                     fold_scaling_into_initializer=fold_scaling_into_initializer,
+                     z_loss_coeff=z_loss_coeff)
+    self.radius = radius
+
+  def call(self, context, x, losses=None):
+    """[batch..., length, d_model] -> the same shape."""
+    del losses
+    with class_scope(self):
+      params = self.make_params(context, x.shape.dims[-1])
+      q = params.compute_q(x)
+      if self.shared_kv:
+        k = v = params.compute_kv(x)
+      else:
+        k, v = params.compute_k(x), params.compute_v(x)
+      kwargs = self.attention_kwargs_from_context(context)
+      kwargs["context"] = context
+      o = attention.local_attention_1d(
+          q, k, v, context.length_dim, self.kv_dim, self.kv_dim,
+          fully_autoregressive=_model_flag(context, "fully_autoregressive"),
+          length_dim_num_splits=_length_dim_num_splits(context), radius=self.radius,
+          sequence_id=context.sequence_id, write_priority=context.write_priority,
+          read_priority=context.read_priority, attention_kwargs=kwargs)
+      return params.compute_output(o, output_shape=x.shape)
+
+
+@gin.configurable(module="transformer_layers")
+class ParallelLayer(TransformerLayer):
+  """Several layers applied to the same input; their outputs summed, scaled by
+  1/sqrt(number of layers). Layer i's variables go under "parallel_<i>"."""
+
+  def __init__(self, layer_classes=(DenseReluDense, SelfAttention), use_scope=True):
+    self.layer_classes = [c() if isinstance(c, type) else c for c in layer_classes]
+    self.use_scope = use_scope
+
+  def call(self, context, x, losses=None):
+    """Sum of the layers' outputs on x, times len(layers)**-0.5."""
+    del losses
+    outputs = []
+    with class_scope(self):
+      for i, layer in enumerate(self.layer_classes):
+        if self.use_scope:
+          with mtf.variable_scope("parallel_%d" % i):
+            outputs.append(layer.call(context, x))
+        else:
+          outputs.append(layer.call(context, x))
+    return mtf.add_n(outputs) * (len(outputs) ** -0.5)

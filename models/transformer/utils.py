@@ -1,0 +1,252 @@
+"""The trainer's entry points (the original's transformer/utils.py), gin module "utils".
+
+`run` is what `main.py` calls: it builds the mesh and the model from gin and runs one
+mode -- "train", "eval" (alias "perplexity_eval"), "decode" or "export". Everything else
+here is a helper the original offered under the same name.
+"""
+import functools
+import os
+
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf.checkpoint import step_from_prefix
+from mesh_tf.errors import MtfError
+
+MODES = ("train", "eval", "perplexity_eval", "decode", "export")
+
+
+@gin.configurable(module="utils")
+def get_variable_dtype(master_dtype="bfloat16", slice_dtype="float32",
+                       activation_dtype="float32"):
+  """The mtf.VariableDType of the model's variables (dtypes as names or tf.DTypes)."""
+  return mtf.VariableDType(master_dtype=tf.as_dtype(master_dtype),
+                           slice_dtype=tf.as_dtype(slice_dtype),
+                           activation_dtype=tf.as_dtype(activation_dtype))
+
+
+@gin.configurable(module="utils")
+def build_model(model_type="bitransformer", input_vocab_size=gin.REQUIRED,
+                output_vocab_size=gin.REQUIRED, layout_rules=None, mesh_shape=None):
+  """A Unitransformer LM (model_type "lm") or a Bitransformer ("bitransformer")."""
+  from models.transformer import transformer  # pylint: disable=g-import-not-at-top
+  if model_type == "lm":
+    return transformer.Unitransformer(
+        layer_stack=transformer.make_layer_stack(), input_vocab_size=input_vocab_size,
+        output_vocab_size=output_vocab_size, autoregressive=True, layout=layout_rules,
+        mesh_shape=mesh_shape)
+  if model_type == "bitransformer":
+    return transformer.make_bitransformer(
+        input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
+        layout=layout_rules, mesh_shape=mesh_shape)
+  raise MtfError("unknown model_type %r; use 'lm' or 'bitransformer'" % (model_type,))
+
+
+def _max_length(sequence_length):
+  if isinstance(sequence_length, dict):
+    return max(int(v) for v in sequence_length.values())
+  return int(sequence_length)
+
+
+def batch_replicas(mesh_shape, layout_rules):
+  """How many ways the "batch" dim is split by layout_rules on mesh_shape."""
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  rules = mtf.convert_to_layout_rules(layout_rules)
+  sizes = {d.name: d.size for d in mesh_shape.dims}
+  replicas = 1
+  for tensor_dim, mesh_dim in rules:
+    if tensor_dim == "batch" and mesh_dim in sizes:
+      replicas *= sizes[mesh_dim]
+  return replicas
+
+
+@gin.configurable(module="utils")
+def compute_batch_size(sequence_length, mesh_shape, layout_rules, method_and_value):
+  """Sequences per batch from ("sequences_per_batch" | "tokens_per_batch" |
+  "sequences_per_replica" | "tokens_per_replica", value)."""
+  method, value = method_and_value
+  replicas = batch_replicas(mesh_shape, layout_rules)
+  length = _max_length(sequence_length)
+  if method == "sequences_per_batch":
+    size = int(value)
+  elif method == "tokens_per_batch":
+    size = int(value) // length
+  elif method == "sequences_per_replica":
+    size = int(value) * replicas
+  elif method == "tokens_per_replica":
+    size = int(value) // length * replicas
+  else:
+    raise MtfError("unknown batch size method %r; use sequences_per_batch, "
+                   "tokens_per_batch, sequences_per_replica or tokens_per_replica"
+                   % (method,))
+  if size < 1:
+    raise MtfError("batch_size %r gives %d sequences of length %d per batch"
+                   % (method_and_value, size, length))
+  return size
+
+
+@gin.configurable(module="utils")
+def auto_train_steps(batch_size, sequence_length, train_tokens=2 ** 36):
+  """Steps that make train_tokens tokens at this batch size and length."""
+  return int(train_tokens) // (batch_size * _max_length(sequence_length))
+
+
+def clean_decodes(ids, eos_id=1, pad_id=0, length_axis=-1):
+  """ids with every position after the first eos_id set to pad_id (a tf.Tensor)."""
+  ids = tf.convert_to_tensor(ids)
+  after_eos = tf.cumsum(tf.cast(tf.equal(ids, eos_id), tf.int32), axis=length_axis,
+                        exclusive=True)
+  return tf.where(tf.equal(after_eos, 0), ids, tf.cast(pad_id, ids.dtype))
+
+
+def get_step_from_checkpoint_path(checkpoint_path):
+  """The N of a checkpoint path ending in -N."""
+  step = step_from_prefix(os.fspath(checkpoint_path))
+  if step is None:
+    raise MtfError("checkpoint path %r does not end in -<step>" % (checkpoint_path,),
+                   file=checkpoint_path)
+  return step
+
+
+def write_lines_to_file(lines, filename):
+  """Writes one line per entry to filename (atomically), creating its directory."""
+  from models.transformer import run_setup  # pylint: disable=g-import-not-at-top
+  run_setup.write_text_atomically(filename, "".join("%s\n" % line for line in lines))
+
+
+def get_inputs_from_file(input_filename, ignore_comments=False):
+  """The lines of input_filename (stripped; '#' lines dropped with ignore_comments)."""
+  if not tf.io.gfile.exists(input_filename):
+    raise MtfError("input file %s does not exist" % input_filename, file=input_filename)
+  with tf.io.gfile.GFile(input_filename) as f:
+    lines = [line.strip() for line in f.read().split("\n")]
+  if lines and not lines[-1]:
+    lines.pop()
+  if ignore_comments:
+    lines = [line for line in lines if not line.startswith("#")]
+  return lines
+
+
+def _vocab_size(vocabulary):
+  size = getattr(vocabulary, "vocab_size")
+  return size() if callable(size) else size
+
+
+def _default_vocabulary():
+  from models.transformer import vocabulary as vocabulary_lib  # pylint: disable=g-import-not-at-top
+  return vocabulary_lib.ByteVocabulary()
+
+
+@gin.configurable(module="utils")
+def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_fn=None,
+        eval_dataset_fn=None, dataset_split="train", mode="train",
+        save_checkpoints_steps=1000, keep_checkpoint_max=5, iterations_per_loop=100,
+        batch_size=("sequences_per_batch", 8), train_steps=1000, sequence_length=256,
+        mesh_shape="", layout_rules="", learning_rate_schedule=None, optimizer=None,
+        eval_steps=None, perplexity_eval_steps=10, eval_checkpoint_step=None,
+        init_checkpoint=None, decode_input_file=None, decode_output_file=None,
+        export_path=None, export_checkpoint_step=None, num_microbatches=1,
+        eval_dir_suffix=None):
+  """Builds the mesh and model from gin and runs `mode`; returns the mode's result.
+
+  Args (the original's names where it had them):
+    model_dir: checkpoints, summaries, eval results, operative_config.gin.
+    model_type: "lm" (decoder-only Unitransformer) or "bitransformer".
+    vocabulary: a vocabulary object (default ByteVocabulary).
+    train_dataset_fn, eval_dataset_fn: fn(sequence_length, vocabulary, dataset_split)
+      -> unbatched tf.data.Dataset of int32 feature dicts.
+    dataset_split: the split trained on ("train") or evaluated in eval mode.
+    mode: "train", "eval" / "perplexity_eval", "decode" or "export".
+    save_checkpoints_steps, keep_checkpoint_max: checkpoint period and count.
+    iterations_per_loop: steps between progress lines and summaries.
+    batch_size: (method, value), see compute_batch_size, or an int.
+    train_steps: the global step training stops at.
+    sequence_length: int, or {"inputs": n, "targets": m}.
+    mesh_shape, layout_rules: e.g. "batch:2;model:4", "batch:batch;d_ff:model".
+    learning_rate_schedule: fn(step, total_train_steps) or a number; None keeps the
+      optimizer's default.
+    optimizer: an mtf optimizer class (default AdafactorOptimizer).
+    eval_steps / perplexity_eval_steps: batches per eval (periodic and eval mode);
+      periodic eval during training runs only when eval_steps is set.
+    eval_checkpoint_step: evaluate or decode this step's checkpoint (default: latest).
+    init_checkpoint: weights to start from when model_dir has no checkpoint.
+    decode_input_file, decode_output_file: prompts in, text out (decode mode).
+    export_path, export_checkpoint_step: where export writes the SavedModel (default
+      <model_dir>/export), and which checkpoint it uses.
+  """
+  from models.transformer import run_setup  # pylint: disable=g-import-not-at-top
+  if mode not in MODES:
+    raise MtfError("unknown mode %r; choose one of %s" % (mode, ", ".join(MODES)))
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  layout_rules = mtf.convert_to_layout_rules(layout_rules)
+  vocabulary = vocabulary if vocabulary is not None else _default_vocabulary()
+  if isinstance(batch_size, int):
+    batch_size = ("sequences_per_batch", batch_size)
+  batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules, batch_size)
+  mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
+  variable_dtype = get_variable_dtype()
+  # A fresh model per mtf graph (train, eval, decode): models remember their graph.
+  model_fn = functools.partial(
+      build_model, model_type=model_type, input_vocab_size=_vocab_size(vocabulary),
+      output_vocab_size=_vocab_size(vocabulary), layout_rules=layout_rules,
+      mesh_shape=mesh_shape)
+  checked = _checked_model_fn(model_fn, batch_size, sequence_length, layout_rules,
+                              mesh_shape)
+  if mode == "train":
+    from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
+    return train_loop.run_train(
+        checked, mesh_impl, model_dir, vocabulary, train_dataset_fn, eval_dataset_fn,
+        dataset_split, batch_size, sequence_length, variable_dtype, train_steps,
+        optimizer, learning_rate_schedule, save_checkpoints_steps, keep_checkpoint_max,
+        iterations_per_loop, eval_steps, init_checkpoint, num_microbatches)
+  checkpoint = _checkpoint_at(model_dir, eval_checkpoint_step)
+  if mode in ("eval", "perplexity_eval"):
+    from models.transformer import evaluation  # pylint: disable=g-import-not-at-top
+    return evaluation.run_eval(
+        checked, mesh_impl, model_dir, checkpoint, vocabulary, eval_dataset_fn,
+        dataset_split, batch_size, sequence_length, variable_dtype,
+        eval_steps or perplexity_eval_steps, eval_dir_suffix)
+  if mode == "decode":
+    from models.transformer import decode_io  # pylint: disable=g-import-not-at-top
+    return decode_io.run_decode(
+        checked, mesh_impl, model_dir, checkpoint, vocabulary, batch_size,
+        sequence_length, variable_dtype, decode_input_file, decode_output_file)
+  from models.transformer import export  # pylint: disable=g-import-not-at-top
+  return export.run_export(
+      model_fn, model_dir, _checkpoint_at(model_dir, export_checkpoint_step), vocabulary,
+      batch_size, sequence_length, variable_dtype,
+      export_path or os.path.join(model_dir, "export"))
+
+
+def _checkpoint_at(model_dir, step):
+  """The checkpoint of model_dir at step (None: latest, resolved on restore)."""
+  if step is None:
+    return None
+  return os.path.join(model_dir, "model.ckpt-%d" % int(step))
+
+
+def _checked_model_fn(model_fn, batch_size, sequence_length, layout_rules, mesh_shape):
+  """model_fn, after checking once that every layout rule names a dim of the model."""
+  state = {"checked": False}
+
+  def checked_model_fn():
+    model = model_fn()
+    if not state["checked"]:
+      state["checked"] = True
+      _check_layout(model, batch_size, sequence_length, layout_rules, mesh_shape)
+      model = model_fn()  # a fresh model for the caller's graph
+    return model
+  return checked_model_fn
+
+
+def _check_layout(model, batch_size, sequence_length, layout_rules, mesh_shape):
+  """Builds an eval graph of model and checks the layout's dim names against it."""
+  from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
+  from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top
+  graph = model_graph.ModelGraph(model, batch_size, sequence_length, ["inputs", "targets"],
+                                 ModeKeys.EVAL, get_variable_dtype())
+  unused = model_graph.check_layout_names(graph, layout_rules, mesh_shape)
+  if unused and mesh_shape.size > 1:
+    print("layout rules that split nothing here (ignored): %s"
+          % ", ".join(unused), flush=True)

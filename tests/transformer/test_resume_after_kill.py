@@ -1,0 +1,70 @@
+"""SIGKILL a training run mid-way, then start it again: it resumes, nothing is corrupt."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import tensorflow as tf
+
+import trainer_helpers
+from mesh_tf.checkpoint import step_from_prefix
+
+
+def _kept_checkpoints(model_dir):
+  state = tf.train.get_checkpoint_state(model_dir)
+  return list(state.all_model_checkpoint_paths) if state else []
+
+
+def test_kill_and_resume(tmp_path):
+  corpus = trainer_helpers.write_corpus(tmp_path)
+  model_dir = tmp_path / "model"
+  params = trainer_helpers.tiny_lm_bindings(model_dir, corpus, train_steps=100000,
+                                            save_every=2, keep=3, log_every=1)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=trainer_helpers.REPO_ROOT)
+  proc = subprocess.Popen(trainer_helpers.main_command(params), cwd=trainer_helpers.REPO_ROOT,
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 180
+    while time.time() < deadline:
+      steps = [step_from_prefix(p) for p in _kept_checkpoints(str(model_dir))]
+      if steps and max(steps) >= 6:
+        break
+      assert proc.poll() is None, "trainer exited early with %s" % proc.returncode
+      time.sleep(0.2)
+    else:
+      raise AssertionError("no checkpoint >= 6 within 180 s")
+  finally:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+  # No temporary or half-written files; every listed checkpoint loads whole.
+  names = os.listdir(model_dir)
+  assert not [n for n in names if ".tmp" in n], names
+  kept = _kept_checkpoints(str(model_dir))
+  assert 1 <= len(kept) <= 3
+  for prefix in kept:
+    prefix = os.path.join(str(model_dir), prefix)
+    reader = tf.train.load_checkpoint(prefix)
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+    assert int(reader.get_tensor("global_step")) == step_from_prefix(prefix)
+  for index in [n for n in names if n.endswith(".index")]:
+    assert os.path.exists(os.path.join(str(model_dir), index[:-len(".index")]
+                                       + ".data-00000-of-00001"))
+  last = max(step_from_prefix(p) for p in kept)
+
+  # Restart with a few more steps: it resumes at the last checkpoint's step.
+  final = last + 2
+  params = params[:]
+  params[params.index("utils.run.train_steps = 100000")] = "utils.run.train_steps = %d" % final
+  result = trainer_helpers.run_main(params)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert re.search(r"resumed from \S*model\.ckpt-%d at step %d" % (last, last),
+                   result.stdout), result.stdout
+  reported = [int(s) for s in re.findall(r"^step (\d+)/%d " % final, result.stdout,
+                                         re.M)]
+  assert reported == [last + 1, last + 2]
+  reader = tf.train.load_checkpoint(str(model_dir))
+  assert int(reader.get_tensor("global_step")) == final

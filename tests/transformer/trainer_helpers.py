@@ -1,0 +1,57 @@
+"""Shared set-up of the trainer tests: a tiny LM in gin, a text corpus, subprocess runs."""
+import os
+import subprocess
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_WORDS = ("the cat sat on the mat and the dog ran to the red barn while a bird sang "
+          "over the green hill near the old mill by the river")
+
+
+def write_corpus(directory, name="corpus.txt", repeats=60):
+  """A repetitive (so quickly learnable) text file; returns its path."""
+  path = os.path.join(str(directory), name)
+  with open(path, "w") as f:
+    for i in range(repeats):
+      f.write("%s %d\n" % (_WORDS, i % 7))
+  return path
+
+
+def tiny_lm_bindings(model_dir, corpus, train_steps=6, save_every=2, keep=2,
+                     log_every=2):
+  """gin bindings of a 1-layer d_model=16 LM on corpus, batch 8 x length 16."""
+  return [
+      "num_layers = 1", "d_model = 16", "d_ff = 32", "num_heads = 4", "d_kv = 4",
+      "dropout_rate = 0.0",
+      "Unitransformer.max_length = 16",
+      "utils.run.model_dir = %r" % str(model_dir),
+      "utils.run.sequence_length = 16",
+      "utils.run.batch_size = ('sequences_per_batch', 8)",
+      "utils.run.train_steps = %d" % train_steps,
+      "utils.run.save_checkpoints_steps = %d" % save_every,
+      "utils.run.keep_checkpoint_max = %d" % keep,
+      "utils.run.iterations_per_loop = %d" % log_every,
+      "utils.run.learning_rate_schedule = 0.01",
+      "utils.run.perplexity_eval_steps = 2",
+      "utils.run.train_dataset_fn = @dataset.text_corpus_dataset",
+      "utils.run.eval_dataset_fn = @dataset.text_corpus_dataset",
+      "text_corpus_dataset.glob = %r" % str(corpus),
+      "text_corpus_dataset.validation_fraction = 0.3",
+  ]
+
+
+def main_command(params, mode=None):
+  """argv running models.transformer.main with these gin params."""
+  cmd = [sys.executable, "-m", "models.transformer.main"]
+  cmd += ["--gin_param=%s" % p for p in params]
+  if mode:
+    cmd.append("--mode=%s" % mode)
+  return cmd
+
+
+def run_main(params, mode=None, timeout=240):
+  """Runs the trainer in a subprocess; returns the CompletedProcess (text output)."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
+  return subprocess.run(main_command(params, mode), cwd=REPO_ROOT, env=env,
+                        capture_output=True, text=True, timeout=timeout, check=False)
