@@ -7,7 +7,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 MODEL_DIR ?= /tmp/mesh_tf_readme_lm
-MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) --gin_file=readme_lm.gin
+MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
+          --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
+          --gin_file=layouts/2x2_dp_mp.gin --gin_file=readme_lm.gin
 
 .PHONY: train test venv clean
 

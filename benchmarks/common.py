@@ -18,6 +18,18 @@ LM_SIZES = {
                   d_ff=512, num_layers=2),
 }
 
+# Sizes of the models.transformer LM of benchmarks.overhead. "small" is
+# gin_configs/models/lm_cpu_small.gin with readme_lm.gin's batch, on the byte vocabulary
+# (259 ids, padded to 384); "medium" is 4x wider, 2x deeper and 2x longer.
+TRANSFORMER_SIZES = {
+    "tiny": dict(batch=4, length=8, vocab=20, num_layers=1, d_model=16, d_ff=32,
+                 num_heads=4, d_kv=4),
+    "small": dict(batch=16, length=64, vocab=259, num_layers=2, d_model=64, d_ff=256,
+                  num_heads=4, d_kv=16),
+    "medium": dict(batch=16, length=128, vocab=259, num_layers=4, d_model=256,
+                   d_ff=1024, num_heads=8, d_kv=32),
+}
+
 
 def set_up_virtual_cpus(n):
   """Splits the CPU into n logical devices; must run before TensorFlow runs any op."""

@@ -14,11 +14,17 @@ def _run(*args):
   return result.stdout
 
 
-def test_overhead_prints_ratios_to_plain_tf():
+def test_overhead_prints_ratios_to_plain_tf_and_equal_losses():
   out = _run("benchmarks.overhead", "--size=tiny", "--steps=1", "--repeats=1")
   for variant in ("plain TF, no-xla", "mesh_tf, no-xla", "plain TF, xla", "mesh_tf, xla"):
     assert variant in out
   assert "ratio to plain TF" in out
+  # After the same steps from the same weights, both sides report the same loss.
+  losses = [line.split(":")[1].replace("mesh_tf", "").replace("plain TF", "").split(",")
+            for line in out.splitlines() if line.startswith("loss after 2 steps")]
+  assert len(losses) == 2, out
+  for mtf_loss, tf_loss in losses:
+    assert abs(float(mtf_loss) - float(tf_loss)) < 1e-4, out
 
 
 def test_layouts_prints_measured_and_predicted_bytes():

@@ -1,6 +1,6 @@
-"""A tiny Transformer language model, in mtf and in plain TF 2, with the same math.
+"""A tiny Transformer language model written directly in mtf ops.
 
-Used by benchmarks (mesh_tf overhead against plain TF, layouts) and by the cost-model
-tests. It is not the library's Transformer (models/transformer); it is a fixed, small
-model both implementations can share weights with.
+Used by the cost-model, accounting and layout-report tests and by the layouts and memory
+benchmarks: a fixed, small model whose communication is easy to derive by hand. It is
+not the library's Transformer (models/transformer).
 """

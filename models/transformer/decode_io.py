@@ -46,10 +46,11 @@ class DecodeGraph:
     return mtf.Lowering(self.graph, {self.mesh: mesh_impl}, feeds=feeds)
 
   def make_decode_fn(self, mesh_impl):
-    """A tf.function(int32 [batch, length]) -> decoded int32 ids."""
+    """A tf.function(int32 [batch, length]) -> decoded int32 ids (XLA-compiled on the
+    GSPMD backend, whose sharding annotations need it)."""
     self.lowering(mesh_impl)
 
-    @tf.function
+    @tf.function(jit_compile=isinstance(mesh_impl, mtf.GSPMDMeshImpl))
     def decode(inputs):
       return self.lowering(mesh_impl, inputs).export_to_tf_tensor(self.outputs)
     return decode
@@ -93,7 +94,8 @@ def decode_from_file(decode_fn, vocabulary, batch_size, length, input_filename=N
   for start in range(0, ids.shape[0], batch_size):
     decoded = decode_fn(tf.constant(ids[start:start + batch_size])).numpy()
     for row in decoded:
-      lines.append(ids_to_text(row, vocabulary).replace("\n", " "))
+      # One output line per prompt: "\r" too, as text readers take it for a line break.
+      lines.append(ids_to_text(row, vocabulary).replace("\r", " ").replace("\n", " "))
   lines = lines[:len(prompts)]
   for prompt, line in zip(prompts, lines):
     print("%r -> %r" % (prompt, line), flush=True)

@@ -1,78 +1,182 @@
-"""Eval: the mean loss and perplexity of a checkpoint over N batches of a split."""
+"""Eval: a checkpoint's mean loss, perplexity and token accuracy over N batches of a split,
+and (encoder-decoder models, optionally) the exact-match accuracy of greedy decodes."""
 import math
 import os
 
+import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.checkpoint import step_from_prefix
+from models.transformer import decode_io
 from models.transformer import model_graph
 from models.transformer import run_setup
 from models.transformer import summaries
 from models.transformer.context import ModeKeys
 
+# The metrics written to eval_results-<step>.txt and TensorBoard, when present.
+METRICS = ("loss", "perplexity", "token_accuracy", "sequence_accuracy")
+
+EOS_ID = 1
+
+
+def output_vocab_size(model):
+  """The real (unpadded) output vocab size of a Unitransformer or Bitransformer."""
+  decoder = model.decoder if model_graph.is_bitransformer(model) else model
+  return decoder.output_vocab_size
+
+
+def token_accuracy_counts(logits, targets, vocab_size):
+  """(correct, total) float32 mtf scalars of teacher-forced token accuracy.
+
+  A position counts when its target is not padding (id 0); it is correct when the
+  argmax of its logits over the first vocab_size ids (the padded tail of the vocab dim
+  is never predicted) equals the target.
+  """
+  vocab_dim = logits.shape.dims[-1]
+  is_padded_id = mtf.greater_equal(mtf.range(logits.mesh, vocab_dim, tf.int32), vocab_size)
+  masked = logits + mtf.cast(is_padded_id, logits.dtype) * -1e9
+  predictions = mtf.argmax(masked, vocab_dim)
+  weights = mtf.broadcast(mtf.cast(mtf.not_equal(targets, 0), tf.float32),
+                          predictions.shape)
+  correct = mtf.cast(mtf.equal(predictions, targets), tf.float32) * weights
+  return mtf.reduce_sum(correct), mtf.reduce_sum(weights)
+
+
+def cut_after_eos(ids, eos_id=EOS_ID):
+  """numpy int [batch, length] ids with every position after a row's first EOS set to 0."""
+  ids = np.asarray(ids)
+  after_eos = np.cumsum(ids == eos_id, axis=-1) - (ids == eos_id)
+  return np.where(after_eos == 0, ids, 0)
+
+
+def exact_matches(decoded, targets):
+  """(matches, rows): how many rows of decoded equal their target row, counting only
+  rows whose target is not all padding; both are cut after EOS and zero-padded to a
+  common length."""
+  decoded, targets = cut_after_eos(decoded), cut_after_eos(targets)
+  length = max(decoded.shape[-1], targets.shape[-1])
+  decoded = np.pad(decoded, [(0, 0), (0, length - decoded.shape[-1])])
+  targets = np.pad(targets, [(0, 0), (0, length - targets.shape[-1])])
+  real = targets.any(axis=-1)
+  return int(np.sum(np.all(decoded == targets, axis=-1) & real)), int(np.sum(real))
+
 
 class Evaluator:
-  """An eval-mode graph of the model and a tf.function computing a batch's loss.
+  """An eval-mode graph of the model and a tf.function computing a batch's loss and
+  token-accuracy counts; with decode_batches > 0 (encoder-decoder models only) also a
+  greedy decoder scoring exact-match sequence accuracy on that many batches.
 
   Its variables are shared (by name) with any other graph lowered on mesh_impl.
   """
 
   def __init__(self, model_fn, mesh_impl, batch_size, sequence_length, feature_keys,
-               variable_dtype):
+               variable_dtype, decode_batches=0):
     self.mesh_impl = mesh_impl
+    self.decode_batches = int(decode_batches or 0)
+    jit = isinstance(mesh_impl, mtf.GSPMDMeshImpl)
     self.graph = model_graph.ModelGraph(model_fn(), batch_size, sequence_length,
                                         feature_keys, ModeKeys.EVAL, variable_dtype)
-    self.graph.lowering(mesh_impl)  # creates (or finds) the variables eagerly
+    graph = self.graph
+    correct, total = token_accuracy_counts(graph.logits, graph.placeholders["targets"],
+                                           output_vocab_size(graph.model))
+    graph.lowering(mesh_impl)  # creates (or finds) the variables eagerly
 
-    @tf.function(jit_compile=isinstance(mesh_impl, mtf.GSPMDMeshImpl))
+    @tf.function(jit_compile=jit)
     def eval_step(features):
-      return self.graph.lowering(mesh_impl, features).export_to_tf_tensor(self.graph.loss)
+      lowering = graph.lowering(mesh_impl, features)
+      return tuple(lowering.export_to_tf_tensor(t) for t in (graph.loss, correct, total))
     self.eval_step = eval_step
+    self.decode_fn = None
+    if self.decode_batches:
+      self.decode_fn = self._make_decode_fn(model_fn, batch_size, sequence_length,
+                                            feature_keys, variable_dtype)
+
+  def _make_decode_fn(self, model_fn, batch_size, sequence_length, feature_keys,
+                      variable_dtype):
+    if not model_graph.is_bitransformer(self.graph.model):
+      raise mtf.MtfError("utils.run.eval_decode_batches=%d: sequence accuracy needs an "
+                         "encoder-decoder model (model_type 'bitransformer')"
+                         % self.decode_batches)
+    if "inputs_segmentation" in feature_keys:
+      raise mtf.MtfError("utils.run.eval_decode_batches=%d: sequence accuracy needs "
+                         "unpacked eval data (one example per row), but the eval "
+                         "dataset is packed" % self.decode_batches)
+    length = model_graph.feature_length(sequence_length, "inputs")
+    decode_graph = decode_io.DecodeGraph(model_fn(), batch_size, length, variable_dtype)
+    return decode_graph.make_decode_fn(self.mesh_impl)
 
   def evaluate(self, dataset, steps, dataset_split="validation"):
-    """{"loss", "perplexity", "batches"} averaged over up to `steps` batches."""
-    losses = []
+    """Metrics over up to `steps` batches: {"loss", "perplexity", "token_accuracy",
+    "batches"}, plus {"sequence_accuracy", "decoded_sequences"} when decoding."""
+    losses, correct, total = [], 0.0, 0.0
+    matches = rows = 0
     iterator = iter(dataset)
-    for _ in range(steps):
+    for index in range(steps):
       try:
         batch = run_setup.next_batch(iterator, dataset_split)
       except StopIteration:
         break
-      losses.append(float(self.eval_step(batch)))
+      loss, batch_correct, batch_total = self.eval_step(batch)
+      losses.append(float(loss))
+      correct += float(batch_correct)
+      total += float(batch_total)
+      if self.decode_fn is not None and index < self.decode_batches:
+        decoded = self.decode_fn(batch["inputs"]).numpy()
+        batch_matches, batch_rows = exact_matches(decoded, batch["targets"].numpy())
+        matches += batch_matches
+        rows += batch_rows
     if not losses:
       raise mtf.MtfError("eval split %r yielded no full batch" % dataset_split)
     loss = sum(losses) / len(losses)
-    return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)),
-            "batches": len(losses)}
+    results = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)),
+               "token_accuracy": correct / total if total else 0.0,
+               "batches": len(losses)}
+    if self.decode_fn is not None:
+      results.update(sequence_accuracy=matches / rows if rows else 0.0,
+                     decoded_sequences=rows)
+    return results
+
+
+def describe(results):
+  """One line of the metrics in results, e.g. "loss 1.2 perplexity 3.3 ..."."""
+  parts = ["loss %.6f perplexity %.4f" % (results["loss"], results["perplexity"])]
+  if "token_accuracy" in results:
+    parts.append("token accuracy %.4f" % results["token_accuracy"])
+  if "sequence_accuracy" in results:
+    parts.append("sequence accuracy %.4f (%d sequences)"
+                 % (results["sequence_accuracy"], results["decoded_sequences"]))
+  return " ".join(parts)
 
 
 def write_eval_results(model_dir, step, results, eval_dir_suffix=None):
   """Writes results to <model_dir>/eval[_suffix]/eval_results-<step>.txt and TensorBoard."""
   eval_dir = os.path.join(model_dir, "eval" + ("_" + eval_dir_suffix
                                                if eval_dir_suffix else ""))
-  text = "".join("%s = %.9g\n" % (k, results[k]) for k in ("loss", "perplexity"))
+  metrics = [k for k in METRICS if k in results]
+  text = "".join("%s = %.9g\n" % (k, results[k]) for k in metrics)
   text += "global_step = %d\nbatches = %d\n" % (step, results["batches"])
   run_setup.write_text_atomically(os.path.join(eval_dir, "eval_results-%d.txt" % step),
                                   text)
   writer = summaries.ScalarWriter(eval_dir)
-  writer.write(step, {"eval/loss": results["loss"],
-                      "eval/perplexity": results["perplexity"]})
+  writer.write(step, {"eval/" + k: results[k] for k in metrics})
   writer.close()
   return eval_dir
 
 
 def run_eval(model_fn, mesh_impl, model_dir, checkpoint_path, vocabulary, eval_dataset_fn,
              dataset_split, batch_size, sequence_length, variable_dtype, eval_steps,
-             eval_dir_suffix=None):
+             eval_dir_suffix=None, eval_decode_batches=0):
   """Restores a checkpoint (default: the latest in model_dir) and evaluates it.
 
-  Returns {"loss", "perplexity", "batches", "step", "checkpoint"}.
+  Returns {"loss", "perplexity", "token_accuracy", "batches", "step", "checkpoint"}
+  (and "sequence_accuracy", "decoded_sequences" with eval_decode_batches > 0).
   """
   dataset = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,
                                       dataset_split, batch_size, repeat=False)
   evaluator = Evaluator(model_fn, mesh_impl, batch_size, sequence_length,
-                        run_setup.feature_keys(dataset), variable_dtype)
+                        run_setup.feature_keys(dataset), variable_dtype,
+                        decode_batches=eval_decode_batches)
   restored = mtf.restore_checkpoint(checkpoint_path or model_dir, mesh_impl)
   step = restored.global_step
   if step is None:
@@ -80,7 +184,7 @@ def run_eval(model_fn, mesh_impl, model_dir, checkpoint_path, vocabulary, eval_d
   results = evaluator.evaluate(dataset, eval_steps, dataset_split)
   results.update(step=step, checkpoint=restored.path)
   write_eval_results(model_dir, step, results, eval_dir_suffix)
-  print("eval %s (step %d, %d batches of %s): loss %.6f perplexity %.4f"
-        % (restored.path, step, results["batches"], dataset_split, results["loss"],
-           results["perplexity"]), flush=True)
+  print("eval %s (step %d, %d batches of %s): %s"
+        % (restored.path, step, results["batches"], dataset_split, describe(results)),
+        flush=True)
   return results

@@ -62,6 +62,8 @@ def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True):
   if with_defaults and os.path.isfile(defaults):
     files = [defaults] + [f for f in files if os.path.abspath(f) != defaults]
   for path in files:
+    if _parse_original_config_file(path):
+      continue
     try:
       gin.parse_config_file(path)
     except (ValueError, KeyError, TypeError, SyntaxError, IOError) as e:
@@ -72,3 +74,18 @@ def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True):
     except (ValueError, KeyError, TypeError, SyntaxError) as e:
       raise MtfError("gin binding %r: %s" % (binding, e)) from e
   return files
+
+
+def _parse_original_config_file(path):
+  """Parses path through gin_compat if it is an original Mesh-TensorFlow config (it
+  names mesh_tensorflow modules), printing the bindings it skipped; returns whether
+  it did."""
+  from models.transformer import gin_compat  # pylint: disable=g-import-not-at-top
+  with open(path) as f:
+    text = f.read()
+  if not gin_compat.is_original_config(text):
+    return False
+  skipped = gin_compat.parse_original_config(text, path)
+  if skipped:
+    print(gin_compat.format_skipped(path, skipped), flush=True)
+  return True

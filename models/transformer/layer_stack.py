@@ -283,3 +283,26 @@ def make_layer_stack(layers=gin.REQUIRED, layer_stack_cls=LayerStack, num_layers
         layer.set_name("layer_%03d" % (block * len(layers) + n))
       stack.append(layer)
   return layer_stack_cls(stack)
+
+
+@gin.configurable(module="transformer")
+def sublayer_rms_norm_subsampled(x, layer_stack, context, percentage=100.0,
+                                 epsilon=1e-6, name="layer_norm_subsampled"):
+  """rms_norm whose mean square is taken over the first ceil(percentage% of d_model)
+  features only (a cheaper statistic for wide models); the scale covers all of d_model
+  and is "<scope>/<name>/scale"."""
+  del layer_stack
+  model_dim = _model_dim(context)
+  if not 0 < percentage <= 100:
+    raise mtf.MtfError("sublayer_rms_norm_subsampled: percentage %r is not in (0, 100]"
+                       % (percentage,), dim=model_dim.name)
+  with mtf.variable_scope(name):
+    scale = mtf.get_variable(context.mesh, "scale",
+                             mtf.Shape(_ensemble_dims(context) + [model_dim]),
+                             initializer=tf.ones_initializer(),
+                             dtype=context.variable_dtype)
+  size = min(model_dim.size, -(-model_dim.size * percentage // 100))
+  sample = mtf.slice(x, 0, int(size), model_dim.name)
+  sample_dim = mtf.Dimension(model_dim.name, int(size))
+  variance = mtf.reduce_mean(mtf.square(sample), reduced_dim=sample_dim)
+  return x * mtf.rsqrt(variance + epsilon) * scale

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import LayoutError
+from models.transformer import transformer
 from models.transformer.context import ModeKeys
 
 # Feature keys a model may read; anything else in a dataset is ignored.
@@ -37,23 +38,6 @@ def feature_length(sequence_length, key):
 def is_bitransformer(model):
   """Whether model is an encoder-decoder (has an encoder and a decoder)."""
   return hasattr(model, "encoder") and hasattr(model, "decoder")
-
-
-def _autoregressive_inputs(targets, sequence_id):
-  """The LM inputs: targets shifted right by one (0 first), per packed segment."""
-  try:
-    from models.transformer import transformer  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    transformer = None
-  if transformer is not None and hasattr(transformer, "autoregressive_inputs"):
-    return transformer.autoregressive_inputs(targets, sequence_id=sequence_id)
-  length_dim = targets.shape.dims[-1]
-  inputs = mtf.shift(targets, offset=1, dim=length_dim, wrap=False)
-  if sequence_id is not None:  # position 0 of every packed segment sees 0
-    same = mtf.equal(sequence_id, mtf.shift(sequence_id, offset=1, dim=length_dim,
-                                            wrap=False))
-    inputs *= mtf.cast(same, inputs.dtype)
-  return inputs
 
 
 def model_features(model, feature_keys):
@@ -84,7 +68,7 @@ def call_model(model, features, mode, variable_dtype, num_microbatches=1):
         decoder_position=features.get("targets_position"),
         num_microbatches=num_microbatches)
   sequence_id = features.get("targets_segmentation")
-  inputs = _autoregressive_inputs(targets, sequence_id)
+  inputs = transformer.autoregressive_inputs(targets, sequence_id=sequence_id)
   return model.call_simple(
       inputs=inputs, targets=targets, compute_loss=True, mode=mode,
       variable_dtype=variable_dtype, sequence_id=sequence_id,

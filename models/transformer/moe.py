@@ -308,6 +308,18 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
   return output, loss
 
 
+def _choice_mask(index, gate, raw_gates, experts_dim, importance):
+  """(one-hot of the chosen expert, its gate, the density proxy), zero on padding."""
+  mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
+  density_proxy = raw_gates
+  if importance is not None:
+    real = _real_token_mask(importance)
+    mask *= real
+    gate *= real
+    density_proxy *= real
+  return mask, gate, density_proxy
+
+
 def _top_1(x, dim):
   """(index, value) of the max of x over dim (the first index on ties)."""
   return mtf.argmax(x, dim), mtf.reduce_max(x, reduced_dim=dim)
@@ -399,13 +411,8 @@ def _top_2_gating(inputs, outer_expert_dims, experts_dim, expert_capacity_dim, h
   capacity = expert_capacity_dim.size
 
   index_1, gate_1 = _top_1(raw_gates, experts_dim)
-  mask_1 = mtf.one_hot(index_1, experts_dim, dtype=tf.float32)
-  density_1_proxy = raw_gates
-  if importance is not None:
-    real = _real_token_mask(importance)
-    mask_1 *= real
-    gate_1 *= real
-    density_1_proxy *= real
+  mask_1, gate_1, density_1_proxy = _choice_mask(index_1, gate_1, raw_gates, experts_dim,
+                                                 importance)
   gates_without_top_1 = raw_gates * (1.0 - mask_1)
   index_2, gate_2 = _top_1(gates_without_top_1, experts_dim)
   mask_2 = mtf.one_hot(index_2, experts_dim, dtype=tf.float32)
@@ -472,13 +479,8 @@ def _switch_gating(inputs, outer_expert_dims, experts_dim, expert_capacity_dim, 
                           reduced_dim=experts_dim)
   else:
     index, gate = _top_1(raw_gates, experts_dim)
-  mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
-  density_proxy = raw_gates
-  if importance is not None:
-    real = _real_token_mask(importance)
-    mask *= real
-    gate *= real
-    density_proxy *= real
+  mask, gate, density_proxy = _choice_mask(index, gate, raw_gates, experts_dim,
+                                           importance)
   balance = _balance_loss(mask, density_proxy, group_size_dim, experts_dim)
   loss = _scaled_loss(balance, gate_logits, experts_dim, hparams, importance,
                       num_microbatches, inputs.dtype)

@@ -1,13 +1,15 @@
-"""What every trainer mode needs first: devices, the MeshImpl, batched data, gin file IO.
+"""What every trainer mode needs first: devices, the MeshImpl, seeds, batched data, gin IO.
 
 The mesh is emulated on virtual CPU devices: a placement mesh of n processors needs n
 logical devices, fixed before TensorFlow runs its first op. SIMD emulation and GSPMD
 run on one device whatever the mesh size.
 """
 import os
+import random
 import uuid
 
 import gin
+import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
@@ -128,3 +130,14 @@ def write_operative_config(model_dir):
   if "# Parameters for run:" not in text:
     text = text.rstrip("\n") + "\n\n" + _run_bindings()
   write_text_atomically(os.path.join(model_dir, "operative_config.gin"), text)
+
+
+def seed_everything(seed):
+  """Seeds TensorFlow's global random state (the initializers' and tf.data shuffles'
+  op seeds derive from it), Python's `random` and numpy; None leaves all unseeded."""
+  if seed is None:
+    return
+  seed = int(seed)
+  tf.random.set_seed(seed)
+  random.seed(seed)
+  np.random.seed(seed % (2 ** 32))

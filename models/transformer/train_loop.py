@@ -142,8 +142,7 @@ class Trainer:
         if evaluator is not None and eval_steps:
           results = evaluator.evaluate(eval_dataset, eval_steps)
           evaluation.write_eval_results(self.model_dir, step, results)
-          print("eval at step %d: loss %.4f perplexity %.3f"
-                % (step, results["loss"], results["perplexity"]), flush=True)
+          print("eval at step %d: %s" % (step, evaluation.describe(results)), flush=True)
     writer.close()
     return history
 
@@ -152,7 +151,7 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
               eval_dataset_fn, dataset_split, batch_size, sequence_length, variable_dtype,
               train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
               keep_checkpoint_max, iterations_per_loop, eval_steps, init_checkpoint,
-              num_microbatches=1):
+              num_microbatches=1, eval_decode_batches=0):
   """Train mode of utils.run; returns the trainer's [(step, loss)] history."""
   dataset = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
                                       dataset_split, batch_size)
@@ -169,7 +168,8 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
     eval_dataset = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,
                                              "validation", batch_size)
     evaluator = evaluation.Evaluator(model_fn, mesh_impl, batch_size, sequence_length,
-                                     run_setup.feature_keys(eval_dataset), variable_dtype)
+                                     run_setup.feature_keys(eval_dataset), variable_dtype,
+                                     decode_batches=eval_decode_batches)
   trainer.restore(init_checkpoint)  # before anything is written to model_dir
   run_setup.write_operative_config(model_dir)
   print("training %s on mesh %s, layout %s (%s), to step %d"

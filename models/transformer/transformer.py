@@ -25,6 +25,12 @@ from models.transformer.layer_stack import (  # pylint: disable=unused-import,g-
     sublayer_residual, sublayer_rezero, sublayer_rms_norm, sublayer_scale_norm,
     sublayer_true_layer_norm)
 from models.transformer.vocab_embeddings import VocabEmbedding  # pylint: disable=unused-import
+from models.transformer.layer_stack import sublayer_rms_norm_subsampled  # pylint: disable=unused-import
+from models.transformer.reversible_layer_stack import ReversibleLayerStack  # pylint: disable=unused-import
+from models.transformer.transformer_layer import TransformerLayer  # pylint: disable=unused-import
+from models.transformer.ensemble_logits import (  # pylint: disable=unused-import,g-multiple-import
+    reduce_ensemble_logits, reduce_ensemble_logits_mean_logit,
+    reduce_ensemble_logits_mean_prob, reduce_ensemble_logits_select)
 
 
 def _round_up(n, divisor):
@@ -438,6 +444,12 @@ class Bitransformer:
     """Encodes inputs, decodes targets (teacher-forced); returns (logits, loss)."""
     _check_ids(inputs, "inputs", "Bitransformer")
     _check_ids(targets, "targets", "Bitransformer")
+    # Unpacked batches mark padding by id 0; as in the original (and as decode() does),
+    # encoder padding then gets sequence id 0 so no real position attends to it. The
+    # decoder needs no such mask: its padding comes after the real targets, and causal
+    # attention never looks ahead.
+    if encoder_sequence_id is None:
+      encoder_sequence_id = mtf.minimum(inputs, 1)
     shared_params = self._shared_params(inputs.mesh, variable_dtype)
     self._built = True
     encoder_layer_outputs = []

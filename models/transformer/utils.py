@@ -147,7 +147,7 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
         eval_steps=None, perplexity_eval_steps=10, eval_checkpoint_step=None,
         init_checkpoint=None, decode_input_file=None, decode_output_file=None,
         export_path=None, export_checkpoint_step=None, num_microbatches=1,
-        eval_dir_suffix=None):
+        eval_dir_suffix=None, seed=0, eval_decode_batches=0):
   """Builds the mesh and model from gin and runs `mode`; returns the mode's result.
 
   Args (the original's names where it had them):
@@ -174,6 +174,11 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
     decode_input_file, decode_output_file: prompts in, text out (decode mode).
     export_path, export_checkpoint_step: where export writes the SavedModel (default
       <model_dir>/export), and which checkpoint it uses.
+    seed: seeds TensorFlow's global random state (initializers, tf.data shuffles),
+      Python's and numpy's before anything is built, so two runs of one config give
+      identical results; None leaves them unseeded.
+    eval_decode_batches: in eval (and periodic eval), greedily decode this many
+      batches of an encoder-decoder model and report exact-match sequence accuracy.
   """
   from models.transformer import run_setup  # pylint: disable=g-import-not-at-top
   if mode not in MODES:
@@ -185,6 +190,7 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
     batch_size = ("sequences_per_batch", batch_size)
   batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules, batch_size)
   mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
+  run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
   variable_dtype = get_variable_dtype()
   # A fresh model per mtf graph (train, eval, decode): models remember their graph.
   model_fn = functools.partial(
@@ -199,14 +205,15 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
         checked, mesh_impl, model_dir, vocabulary, train_dataset_fn, eval_dataset_fn,
         dataset_split, batch_size, sequence_length, variable_dtype, train_steps,
         optimizer, learning_rate_schedule, save_checkpoints_steps, keep_checkpoint_max,
-        iterations_per_loop, eval_steps, init_checkpoint, num_microbatches)
+        iterations_per_loop, eval_steps, init_checkpoint, num_microbatches,
+        eval_decode_batches)
   checkpoint = _checkpoint_at(model_dir, eval_checkpoint_step)
   if mode in ("eval", "perplexity_eval"):
     from models.transformer import evaluation  # pylint: disable=g-import-not-at-top
     return evaluation.run_eval(
         checked, mesh_impl, model_dir, checkpoint, vocabulary, eval_dataset_fn,
         dataset_split, batch_size, sequence_length, variable_dtype,
-        eval_steps or perplexity_eval_steps, eval_dir_suffix)
+        eval_steps or perplexity_eval_steps, eval_dir_suffix, eval_decode_batches)
   if mode == "decode":
     from models.transformer import decode_io  # pylint: disable=g-import-not-at-top
     return decode_io.run_decode(
@@ -250,3 +257,39 @@ def _check_layout(model, batch_size, sequence_length, layout_rules, mesh_shape):
   if unused and mesh_shape.size > 1:
     print("layout rules that split nothing here (ignored): %s"
           % ", ".join(unused), flush=True)
+
+
+@gin.configurable(module="utils")
+def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
+                   ensemble_parallelism=None):
+  """The mesh shape the original trainer used on a TPU slice, as an mtf.Shape.
+
+  tpu_topology is "AxB" (chips; 2 cores each, as on TPU v2/v3) or "AxBxC" (one core
+  per entry). The cores are split into "model" (model_parallelism) and "batch" (the
+  rest); with ensemble_parallelism, an "ensemble" dim comes first and takes its share
+  of the batch. E.g. ("4x4", 8) -> batch:4, model:8 (32 cores). This port runs the
+  result on any backend, e.g. SIMD emulation on CPU.
+  """
+  try:
+    sizes = [int(s) for s in str(tpu_topology).split("x")]
+  except ValueError:
+    sizes = []
+  if len(sizes) not in (2, 3) or min(sizes) < 1:
+    raise MtfError("tpu_mesh_shape: tpu_topology %r is not of the form AxB or AxBxC"
+                   % (tpu_topology,))
+  num_cores = 1
+  for s in sizes:
+    num_cores *= s
+  if len(sizes) == 2:
+    num_cores *= 2
+  model_parallelism = int(model_parallelism)
+  ensemble = int(ensemble_parallelism or 1)
+  if model_parallelism < 1 or num_cores % (model_parallelism * ensemble):
+    raise MtfError("tpu_mesh_shape: model_parallelism %d x ensemble_parallelism %d does "
+                   "not divide the %d cores of topology %s"
+                   % (model_parallelism, ensemble, num_cores, tpu_topology))
+  dims = [mtf.Dimension("batch", num_cores // (model_parallelism * ensemble)),
+          mtf.Dimension("model", model_parallelism)]
+  if ensemble_parallelism:
+    dims.insert(0, mtf.Dimension("ensemble", ensemble))
+  return mtf.Shape(dims)

@@ -281,6 +281,27 @@ def train_sentencepiece(text_iterator_or_files, vocab_size, model_prefix=None,
   return model_prefix + ".model"
 
 
+@gin.configurable(module="vocabulary")
+def trained_sentencepiece_vocabulary(vocab_size=1024, text_glob=None, model_prefix=None,
+                                     model_type="unigram", extra_ids=0):
+  """A SentencePieceVocabulary trained on the fly, for gin configs that have no model file.
+
+  Trains on the files matching text_glob, or on the embedded default corpus when
+  text_glob is None. With model_prefix, an existing <model_prefix>.model is reused, so
+  a resumed run (or eval/decode after training) keeps the same pieces.
+  """
+  if model_prefix and tf.io.gfile.exists(model_prefix + ".model"):
+    return SentencePieceVocabulary(model_prefix + ".model", extra_ids=extra_ids)
+  if text_glob is None:
+    from models.transformer import default_corpus  # pylint: disable=g-import-not-at-top
+    source = [default_corpus.default_corpus_text()]
+  else:
+    source = text_glob  # a str is a glob: no match raises, naming it
+  path = train_sentencepiece(source, vocab_size, model_prefix=model_prefix,
+                             model_type=model_type)
+  return SentencePieceVocabulary(path, extra_ids=extra_ids)
+
+
 class TFDSVocabulary(Vocabulary):
   """Wraps a TFDS text encoder (tfds.deprecated.text), shifting its ids to keep 0/1.
 

@@ -1,13 +1,11 @@
 """Export: a SavedModel of a lowered decoding graph loads and runs without mesh_tf."""
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
+import trainer_helpers
 from models.transformer import decode_io
 from models.transformer import export
 from models.transformer.vocabulary import ByteVocabulary
@@ -57,12 +55,7 @@ def test_saved_model_loads_without_mesh_tf(tmp_path):
   module, signatures = export.build_module(_decode_fn(), ByteVocabulary(), 4, 8)
   path = str(tmp_path / "export")
   tf.saved_model.save(module, path, signatures=signatures)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-  env.pop("PYTHONPATH", None)
-  result = subprocess.run([sys.executable, "-c", _LOADER, path], cwd=str(tmp_path),
-                          env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
+  result = trainer_helpers.run_python_without_mesh_tf(_LOADER, path, cwd=str(tmp_path))
   out = json.loads(result.stdout.strip().splitlines()[-1])
   np.testing.assert_array_equal(out["ids"], [[6, 7, 8, 0, 0, 0, 0, 0],
                                              [10, 0, 0, 0, 0, 0, 0, 0]])

@@ -27,6 +27,13 @@ PROBLEM_FILES = [f for f in ALL_FILES if f.startswith("problems/")]
 SCHEDULE_FILES = [f for f in ALL_FILES if f.startswith("learning_rate_schedules/")]
 # 128-way model parallelism needs a model with at least 128 heads.
 LAYOUT_MODEL_BINDINGS = {"layouts/8x8_mp.gin": ["num_heads = 128", "d_kv = 8"]}
+# Files parsed after others (the command that uses each is in its header).
+RUN_FILES = {
+    "readme_lm.gin": ["models/lm_cpu_small.gin", "problems/pydoc_lm.gin",
+                      "layouts/2x2_dp_mp.gin"],
+    "examples/reverse_tokens_cpu.gin": ["models/bi_cpu_small.gin",
+                                        "problems/reverse_tokens.gin"],
+}
 LARGE_LAYOUTS = ["layouts/4x4_m4.gin", "layouts/8x8_m4.gin", "layouts/16x16_m8.gin"]
 
 
@@ -65,6 +72,26 @@ def test_the_tree_mirrors_the_original():
   for name in ["single", "2x2_dp", "2x2_mp", "2x2_dp_mp", "4x4_dp", "8x8_dp", "8x8_mp",
                "16x16_m8"]:
     assert "layouts/%s.gin" % name in LAYOUT_FILES
+
+
+def test_every_file_is_checked_by_a_test():
+  checked = set(MODEL_FILES + LAYOUT_FILES + PROBLEM_FILES + SCHEDULE_FILES) | set(RUN_FILES)
+  assert set(ALL_FILES) - checked == {"defaults.gin"}
+
+
+@pytest.mark.parametrize("path", sorted(RUN_FILES))
+def test_run_file_builds_its_model_on_its_mesh(path):
+  gin_setup.parse_gin(RUN_FILES[path] + [path])
+  mesh_shape = mtf.convert_to_shape(_run_param("mesh_shape"))
+  layout = mtf.convert_to_layout_rules(_run_param("layout_rules"))
+  sequence_length = _run_param("sequence_length")
+  length = sequence_length["targets"] if isinstance(sequence_length, dict) else sequence_length
+  batch = utils.compute_batch_size(sequence_length, mesh_shape, layout,
+                                   _run_param("batch_size"))
+  _, graph = _build_graph(batch_size=batch, length=length)
+  model_graph.check_layout_names(graph, layout, mesh_shape)
+  assert not mtf.analysis.layout_report(graph.graph, mesh_shape, layout).conflicts
+  assert _run_param("train_steps") > 0
 
 
 @pytest.mark.parametrize("path", MODEL_FILES)

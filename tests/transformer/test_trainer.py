@@ -2,24 +2,13 @@
 import math
 import os
 
-import gin
 import numpy as np
 import pytest
 
 import trainer_helpers
-from models.transformer import gin_setup
+from trainer_helpers import run_with
 from models.transformer import summaries
 from models.transformer import utils
-
-
-def run_with(params, **kwargs):
-  """utils.run under exactly these gin params (plus defaults.gin)."""
-  gin.clear_config()
-  try:
-    gin_setup.parse_gin([], params)
-    return utils.run(**kwargs)
-  finally:
-    gin.clear_config()
 
 
 @pytest.fixture(scope="module")

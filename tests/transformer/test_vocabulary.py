@@ -135,3 +135,23 @@ def test_vocabularies_are_gin_configurable():
   with gin.config_scope("h5_vocab_test"):
     assert vocabulary.ByteVocabulary().vocab_size == 266
   assert vocabulary.ByteVocabulary().vocab_size == 259
+
+
+def test_trained_sentencepiece_vocabulary_is_trained_once_and_reused(tmp_path):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("the quick brown fox jumps over the lazy dog\n" * 40
+                    + "pack my box with five dozen liquor jugs\n" * 40)
+  prefix = str(tmp_path / "spm")
+  first = vocabulary.trained_sentencepiece_vocabulary(
+      vocab_size=40, text_glob=str(corpus), model_prefix=prefix)
+  assert os.path.exists(prefix + ".model")
+  mtime = os.path.getmtime(prefix + ".model")
+  again = vocabulary.trained_sentencepiece_vocabulary(
+      vocab_size=40, text_glob=str(corpus), model_prefix=prefix)
+  assert os.path.getmtime(prefix + ".model") == mtime
+  text = "the lazy fox"
+  assert first.encode(text) == again.encode(text)
+  assert again.decode(again.encode(text)) == text
+  with pytest.raises(mtf.MtfError, match="nothing_here"):
+    vocabulary.trained_sentencepiece_vocabulary(
+        vocab_size=40, text_glob=str(tmp_path / "nothing_here*.txt"))

@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import gin
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _WORDS = ("the cat sat on the mat and the dog ran to the red barn while a bird sang "
@@ -55,3 +57,26 @@ def run_main(params, mode=None, timeout=240):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
   return subprocess.run(main_command(params, mode), cwd=REPO_ROOT, env=env,
                         capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def run_with(params, **kwargs):
+  """utils.run in this process under exactly these gin params (plus defaults.gin)."""
+  from models.transformer import gin_setup, utils  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    gin_setup.parse_gin([], params)
+    return utils.run(**kwargs)
+  finally:
+    gin.clear_config()
+
+
+def run_python_without_mesh_tf(script, *args, cwd=None):
+  """Runs `python -c script args` with no PYTHONPATH (so mesh_tf cannot be imported
+  from the repository); returns the CompletedProcess, asserting it succeeded."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("PYTHONPATH", None)
+  result = subprocess.run([sys.executable, "-c", script] + list(args), cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result

@@ -1,0 +1,183 @@
+"""Reads gin files written for (or by) the original Mesh-TensorFlow trainer.
+
+The original's configs name configurables by their full module paths
+(`@mesh_tensorflow.transformer.transformer_layers.SelfAttention`), import the
+`mesh_tensorflow` modules (the operative config even aliases them, `import
+mesh_tensorflow.transformer.transformer as mesh_tensorflow3`) and bind parameters
+this port does not have (e.g. `SelfAttention.hyperprompt_*`, `run.tpu_job_name`).
+
+`translate_text` rewrites the module paths to this port's gin modules and drops the
+imports; `parse_original_config` then binds what this port supports and returns every
+binding it skipped with the reason, so nothing is dropped silently. A binding naming a
+configurable neither this port nor the original's known-omitted list has is an error.
+"""
+import collections
+import inspect
+import re
+
+import gin
+from gin import config_parser
+
+from mesh_tf.errors import MtfError
+
+# Configurables of the original that this port deliberately does not offer.
+OMITTED_CONFIGURABLES = {
+    "rewrite_stack_variables": "autostacking: this port keeps variables unstacked",
+    "tpu_estimator_model_fn": "TPUEstimator-only; the TF 2 trainer has its own loop",
+    "get_estimator": "TPUEstimator-only; the TF 2 trainer has its own loop",
+    "serialize_num_microbatches": "microbatches are set by utils.run.num_microbatches",
+    "get_checkpoint_iterator": "the trainer picks checkpoints itself",
+}
+
+# `mesh_tensorflow.<module>.` -> the gin module prefix used here ("" = bare name).
+TOP_LEVEL_MODULES = {
+    "optimize": "mesh_tf.optimize.",
+    "beam_search": "beam_search.",
+    "layers": "",
+    "ops": "",
+    "ops_with_redefined_builtins": "",
+    "simd_mesh_impl": "",
+    "placement_mesh_impl": "",
+    "utils": "",
+}
+
+SkippedBinding = collections.namedtuple("SkippedBinding", ["binding", "line", "reason"])
+
+
+def _import_aliases(text):
+  """{alias: module} for every `import mesh_tensorflow... as alias` line."""
+  aliases = {}
+  for match in re.finditer(r"^\s*import\s+(mesh_tensorflow[\w.]*)\s+as\s+(\w+)\s*$",
+                           text, re.MULTILINE):
+    aliases[match.group(2)] = match.group(1)
+  return aliases
+
+
+def _port_prefix(path):
+  """This port's gin prefix for an original module path like
+  "mesh_tensorflow.transformer.transformer_layers" (without trailing dot)."""
+  parts = path.split(".")[1:]
+  if parts[:1] == ["transformer"] and len(parts) >= 2:
+    return parts[1] + "."
+  if not parts:
+    return ""
+  return TOP_LEVEL_MODULES.get(parts[0], "")
+
+
+def translate_text(text):
+  """The text with `import mesh_tensorflow...` lines dropped and every reference to an
+  original module (or an import alias of one) rewritten to this port's gin names."""
+  aliases = _import_aliases(text)
+  text = re.sub(r"^\s*(from\s+mesh_tensorflow\S*\s+)?import\s+mesh_tensorflow\b.*$", "",
+                text, flags=re.MULTILINE)
+  text = re.sub(r"^\s*from\s+mesh_tensorflow\S*\s+import\s+.*$", "", text,
+                flags=re.MULTILINE)
+  for alias in sorted(aliases, key=len, reverse=True):
+    text = re.sub(r"(?<![\w.])%s\." % re.escape(alias), aliases[alias] + ".", text)
+  # The longest known module path first: "mesh_tensorflow.transformer.<module>." is a
+  # module, "mesh_tensorflow.<module>." a top-level one.
+  def replace(match):
+    return _port_prefix(match.group(0)[:-1])
+  text = re.sub(r"(?<![\w.])mesh_tensorflow\.transformer\.\w+\.", replace, text)
+  text = re.sub(r"(?<![\w.])mesh_tensorflow\.\w+\.", replace, text)
+  return text
+
+
+class _RecordingDelegate(config_parser.ParserDelegate):
+  """Parses references and macros to plain tuples (nothing is looked up)."""
+
+  def configurable_reference(self, scoped_configurable_name, evaluate):
+    return ("@", scoped_configurable_name, evaluate)
+
+  def macro(self, macro_name):
+    return ("%", macro_name)
+
+
+def _configurable(selector):
+  """The registered configurable for selector, or None."""
+  try:
+    return gin.get_configurable(selector)
+  except (KeyError, ValueError):
+    return None
+
+
+def _accepts(fn_or_cls, arg_name):
+  """Whether fn_or_cls takes a parameter arg_name (or **kwargs)."""
+  try:
+    params = inspect.signature(fn_or_cls).parameters
+  except (TypeError, ValueError):
+    return True
+  if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+    return True
+  return arg_name in params
+
+
+def _skip_reason(statement):
+  """Why a binding statement is skipped here, or None to keep it."""
+  if not statement.arg_name:
+    return None  # a macro
+  name = statement.selector.split(".")[-1]
+  configurable = _configurable(statement.selector)
+  if configurable is None:
+    if name in OMITTED_CONFIGURABLES:
+      return "configurable %s is not offered: %s" % (name, OMITTED_CONFIGURABLES[name])
+    return None  # gin reports the unknown configurable when the text is parsed
+  if not _accepts(configurable, statement.arg_name):
+    return "%s has no parameter %r in this port" % (name, statement.arg_name)
+  return None
+
+
+def _binding_text(statement):
+  scope = statement.scope + "/" if statement.scope else ""
+  return "%s%s.%s" % (scope, statement.selector, statement.arg_name)
+
+
+def filter_supported(text, filename=None):
+  """(text without the unsupported bindings, [SkippedBinding]) for translated text."""
+  try:
+    statements = list(config_parser.ConfigParser(text, _RecordingDelegate()))
+  except SyntaxError as e:
+    raise MtfError("gin file %s: %s" % (filename or "<string>", e), file=filename) from e
+  lines = text.split("\n")
+  starts = [s.location.line_num - 1 for s in statements] + [len(lines)]
+  skipped = []
+  drop = set()
+  for i, statement in enumerate(statements):
+    if not isinstance(statement, config_parser.BindingStatement):
+      continue
+    reason = _skip_reason(statement)
+    if reason is None:
+      continue
+    skipped.append(SkippedBinding(_binding_text(statement), statement.location.line_num,
+                                  reason))
+    drop.update(range(starts[i], starts[i + 1]))
+  kept = [line for n, line in enumerate(lines) if n not in drop]
+  return "\n".join(kept), skipped
+
+
+def parse_original_config(text, filename=None):
+  """Translates an original gin config, binds what this port supports and returns the
+  list of SkippedBinding (binding, line, reason) left out.
+
+  Raises MtfError naming the file and gin's complaint (e.g. an unknown configurable).
+  """
+  translated, skipped = filter_supported(translate_text(text), filename)
+  try:
+    gin.parse_config(translated)
+  except (ValueError, KeyError, TypeError, SyntaxError, ImportError) as e:
+    raise MtfError("gin file %s (original Mesh-TensorFlow config): %s"
+                   % (filename or "<string>", e), file=filename) from e
+  return skipped
+
+
+def is_original_config(text):
+  """Whether a gin file's text names the original library's modules."""
+  return re.search(r"(?<![\w.])mesh_tensorflow\w*\b", text) is not None
+
+
+def format_skipped(filename, skipped):
+  """A readable report of the skipped bindings of one file."""
+  head = "gin file %s: skipped %d binding(s) this port does not support:" % (
+      filename, len(skipped))
+  return "\n".join([head] + ["  line %d: %s (%s)" % (s.line, s.binding, s.reason)
+                             for s in skipped])

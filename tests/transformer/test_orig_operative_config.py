@@ -1,0 +1,187 @@
+"""The original trainer's operative_config.gin, read through gin_compat, builds the
+fixture's model: restored from the original checkpoint it reproduces the original's
+logits and loss. Unsupported bindings are skipped and reported; unknown configurables
+still fail with an MtfError naming them."""
+import os
+import pathlib
+import shutil
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models.transformer import gin_compat
+from models.transformer import gin_setup
+from models.transformer import transformer
+from models.transformer import transformer_layers
+from models.transformer import utils
+from models.transformer.context import ModeKeys
+from tests.transformer import trainer_helpers
+
+FIXTURE = (pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+           / "orig_mtf_lm")
+OPERATIVE = FIXTURE / "operative_config.gin"
+CPUS = ["/cpu:%d" % i for i in range(8)]
+
+pytestmark = pytest.mark.skipif(not OPERATIVE.exists(),
+                                reason="fixture %s is not present" % FIXTURE)
+
+# What the fixture's config binds that this port does not offer.
+EXPECTED_SKIPPED = {
+    "rewrite_stack_variables.max_combined_variable_size",
+    "SelfAttention.hyperprompt_hidden_dim", "SelfAttention.hyperprompt_length_decoder",
+    "SelfAttention.hyperprompt_length_encoder", "SelfAttention.hyperprompt_mtlshare",
+    "SelfAttention.hyperprompt_task_num", "SelfAttention.use_hyperprompt",
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+  gin.clear_config()
+  gin_setup.import_configurables()
+  yield
+  gin.clear_config()
+
+
+def _model_from_operative_config(capsys=None):
+  gin_setup.parse_gin([str(OPERATIVE)], [], with_defaults=False)
+  report = capsys.readouterr().out if capsys else ""
+  # What the original's build_model passes for model_type="lm".
+  model = utils.build_model(model_type="lm", input_vocab_size=64, output_vocab_size=64)
+  return model, report
+
+
+def _run(model, mesh_shape, layout, devices):
+  targets_np = np.load(FIXTURE / "inputs.npy")
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "my_mesh")
+  shape = [mtf.Dimension("batch", 2), mtf.Dimension("length", 16)]
+  targets = mtf.import_tf_tensor(mesh, tf.constant(targets_np, tf.int32), shape)
+  logits, loss = model.call_simple(
+      transformer.autoregressive_inputs(targets), targets, compute_loss=True,
+      mode=ModeKeys.EVAL, variable_dtype=utils.get_variable_dtype())
+  impl = mtf.PlacementMeshImpl(mesh_shape, layout, devices)
+  lowering = mtf.Lowering(graph, {mesh: impl})
+  result = mtf.restore_checkpoint(str(FIXTURE / "model.ckpt-20"), lowering)
+  assert not result.missing
+  return (lowering.export_to_tf_tensor(logits).numpy(),
+          float(lowering.export_to_tf_tensor(loss).numpy()))
+
+
+@pytest.mark.parametrize("mesh_shape,layout,devices", [
+    ("", "", [""]),
+    ("rows:2;cols:4", "batch:rows;heads:cols;d_ff:cols;vocab:cols", CPUS),
+], ids=["mesh=[]", "mesh=2x4/dp+mp"])
+def test_operative_config_reproduces_original_logits(capsys, mesh_shape, layout, devices):
+  model, report = _model_from_operative_config(capsys)
+  assert "skipped 7 binding(s)" in report and "hyperprompt_task_num" in report
+  # The config, not class defaults, decided the model.
+  assert model.model_dim.size == 32 and model.output_vocab_dim.size == 128
+  assert model.shared_embedding_and_softmax_weights
+  assert [type(l) for l in model.layer_stack.layers] == [
+      transformer_layers.SelfAttention, transformer_layers.DenseReluDense] * 2
+  assert utils.get_variable_dtype().master_dtype == tf.bfloat16
+  logits, loss = _run(model, mesh_shape, layout, devices)
+  np.testing.assert_allclose(logits, np.load(FIXTURE / "logits.npy"), atol=1e-4, rtol=0)
+  np.testing.assert_allclose(loss, float((FIXTURE / "loss.txt").read_text()), rtol=1e-5)
+
+
+def test_skipped_bindings_are_exactly_the_unsupported_parameters():
+  skipped = gin_compat.parse_original_config(OPERATIVE.read_text(), str(OPERATIVE))
+  assert {s.binding for s in skipped} == EXPECTED_SKIPPED
+  by_name = {s.binding: s for s in skipped}
+  assert "hyperprompt_task_num" in by_name["SelfAttention.hyperprompt_task_num"].reason
+  assert by_name["SelfAttention.use_hyperprompt"].line == 96
+  # Supported neighbours of the skipped lines were bound.
+  layer = transformer_layers.SelfAttention()
+  assert (layer.num_heads, layer.key_value_size, layer.z_loss_coeff) == (4, 16, None)
+  assert gin.query_parameter("Unitransformer.vocab_divisor") == 128
+
+
+def test_translate_text_rewrites_paths_and_aliases():
+  text = "\n".join([
+      "import mesh_tensorflow.optimize",
+      "import mesh_tensorflow.transformer.transformer as mesh_tensorflow3",
+      "from mesh_tensorflow.transformer import utils",
+      "a.x = @mesh_tensorflow.transformer.transformer_layers.SelfAttention",
+      "b.y = @mesh_tensorflow3.sublayer_rms_norm",
+      "mesh_tensorflow.optimize.AdafactorOptimizer.beta1 = 0.0",
+      "c.z = @mesh_tensorflow.transformer.learning_rate_schedules.constant",
+      "d.w = @mesh_tensorflow.transformer.utils.get_variable_dtype()",
+      "e.v = @mesh_tensorflow.layers.VarianceScalingInitializer()",
+  ])
+  out = [line for line in gin_compat.translate_text(text).split("\n") if line.strip()]
+  assert out == [
+      "a.x = @transformer_layers.SelfAttention",
+      "b.y = @transformer.sublayer_rms_norm",
+      "mesh_tf.optimize.AdafactorOptimizer.beta1 = 0.0",
+      "c.z = @learning_rate_schedules.constant",
+      "d.w = @utils.get_variable_dtype()",
+      "e.v = @VarianceScalingInitializer()",
+  ]
+  assert gin_compat.is_original_config(text)
+  assert not gin_compat.is_original_config("SelfAttention.num_heads = 4\n")
+
+
+def test_full_module_paths_bind_to_port_configurables():
+  skipped = gin_compat.parse_original_config("\n".join([
+      "mesh_tensorflow.transformer.transformer_layers.SelfAttention.num_heads = 3",
+      "mesh_tensorflow.optimize.AdafactorOptimizer.beta1 = 0.5",
+      "mesh_tensorflow.transformer.utils.run.tpu_job_name = 'worker'",
+      "mesh_tensorflow.transformer.utils.run.train_steps = 7",
+  ]))
+  assert [s.binding for s in skipped] == ["utils.run.tpu_job_name"]
+  assert gin.query_parameter("transformer_layers.SelfAttention.num_heads") == 3
+  assert gin.query_parameter("mesh_tf.optimize.AdafactorOptimizer.beta1") == 0.5
+  assert gin.query_parameter("utils.run.train_steps") == 7
+  assert transformer_layers.SelfAttention().num_heads == 3
+
+
+def test_unknown_configurable_still_fails_naming_it():
+  text = OPERATIVE.read_text() + "\nSelfAtention.num_heads = 4\n"
+  with pytest.raises(mtf.MtfError, match="SelfAtention") as info:
+    gin_compat.parse_original_config(text, "my_operative.gin")
+  assert "my_operative.gin" in str(info.value)
+  bad_ref = ("import mesh_tensorflow.transformer.transformer_layers as mesh_tensorflow4\n"
+             "make_layer_stack.layers = [@mesh_tensorflow4.NoSuchLayer]\n")
+  with pytest.raises(mtf.MtfError, match="NoSuchLayer"):
+    gin_compat.parse_original_config(bad_ref, "bad_ref.gin")
+
+
+def test_parse_gin_reports_unknown_configurable_in_original_file(tmp_path):
+  path = tmp_path / "orig.gin"
+  path.write_text("import mesh_tensorflow.optimize\n"
+                  "mesh_tensorflow.optimize.NoSuchOptimizer.beta1 = 0.0\n")
+  with pytest.raises(mtf.MtfError, match="NoSuchOptimizer") as info:
+    gin_setup.parse_gin([str(path)], [], with_defaults=False)
+  assert str(path) in str(info.value)
+
+
+def test_main_trains_from_operative_config(tmp_path):
+  corpus = trainer_helpers.write_corpus(tmp_path, repeats=20)
+  model_dir = tmp_path / "model"
+  params = [
+      "utils.run.model_dir = %r" % str(model_dir),
+      "utils.run.sequence_length = 16", "utils.run.batch_size = 4",
+      "utils.run.train_steps = 2", "utils.run.save_checkpoints_steps = 2",
+      "utils.run.learning_rate_schedule = 0.01",
+      "utils.run.train_dataset_fn = @dataset.text_corpus_dataset",
+      "text_corpus_dataset.glob = %r" % corpus,
+  ]
+  cmd = trainer_helpers.main_command(params, mode="train")
+  cmd.insert(3, "--gin_file=%s" % OPERATIVE)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=trainer_helpers.REPO_ROOT)
+  import subprocess  # pylint: disable=g-import-not-at-top
+  proc = subprocess.run(cmd, cwd=trainer_helpers.REPO_ROOT, env=env, capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "skipped 7 binding(s)" in proc.stdout
+  names = {n for n, _ in tf.train.list_variables(str(model_dir))}
+  # The operative config's model: 2 blocks, tied embeddings, d_ff=64.
+  assert "transformer/block_001/layer_001/DenseReluDense/wi/kernel" in names
+  assert "transformer/logits/kernel" not in names
+  shapes = dict(tf.train.list_variables(str(model_dir)))
+  assert shapes["transformer/block_000/layer_001/DenseReluDense/wi/kernel"] == [32, 64]
+  shutil.rmtree(model_dir)
