@@ -1,6 +1,8 @@
 """Gin for the trainer: import every configurable, find and parse gin files, and turn
 gin's errors into MtfErrors naming the binding and the file."""
+import contextlib
 import importlib
+import logging
 import os
 
 import gin
@@ -47,6 +49,24 @@ def find_gin_file(path, prefixes):
                  % (path, ", ".join([os.getcwd()] + list(prefixes))), file=path)
 
 
+class _DropGinPathProbes(logging.Filter):
+  """Drops gin's "Path not found" errors: an `include` first probes the path as given,
+  which fails for names that the search path then finds."""
+
+  def filter(self, record):
+    return record.module != "resource_reader"
+
+
+@contextlib.contextmanager
+def _quiet_include_probes():
+  probe_filter = _DropGinPathProbes()
+  logging.getLogger().addFilter(probe_filter)
+  try:
+    yield
+  finally:
+    logging.getLogger().removeFilter(probe_filter)
+
+
 def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True):
   """Parses defaults.gin (if the first prefix has one), gin_files and gin_params.
 
@@ -65,7 +85,8 @@ def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True):
     if _parse_original_config_file(path):
       continue
     try:
-      gin.parse_config_file(path)
+      with _quiet_include_probes():
+        gin.parse_config_file(path)
     except (ValueError, KeyError, TypeError, SyntaxError, IOError) as e:
       raise MtfError("gin file %s: %s" % (path, e), file=path) from e
   for binding in gin_params:

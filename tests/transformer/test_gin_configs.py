@@ -177,3 +177,13 @@ def test_large_layout_trains_a_step_on_simd_emulation(path, tmp_path):
   assert gin.query_parameter("make_mesh_impl.backend") == "simd"
   utils.run()
   assert os.path.exists(os.path.join(str(tmp_path), "model.ckpt-2.index"))
+
+
+def test_include_of_a_gin_configs_file_resolves_quietly(tmp_path, caplog):
+  user_file = tmp_path / "my_run.gin"
+  user_file.write_text("include 'problems/pydoc_lm.gin'\nutils.run.train_steps = 3\n")
+  with caplog.at_level("INFO"):
+    gin_setup.parse_gin([str(user_file)])
+  assert _run_param("train_steps") == 3
+  assert _run_param("train_dataset_fn").__name__ == "default_corpus_dataset"
+  assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
