@@ -118,6 +118,7 @@ def test_bitransformer_variable_names():
 
 
 def test_bitransformer_learns_to_reverse():
+  tf.random.set_seed(0)  # a fixed initial draw keeps the run reproducible
   trainer = ReversalTrainer(learning_rate=0.03)
   inputs, targets = reversal_data(BATCH * STEPS, seed=0)
   start = time.time()
