@@ -171,25 +171,11 @@ def beam_search(model, inputs, decode_length,
 
 
 def encode_for_decoding(model, inputs, variable_dtype=mtf.VariableDType(tf.float32)):
-  """Runs a Bitransformer's encoder once for decoding.
-
-  Returns the keyword arguments its decoder needs (encoder_output,
-  encoder_sequence_id, encoder_inputs, shared_params, encoder_layer_outputs), with
-  length renamed to memory_length; padding (id 0) in inputs is masked.
-  """
-  shared_params = model._shared_params(inputs.mesh, variable_dtype)  # pylint: disable=protected-access
-  model._built = True  # pylint: disable=protected-access
-  encoder_sequence_id = mtf.minimum(inputs, 1)
-  encoder_layer_outputs = []
-  encoder_output, _ = model.encoder.call_with_losses(
-      inputs, None, False, mode=ModeKeys.PREDICT, variable_dtype=variable_dtype,
-      sequence_id=encoder_sequence_id, shared_params=shared_params,
-      layer_outputs=encoder_layer_outputs)
-  rename = mtf.layers.rename_length_to_memory_length
-  return dict(encoder_output=rename(encoder_output),
-              encoder_sequence_id=rename(encoder_sequence_id),
-              encoder_inputs=rename(inputs), shared_params=shared_params,
-              encoder_layer_outputs=encoder_layer_outputs)
+  """Runs a Bitransformer's encoder once for decoding; returns the keyword arguments
+  its decoder needs (see Bitransformer.encode). Padding (id 0) in inputs is masked."""
+  encoded, _ = model.encode(inputs, False, mode=ModeKeys.PREDICT,
+                            variable_dtype=variable_dtype)
+  return encoded
 
 
 def bitransformer_decode(model, inputs, variable_dtype=mtf.VariableDType(tf.float32),

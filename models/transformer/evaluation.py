@@ -9,15 +9,15 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.checkpoint import step_from_prefix
 from models.transformer import decode_io
+from models.transformer import decoding
 from models.transformer import model_graph
 from models.transformer import run_setup
 from models.transformer import summaries
+from models.transformer import utils
 from models.transformer.context import ModeKeys
 
 # The metrics written to eval_results-<step>.txt and TensorBoard, when present.
 METRICS = ("loss", "perplexity", "token_accuracy", "sequence_accuracy")
-
-EOS_ID = 1
 
 
 def output_vocab_size(model):
@@ -34,8 +34,7 @@ def token_accuracy_counts(logits, targets, vocab_size):
   is never predicted) equals the target.
   """
   vocab_dim = logits.shape.dims[-1]
-  is_padded_id = mtf.greater_equal(mtf.range(logits.mesh, vocab_dim, tf.int32), vocab_size)
-  masked = logits + mtf.cast(is_padded_id, logits.dtype) * -1e9
+  masked = decoding.mask_padded_vocab(logits, vocab_dim, vocab_size)
   predictions = mtf.argmax(masked, vocab_dim)
   weights = mtf.broadcast(mtf.cast(mtf.not_equal(targets, 0), tf.float32),
                           predictions.shape)
@@ -43,18 +42,12 @@ def token_accuracy_counts(logits, targets, vocab_size):
   return mtf.reduce_sum(correct), mtf.reduce_sum(weights)
 
 
-def cut_after_eos(ids, eos_id=EOS_ID):
-  """numpy int [batch, length] ids with every position after a row's first EOS set to 0."""
-  ids = np.asarray(ids)
-  after_eos = np.cumsum(ids == eos_id, axis=-1) - (ids == eos_id)
-  return np.where(after_eos == 0, ids, 0)
-
-
 def exact_matches(decoded, targets):
   """(matches, rows): how many rows of decoded equal their target row, counting only
   rows whose target is not all padding; both are cut after EOS and zero-padded to a
   common length."""
-  decoded, targets = cut_after_eos(decoded), cut_after_eos(targets)
+  decoded = utils.clean_decodes(decoded).numpy()
+  targets = utils.clean_decodes(targets).numpy()
   length = max(decoded.shape[-1], targets.shape[-1])
   decoded = np.pad(decoded, [(0, 0), (0, length - decoded.shape[-1])])
   targets = np.pad(targets, [(0, 0), (0, length - targets.shape[-1])])

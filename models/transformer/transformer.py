@@ -437,17 +437,18 @@ class Bitransformer:
             "positional_embedding", ensemble_dim=encoder.ensemble_dim)
     return params
 
-  def call_simple(self, inputs, targets, compute_loss, mode=ModeKeys.TRAIN,
-                  variable_dtype=mtf.VariableDType(tf.float32), encoder_sequence_id=None,
-                  decoder_sequence_id=None, decoder_subsequence_id=None,
-                  encoder_position=None, decoder_position=None, num_microbatches=1):
-    """Encodes inputs, decodes targets (teacher-forced); returns (logits, loss)."""
+  def encode(self, inputs, compute_loss=False, mode=ModeKeys.PREDICT,
+             variable_dtype=mtf.VariableDType(tf.float32), encoder_sequence_id=None,
+             encoder_position=None, num_microbatches=1):
+    """Runs the encoder on inputs; returns (decoder_kwargs, encoder_losses).
+
+    decoder_kwargs are what the decoder's call_simple needs to attend to the encoder:
+    encoder_output, encoder_sequence_id, encoder_inputs (length renamed to
+    memory_length), shared_params and encoder_layer_outputs. Unpacked inputs mark
+    padding by id 0; as in the original (and in decoding), padding then gets sequence
+    id 0 so no real position attends to it.
+    """
     _check_ids(inputs, "inputs", "Bitransformer")
-    _check_ids(targets, "targets", "Bitransformer")
-    # Unpacked batches mark padding by id 0; as in the original (and as decode() does),
-    # encoder padding then gets sequence id 0 so no real position attends to it. The
-    # decoder needs no such mask: its padding comes after the real targets, and causal
-    # attention never looks ahead.
     if encoder_sequence_id is None:
       encoder_sequence_id = mtf.minimum(inputs, 1)
     shared_params = self._shared_params(inputs.mesh, variable_dtype)
@@ -458,18 +459,31 @@ class Bitransformer:
         sequence_id=encoder_sequence_id, position=encoder_position,
         shared_params=shared_params, layer_outputs=encoder_layer_outputs,
         num_microbatches=num_microbatches)
-    encoder_output = mtf.layers.rename_length_to_memory_length(encoder_output)
-    if encoder_sequence_id is not None:
-      encoder_sequence_id = mtf.layers.rename_length_to_memory_length(encoder_sequence_id)
+    rename = mtf.layers.rename_length_to_memory_length
+    return dict(encoder_output=rename(encoder_output),
+                encoder_sequence_id=rename(encoder_sequence_id),
+                encoder_inputs=rename(inputs), shared_params=shared_params,
+                encoder_layer_outputs=encoder_layer_outputs), encoder_losses
+
+  def call_simple(self, inputs, targets, compute_loss, mode=ModeKeys.TRAIN,
+                  variable_dtype=mtf.VariableDType(tf.float32), encoder_sequence_id=None,
+                  decoder_sequence_id=None, decoder_subsequence_id=None,
+                  encoder_position=None, decoder_position=None, num_microbatches=1):
+    """Encodes inputs, decodes targets (teacher-forced); returns (logits, loss).
+
+    The decoder needs no padding mask for unpacked targets: their padding comes after
+    the real tokens, and causal attention never looks ahead.
+    """
+    _check_ids(targets, "targets", "Bitransformer")
+    encoded, encoder_losses = self.encode(
+        inputs, compute_loss, mode=mode, variable_dtype=variable_dtype,
+        encoder_sequence_id=encoder_sequence_id, encoder_position=encoder_position,
+        num_microbatches=num_microbatches)
     logits, loss = self.decoder.call_simple(
         autoregressive_inputs(targets, sequence_id=decoder_sequence_id), targets,
         compute_loss, mode=mode, variable_dtype=variable_dtype,
         sequence_id=decoder_sequence_id, subsequence_id=decoder_subsequence_id,
-        position=decoder_position, encoder_output=encoder_output,
-        encoder_sequence_id=encoder_sequence_id,
-        encoder_inputs=mtf.layers.rename_length_to_memory_length(inputs),
-        shared_params=shared_params, encoder_layer_outputs=encoder_layer_outputs,
-        num_microbatches=num_microbatches)
+        position=decoder_position, num_microbatches=num_microbatches, **encoded)
     if loss is not None and encoder_losses:
       loss = mtf.add_n([loss] + list(encoder_losses))
     return logits, loss

@@ -3,11 +3,9 @@ fixture's model: restored from the original checkpoint it reproduces the origina
 logits and loss. Unsupported bindings are skipped and reported; unknown configurables
 still fail with an MtfError naming them."""
 import os
-import pathlib
 import shutil
 
 import gin
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -18,12 +16,11 @@ from models.transformer import transformer
 from models.transformer import transformer_layers
 from models.transformer import utils
 from models.transformer.context import ModeKeys
-from tests.transformer import trainer_helpers
+import orig_fixture
+import trainer_helpers
+from orig_fixture import FIXTURE
 
-FIXTURE = (pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-           / "orig_mtf_lm")
 OPERATIVE = FIXTURE / "operative_config.gin"
-CPUS = ["/cpu:%d" % i for i in range(8)]
 
 pytestmark = pytest.mark.skipif(not OPERATIVE.exists(),
                                 reason="fixture %s is not present" % FIXTURE)
@@ -53,27 +50,7 @@ def _model_from_operative_config(capsys=None):
   return model, report
 
 
-def _run(model, mesh_shape, layout, devices):
-  targets_np = np.load(FIXTURE / "inputs.npy")
-  graph = mtf.Graph()
-  mesh = mtf.Mesh(graph, "my_mesh")
-  shape = [mtf.Dimension("batch", 2), mtf.Dimension("length", 16)]
-  targets = mtf.import_tf_tensor(mesh, tf.constant(targets_np, tf.int32), shape)
-  logits, loss = model.call_simple(
-      transformer.autoregressive_inputs(targets), targets, compute_loss=True,
-      mode=ModeKeys.EVAL, variable_dtype=utils.get_variable_dtype())
-  impl = mtf.PlacementMeshImpl(mesh_shape, layout, devices)
-  lowering = mtf.Lowering(graph, {mesh: impl})
-  result = mtf.restore_checkpoint(str(FIXTURE / "model.ckpt-20"), lowering)
-  assert not result.missing
-  return (lowering.export_to_tf_tensor(logits).numpy(),
-          float(lowering.export_to_tf_tensor(loss).numpy()))
-
-
-@pytest.mark.parametrize("mesh_shape,layout,devices", [
-    ("", "", [""]),
-    ("rows:2;cols:4", "batch:rows;heads:cols;d_ff:cols;vocab:cols", CPUS),
-], ids=["mesh=[]", "mesh=2x4/dp+mp"])
+@orig_fixture.MESH_CASES
 def test_operative_config_reproduces_original_logits(capsys, mesh_shape, layout, devices):
   model, report = _model_from_operative_config(capsys)
   assert "skipped 7 binding(s)" in report and "hyperprompt_task_num" in report
@@ -83,9 +60,9 @@ def test_operative_config_reproduces_original_logits(capsys, mesh_shape, layout,
   assert [type(l) for l in model.layer_stack.layers] == [
       transformer_layers.SelfAttention, transformer_layers.DenseReluDense] * 2
   assert utils.get_variable_dtype().master_dtype == tf.bfloat16
-  logits, loss = _run(model, mesh_shape, layout, devices)
-  np.testing.assert_allclose(logits, np.load(FIXTURE / "logits.npy"), atol=1e-4, rtol=0)
-  np.testing.assert_allclose(loss, float((FIXTURE / "loss.txt").read_text()), rtol=1e-5)
+  logits, loss, _, _ = orig_fixture.run_restored(
+      model, mesh_shape, layout, devices, ModeKeys.EVAL, utils.get_variable_dtype())
+  orig_fixture.check_against_original(logits, loss)
 
 
 def test_skipped_bindings_are_exactly_the_unsupported_parameters():

@@ -70,7 +70,7 @@ def test_exact_matches_cut_at_eos_and_skip_empty_rows():
   assert evaluation.exact_matches(decoded, targets) == (1, 3)
   # Rows of different lengths are compared zero-padded.
   assert evaluation.exact_matches(decoded[:, :3], targets) == (1, 3)
-  np.testing.assert_array_equal(evaluation.cut_after_eos([[1, 2, 1], [2, 1, 3]]),
+  np.testing.assert_array_equal(utils.clean_decodes([[1, 2, 1], [2, 1, 3]]),
                                 [[1, 0, 0], [2, 1, 0]])
 
 

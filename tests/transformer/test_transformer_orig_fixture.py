@@ -1,7 +1,5 @@
 """The original library's tiny LM checkpoint restores by name and reproduces its logits
 and loss, on one device and on a 2x4 data+model-parallel mesh."""
-import pathlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,10 +8,9 @@ import mesh_tf as mtf
 from models.transformer import transformer
 from models.transformer import transformer_layers
 from models.transformer.context import ModeKeys
+import orig_fixture
+from orig_fixture import FIXTURE
 
-FIXTURE = (pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-           / "orig_mtf_lm")
-CPUS = ["/cpu:%d" % i for i in range(8)]
 # The original trainer's precisions: bfloat16 masters (in the checkpoint), float32 slices.
 VDTYPE = mtf.VariableDType(tf.bfloat16, tf.float32, tf.float32)
 
@@ -51,40 +48,20 @@ def _checkpoint_model_variables():
 
 def run_fixture_model(mesh_shape, layout, devices, mode):
   """Restores the checkpoint into the model on a mesh; returns (logits, loss, names)."""
-  targets_np = np.load(FIXTURE / "inputs.npy")
-  graph = mtf.Graph()
-  mesh = mtf.Mesh(graph, "my_mesh")
-  shape = [mtf.Dimension("batch", 2), mtf.Dimension("length", 16)]
-  targets = mtf.import_tf_tensor(mesh, tf.constant(targets_np, tf.int32), shape)
-  model = fixture_model()
-  logits, loss = model.call_simple(
-      transformer.autoregressive_inputs(targets), targets, compute_loss=True, mode=mode,
-      variable_dtype=VDTYPE)
-  impl = mtf.PlacementMeshImpl(mesh_shape, layout, devices)
-  lowering = mtf.Lowering(graph, {mesh: impl})
-  result = mtf.restore_checkpoint(str(FIXTURE / "model.ckpt-20"), lowering)
-  assert not result.missing
+  logits, loss, result, impl = orig_fixture.run_restored(
+      fixture_model(), mesh_shape, layout, devices, mode, VDTYPE)
   assert result.global_step == 20
-  return (lowering.export_to_tf_tensor(logits).numpy(),
-          float(lowering.export_to_tf_tensor(loss).numpy()), sorted(result.names),
-          sorted(impl.variable_store))
+  return logits, loss, sorted(result.names), sorted(impl.variable_store)
 
 
-@pytest.mark.parametrize("mesh_shape,layout,devices", [
-    ("", "", [""]),
-    ("rows:2;cols:4", "batch:rows;heads:cols;d_ff:cols;vocab:cols", CPUS),
-], ids=["mesh=[]", "mesh=2x4/dp+mp"])
+@orig_fixture.MESH_CASES
 def test_fixture_logits_and_loss_reproduced(mesh_shape, layout, devices):
   logits, loss, restored, model_vars = run_fixture_model(mesh_shape, layout, devices,
                                                          ModeKeys.EVAL)
   # Every model variable came from the checkpoint, and the model has exactly the
   # checkpoint's model variables (optimizer slots and global_step aside).
   assert model_vars == restored == _checkpoint_model_variables()
-  expected_logits = np.load(FIXTURE / "logits.npy")
-  assert logits.shape == expected_logits.shape == (2, 16, 128)
-  np.testing.assert_allclose(logits, expected_logits, atol=1e-4, rtol=0)
-  expected_loss = float((FIXTURE / "loss.txt").read_text())
-  np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
+  orig_fixture.check_against_original(logits, loss)
 
 
 def test_fixture_train_mode_adds_z_loss():
