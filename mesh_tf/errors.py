@@ -38,3 +38,7 @@ class ShapeError(MtfError):
 
 class CheckpointError(MtfError):
   """A checkpoint is missing, corrupt, or does not match the variables."""
+
+
+class NonFiniteError(MtfError):
+  """A loss or variable holds NaN or Inf where only finite values may go on."""

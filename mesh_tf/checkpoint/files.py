@@ -16,7 +16,9 @@ from mesh_tf.errors import CheckpointError
 
 STATE_FILENAME = "checkpoint"
 _SINGLE_SHARD = ".data-00000-of-00001"
-_DATA_SUFFIX = re.compile(r"\.data-\d{5}-of-\d{5}$")
+_STATE_LINE = re.compile(r'^\s*(model_checkpoint_path|all_model_checkpoint_paths|'
+                         r'all_model_checkpoint_timestamps|last_preserved_timestamp)'
+                         r'\s*:\s*(.*?)\s*$')
 
 
 def _is_local(path):
@@ -58,8 +60,13 @@ def write_bundle(prefix, names, tensors):
   """Writes tensors under names at prefix, atomically; returns prefix.
 
   Everything is first written under a hidden temporary prefix in the same directory;
-  on any failure the temporary files are removed and no index appears at prefix.
+  on any failure the temporary files are removed and no index appears at prefix. An
+  existing checkpoint at prefix is never written over: that raises CheckpointError.
   """
+  if exists(prefix):
+    raise CheckpointError(
+        "checkpoint %s already exists; refusing to write over it (delete it yourself, or "
+        "save under another name or step)" % prefix, file=index_file(prefix))
   directory = os.path.dirname(prefix) or "."
   tf.io.gfile.makedirs(directory)
   tmp = os.path.join(directory, ".%s.tmp-%s" % (os.path.basename(prefix),
@@ -72,9 +79,7 @@ def write_bundle(prefix, names, tensors):
     except tf.errors.OpError as e:
       raise CheckpointError("could not write checkpoint %s: %s" % (prefix, e.message),
                             file=prefix) from e
-    # An older checkpoint under the same name stops being one before its data changes.
-    _remove_quietly(index_file(prefix))
-    for old in data_files(prefix):
+    for old in data_files(prefix):  # shards of a save that died before its index
       tf.io.gfile.remove(old)
     _replace(tmp + _SINGLE_SHARD, prefix + _SINGLE_SHARD)
     moved_data = True
@@ -97,18 +102,70 @@ def delete_checkpoint(prefix):
 
 
 # ---- the state file (`checkpoint`), as written by TF's savers ----
+def _unquote(text):
+  if len(text) < 2 or text[0] != '"' or text[-1] != '"':
+    raise ValueError("not a quoted string: %r" % text)
+  out, i, body = [], 0, text[1:-1]
+  escapes = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "'": "'"}
+  while i < len(body):
+    if body[i] == "\\" and i + 1 < len(body) and body[i + 1] in escapes:
+      out.append(escapes[body[i + 1]])
+      i += 2
+    else:
+      out.append(body[i])
+      i += 1
+  return "".join(out)
+
+
+def read_state_file(directory):
+  """(prefixes oldest first with the latest last, problem): problem is None for a
+  well-formed state file, else why it cannot be used ("missing", "empty", ...)."""
+  path = os.path.join(directory, STATE_FILENAME)
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      raw = f.read()
+  except tf.errors.NotFoundError:
+    return [], "missing"
+  except (tf.errors.OpError, OSError) as e:
+    return [], "unreadable (%s)" % getattr(e, "message", e)
+  if not raw.strip():
+    return [], "empty"
+  try:
+    text = raw.decode("utf-8")
+  except UnicodeDecodeError:
+    return [], "not text (binary content)"
+  if "\x00" in text:
+    return [], "not text (binary content)"
+  latest, listed = None, []
+  for number, line in enumerate(text.splitlines(), 1):
+    if not line.strip():
+      continue
+    match = _STATE_LINE.match(line)
+    try:
+      if not match:
+        raise ValueError(line)
+      if match.group(1) == "model_checkpoint_path":
+        latest = _unquote(match.group(2))
+      elif match.group(1) == "all_model_checkpoint_paths":
+        listed.append(_unquote(match.group(2)))
+    except ValueError:
+      return [], "garbled (line %d: %r)" % (number, line[:60])
+  if not latest:
+    return [], "garbled (no model_checkpoint_path)"
+
+  def absolute(p):
+    return p if os.path.isabs(p) or "://" in p else os.path.join(directory, p)
+  prefixes = [absolute(p) for p in listed if p != latest] + [absolute(latest)]
+  return prefixes, None
+
+
 def read_state(directory):
   """The checkpoint prefixes listed in directory's state file, oldest first.
 
   Paths are absolute (relative ones are taken relative to directory). The latest
-  checkpoint is last. Returns [] if there is no readable state file.
+  checkpoint is last. Returns [] if there is no usable state file.
   """
-  state = tf.train.get_checkpoint_state(directory)
-  if state is None or not state.model_checkpoint_path:
-    return []
-  paths = [p for p in state.all_model_checkpoint_paths
-           if p != state.model_checkpoint_path]
-  return paths + [state.model_checkpoint_path]
+  return read_state_file(directory)[0]
 
 
 def _quote(text):
@@ -134,6 +191,10 @@ def write_state(directory, prefixes):
     with tf.io.gfile.GFile(tmp, "w") as f:
       f.write("\n".join(lines) + "\n")
     _replace(tmp, path)
+  except (OSError, tf.errors.OpError) as e:
+    raise CheckpointError("could not write the checkpoint state file %s: %s (the "
+                          "previous state file and every checkpoint are unchanged)"
+                          % (path, getattr(e, "message", None) or e), file=path) from e
   finally:
     _remove_quietly(tmp)
 
@@ -143,31 +204,6 @@ def record_latest(prefix):
   directory = os.path.dirname(prefix) or "."
   kept = [p for p in read_state(directory) if p != prefix and exists(p)]
   write_state(directory, kept + [prefix])
-
-
-# ---- finding a checkpoint ----
-def resolve_prefix(path):
-  """The checkpoint prefix that path names.
-
-  path may be a prefix, its `.index` or a data file, or a directory (its latest
-  checkpoint). Raises CheckpointError naming the file when there is none.
-  """
-  path = os.fspath(path)
-  if path.endswith(".index"):
-    path = path[:-len(".index")]
-  path = _DATA_SUFFIX.sub("", path)
-  if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest is None:
-      state = os.path.join(path, STATE_FILENAME)
-      raise CheckpointError(
-          "no checkpoint in directory %s: its state file %s is missing, unreadable, or "
-          "names no checkpoint whose .index file exists" % (path, state), file=state)
-    return latest
-  if not exists(path):
-    raise CheckpointError("checkpoint %s not found: %s does not exist"
-                          % (path, index_file(path)), file=index_file(path))
-  return path
 
 
 def step_from_prefix(prefix):

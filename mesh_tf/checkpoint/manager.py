@@ -2,12 +2,28 @@
 import os
 
 import numpy as np
+import tensorflow as tf
 
-from mesh_tf.checkpoint import files
+from mesh_tf.checkpoint import discovery, files
 from mesh_tf.checkpoint.entries import collect_entries
 from mesh_tf.checkpoint.save_restore import (DEFAULT_BASENAME, GLOBAL_STEP,
                                              restore_checkpoint, write_checkpoint)
-from mesh_tf.errors import CheckpointError
+from mesh_tf.errors import CheckpointError, NonFiniteError
+
+
+def check_finite(entries, prefix):
+  """Raises NonFiniteError naming the first floating-point entry holding NaN or Inf."""
+  for name in sorted(entries):
+    entry = entries[name]
+    if not entry.dtype.is_floating:
+      continue
+    finite = tf.math.is_finite(entry.read())
+    if not bool(tf.reduce_all(finite)):
+      size = int(tf.size(finite))
+      bad = size - int(tf.math.count_nonzero(finite))
+      raise NonFiniteError(
+          "not writing checkpoint %s: variable %r holds %d NaN/Inf value(s) of %d"
+          % (prefix, name, bad, size), tensor=name, file=prefix)
 
 
 class CheckpointManager:
@@ -15,8 +31,11 @@ class CheckpointManager:
 
   The directory's `checkpoint` state file lists the kept checkpoints (oldest first,
   latest last) in TF's format, so `tf.train.latest_checkpoint` and the original
-  library's tools find them. A manager made on an existing directory picks up the
-  checkpoints its state file lists.
+  library's tools find them. A manager made on an existing directory picks up its
+  complete checkpoints by `discovery.find_checkpoints` (the state file's, or found by
+  scanning when the state file is lost); `note` says how they differ from the state
+  file, and `repair_state()` rewrites it. A save never writes over an existing
+  checkpoint, and old checkpoints are pruned only after a new one is written.
 
   Args:
     directory: where checkpoints go (created on the first save).
@@ -26,10 +45,12 @@ class CheckpointManager:
     checkpoint_basename: file name before "-<step>".
     extra_variables: optional dict name -> tf.Variable saved alongside (e.g.
       "global_step", which save() then uses when no step is given).
+    require_finite: if True, save() refuses (NonFiniteError) to write a checkpoint in
+      which a floating-point variable holds NaN or Inf.
   """
 
   def __init__(self, directory, source, max_to_keep=5, checkpoint_basename=DEFAULT_BASENAME,
-               extra_variables=None):
+               extra_variables=None, require_finite=False):
     if max_to_keep is not None and max_to_keep < 1:
       raise CheckpointError("max_to_keep must be at least 1 (or None), got %r"
                             % (max_to_keep,))
@@ -38,11 +59,30 @@ class CheckpointManager:
     self._extra = dict(extra_variables or {})
     self._max_to_keep = max_to_keep
     self._prefix = os.path.join(self._directory, checkpoint_basename)
-    self._checkpoints = [p for p in files.read_state(self._directory) if files.exists(p)]
+    self._require_finite = require_finite
+    self._basename = checkpoint_basename
+    found = discovery.find_checkpoints(self._directory, checkpoint_basename)
+    self._checkpoints = found.checkpoints
+    self._state_ok = found.state_ok
+    self.note = found.note
+
+  def repair_state(self):
+    """Rewrites the state file to list the checkpoints found, if it did not already;
+    returns whether it wrote."""
+    if self._state_ok or not self._checkpoints:
+      return False
+    files.write_state(self._directory, self._checkpoints)
+    self._state_ok = True
+    return True
 
   @property
   def directory(self):
     return self._directory
+
+  @property
+  def checkpoint_prefix(self):
+    """The path before "-<step>" of this manager's checkpoints."""
+    return self._prefix
 
   @property
   def checkpoints(self):
@@ -66,6 +106,8 @@ class CheckpointManager:
       step = self._extra[GLOBAL_STEP]
     step = int(np.asarray(step))
     entries = collect_entries(self._source, self._extra)
+    if self._require_finite:
+      check_finite(entries, "%s-%d" % (self._prefix, step))
     prefix = write_checkpoint(self._prefix, entries, global_step=step)
     kept = [p for p in self._checkpoints if p != prefix] + [prefix]
     stale = []

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from mesh_tf.checkpoint import files
+from mesh_tf.checkpoint import discovery, files
 from mesh_tf.checkpoint.entries import collect_entries
 from mesh_tf.errors import CheckpointError
 
@@ -168,17 +168,17 @@ def restore_checkpoint(path, target, extra_variables=None, allow_missing=False):
       variable whose stored shape differs (naming the variable, both shapes and file).
   """
   _check_eager("restore_checkpoint")
-  prefix = files.resolve_prefix(path)
+  prefix = discovery.resolve_prefix(path)
   reader = _open_reader(prefix)
   shapes = reader.get_variable_to_shape_map()
   dtypes = reader.get_variable_to_dtype_map()
   entries = collect_entries(target, extra_variables)
   missing = [name for name in entries if name not in shapes]
+  present = [e for name, e in entries.items() if name in shapes]
+  for entry in present:  # a model of another size: name the first differing variable
+    _check_entry(entry, shapes, dtypes, prefix)
   if missing and not allow_missing:
     raise _missing_error(missing, sorted(shapes), prefix)
-  present = [e for name, e in entries.items() if name in shapes]
-  for entry in present:
-    _check_entry(entry, shapes, dtypes, prefix)
   values = [_read_value(reader, e.name, prefix) for e in present]
   step = None
   if (GLOBAL_STEP in shapes and not shapes[GLOBAL_STEP]

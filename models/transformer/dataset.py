@@ -104,7 +104,8 @@ def batch_dataset(dataset, batch_size, repeat=True):
 
 
 def _text_files(glob):
-  """Sorted files matching glob; MtfError naming the pattern when none does."""
+  """Sorted files matching glob; MtfError naming the pattern when none does, or the
+  files when all are empty or blank."""
   patterns = [glob] if isinstance(glob, str) else list(glob)
   files = []
   for pattern in patterns:
@@ -113,7 +114,19 @@ def _text_files(glob):
       raise errors.MtfError("no text file matches %r" % pattern, file=pattern,
                             hint="check the path/glob bound in gin")
     files.extend(matched)
+  if all(_is_blank(f) for f in files):
+    raise errors.MtfError("no text in %s: %s empty or only whitespace"
+                          % (", ".join(files), "it is" if len(files) == 1 else "all are"),
+                          file=files[0], hint="check the path/glob bound in gin")
   return files
+
+
+def _is_blank(path, probe_bytes=1 << 16):
+  """Whether a file is empty or (judging by its first probe_bytes) only whitespace."""
+  if tf.io.gfile.stat(path).length > probe_bytes:
+    return False
+  with tf.io.gfile.GFile(path, "rb") as f:
+    return not f.read().strip()
 
 
 def make_text_line_dataset(glob):

@@ -56,6 +56,12 @@ class DecodeGraph:
     return decode
 
 
+def vocab_size(vocabulary):
+  """A vocabulary's size, whether it offers vocab_size as a property or a method."""
+  size = vocabulary.vocab_size
+  return size() if callable(size) else size
+
+
 def encode_prompts(prompts, vocabulary, batch_size, length):
   """int32 [n_batches * batch_size, length] prompt ids, zero-padded (ids trimmed)."""
   rows = int(np.ceil(max(len(prompts), 1) / batch_size)) * batch_size

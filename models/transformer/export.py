@@ -12,22 +12,49 @@ import mesh_tf as mtf
 from models.transformer import decode_io
 
 
-def _pad_rows(ids, batch_size, length):
-  """ids [n, <=length] zero-padded to [batch_size, length]; also returns n."""
+def _checked_prompts(ids, length, vocab_size):
+  """ids [n, m] with each row's prompt (up to its last nonzero id) at most length - 1
+  ids long and every id in [0, vocab_size); else InvalidArgumentError saying which."""
+  positions = tf.range(1, tf.shape(ids)[1] + 1)
+  prompt_lengths = tf.reduce_max(tf.where(tf.not_equal(ids, 0), positions, 0), axis=1)
+  longest = tf.reduce_max(tf.concat([prompt_lengths, [0]], 0))
+  checks = [
+      tf.debugging.assert_less_equal(
+          longest, length - 1, message="a prompt is longer than this export allows "
+          "(%d tokens: the exported length %d less one for the output); shorten it or "
+          "export with a larger sequence_length" % (length - 1, length)),
+      tf.debugging.assert_non_negative(ids, message="token ids must be >= 0"),
+      tf.debugging.assert_less(ids, vocab_size, message="token ids must be < the "
+                               "vocabulary size %d" % vocab_size)]
+  with tf.control_dependencies(checks):
+    return tf.identity(ids[:, :length])
+
+
+def _decode_in_batches(decode_fn, ids, batch_size, length):
+  """decode_fn (fixed [batch_size, length]) over any number of rows: zero-pads ids to
+  whole batches of full length and decodes one batch after another."""
   n = tf.shape(ids)[0]
-  ids = ids[:, :length]
-  ids = tf.pad(ids, [[0, batch_size - n], [0, length - tf.shape(ids)[1]]])
-  return tf.reshape(ids, [batch_size, length]), n
+  batches = (n + batch_size - 1) // batch_size
+  ids = tf.pad(ids, [[0, batches * batch_size - n], [0, length - tf.shape(ids)[1]]])
+  ids = tf.reshape(ids, [batches, batch_size, length])
+  outputs = tf.map_fn(decode_fn, ids, fn_output_signature=tf.TensorSpec(
+      [batch_size, length], tf.int32))
+  return tf.reshape(outputs, [batches * batch_size, length])[:n]
 
 
 def build_module(decode_fn, vocabulary, batch_size, length):
-  """A tf.Module with the decoding signatures, tracking the variables they read."""
+  """A tf.Module with the decoding signatures, tracking the variables they read.
+
+  Any number of prompts is decoded (in batches of batch_size); a prompt longer than
+  length - 1 ids, or an id outside the vocabulary, is refused with an error.
+  """
   module = tf.Module()
+  vocab_size = decode_io.vocab_size(vocabulary)
 
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
   def decode_ids(ids):
-    padded, n = _pad_rows(ids, batch_size, length)
-    outputs = decode_fn(padded)[:n]
+    ids = _checked_prompts(ids, length, vocab_size)
+    outputs = _decode_in_batches(decode_fn, ids, batch_size, length)
     ends = tf.cumsum(tf.cast(tf.equal(outputs, 1), tf.int32), axis=-1, exclusive=True)
     return {"outputs": tf.where(tf.equal(ends, 0), outputs, 0)}
 
@@ -37,8 +64,12 @@ def build_module(decode_fn, vocabulary, batch_size, length):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def decode_text(texts):
       def encode_one(text):
-        ids = tf.cast(vocabulary.encode_tf(text), tf.int32)[:length - 1]
-        return tf.pad(ids, [[0, length - 1 - tf.shape(ids)[0]]])
+        ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
+        tf.debugging.assert_less_equal(
+            tf.shape(ids)[0], length - 1, message="a prompt is longer than this export "
+            "allows (%d tokens: the exported length %d less one for the output)"
+            % (length - 1, length))
+        return tf.pad(ids[:length - 1], [[0, length - 1 - tf.shape(ids)[0]]])
       ids = tf.map_fn(encode_one, texts, fn_output_signature=tf.TensorSpec(
           [length - 1], tf.int32))
       ids = decode_ids(ids)["outputs"]

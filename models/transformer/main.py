@@ -44,6 +44,9 @@ def main(argv):
   except MtfError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.exit(1)
+  except KeyboardInterrupt:
+    sys.stderr.write("interrupted\n")
+    sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ The mesh is emulated on virtual CPU devices: a placement mesh of n processors ne
 logical devices, fixed before TensorFlow runs its first op. SIMD emulation and GSPMD
 run on one device whatever the mesh size.
 """
+import numbers
 import os
 import random
 import uuid
@@ -95,12 +96,16 @@ def feature_keys(dataset):
 
 
 def next_batch(iterator, dataset_split):
-  """The next batch; a missing or unreadable data file becomes an MtfError."""
+  """The next batch; a missing or unreadable data file, or a dataset with too few
+  examples for one batch, becomes an MtfError."""
   try:
     return next(iterator)
   except tf.errors.NotFoundError as e:
     raise MtfError("dataset for split %r: data file not found: %s"
                    % (dataset_split, e.message)) from e
+  except StopIteration:
+    raise MtfError("dataset for split %r has no examples left for a batch (is its data "
+                   "empty, or smaller than one batch?)" % dataset_split) from None
 
 
 def write_text_atomically(path, text):
@@ -141,3 +146,43 @@ def seed_everything(seed):
   tf.random.set_seed(seed)
   random.seed(seed)
   np.random.seed(seed % (2 ** 32))
+
+
+def _fail(name, value, allowed):
+  raise MtfError("utils.run.%s = %r is not allowed: %s" % (name, value, allowed))
+
+
+def _whole(name, value, minimum, allow_none=False):
+  """value as an int >= minimum, else a one-line MtfError naming utils.run.<name>."""
+  if value is None and allow_none:
+    return None
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not (isinstance(value, float) and value.is_integer()):
+      _fail(name, value, "it must be a whole number >= %d" % minimum)
+  if value < minimum:
+    _fail(name, value, "it must be a whole number >= %d" % minimum)
+  return int(value)
+
+
+def check_run_parameters(model_dir, train_steps, save_checkpoints_steps,
+                         iterations_per_loop, keep_checkpoint_max, eval_steps,
+                         sequence_length, mesh_shape):
+  """Checks utils.run's values before anything is built; returns (train_steps,
+  save_checkpoints_steps, iterations_per_loop, eval_steps) as ints (eval_steps may be
+  None). Each bad value gets a one-line MtfError naming the parameter."""
+  if not model_dir or not isinstance(model_dir, (str, os.PathLike)):
+    _fail("model_dir", model_dir, "give a directory with --model_dir (or bind "
+          "utils.run.model_dir)")
+  train_steps = _whole("train_steps", train_steps, 0)
+  save_checkpoints_steps = _whole("save_checkpoints_steps", save_checkpoints_steps, 1)
+  iterations_per_loop = _whole("iterations_per_loop", iterations_per_loop, 1)
+  _whole("keep_checkpoint_max", keep_checkpoint_max, 1, allow_none=True)
+  eval_steps = _whole("eval_steps", eval_steps, 0, allow_none=True)
+  lengths = sequence_length if isinstance(sequence_length, dict) else {"": sequence_length}
+  for key, length in lengths.items():
+    _whole("sequence_length" + ("[%r]" % key if key else ""), length, 1)
+  for dim in mtf.convert_to_shape(mesh_shape).dims:
+    if dim.size < 1:
+      _fail("mesh_shape", mesh_shape, "mesh dim %r has size %d; every mesh dim needs "
+            "at least 1 processor" % (dim.name, dim.size))
+  return train_steps, save_checkpoints_steps, iterations_per_loop, eval_steps

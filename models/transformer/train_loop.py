@@ -3,10 +3,16 @@
 The global step is a tf.Variable owned here and handed to mtf.optimize, so learning-rate
 schedules read it when the graph is lowered (on every call of the traced step); it is
 incremented after the updates and saved as `global_step` in every checkpoint. Starting
-again in the same model_dir resumes from its latest checkpoint, on any mesh and layout.
+again in the same model_dir resumes from its latest complete checkpoint, on any mesh and
+layout.
+
+A run never loses a user's checkpoints: it holds model_dir's lock (model_dir_guard), a
+non-finite loss stops it before anything is saved (or, with skip_nonfinite_updates, that
+step's update is skipped), no checkpoint with NaN/Inf variables is written, and SIGTERM /
+Ctrl-C stop it after the current step with a checkpoint (stop_signals).
 """
+import math
 import numbers
-import os
 
 import tensorflow as tf
 
@@ -16,6 +22,7 @@ from models.transformer import evaluation
 from models.transformer import model_graph
 from models.transformer import progress as progress_lib
 from models.transformer import run_setup
+from models.transformer import stop_signals
 from models.transformer import summaries
 from models.transformer.context import ModeKeys
 
@@ -66,12 +73,16 @@ class Trainer:
     optimizer, learning_rate_schedule: as utils.run takes them.
     save_checkpoints_steps, keep_checkpoint_max: checkpoint period and count.
     iterations_per_loop: steps between progress lines and summaries.
+    num_microbatches: split each batch into this many microbatches.
+    skip_nonfinite_updates: if True, a step whose loss is NaN/Inf leaves every variable
+      unchanged and training goes on; if False (default) training stops with an error.
   """
 
   def __init__(self, model_fn, mesh_impl, model_dir, batch_size, sequence_length,
                feature_keys, variable_dtype, train_steps, optimizer=None,
                learning_rate_schedule=None, save_checkpoints_steps=1000,
-               keep_checkpoint_max=5, iterations_per_loop=100, num_microbatches=1):
+               keep_checkpoint_max=5, iterations_per_loop=100, num_microbatches=1,
+               skip_nonfinite_updates=False):
     self.mesh_impl = mesh_impl
     self.model_dir = model_dir
     self.train_steps = train_steps
@@ -87,14 +98,16 @@ class Trainer:
     self.graph.lowering(mesh_impl)  # creates the variables eagerly, before any trace
     self.manager = mtf.CheckpointManager(
         model_dir, mesh_impl, max_to_keep=keep_checkpoint_max,
-        extra_variables={"global_step": self.global_step})
+        extra_variables={"global_step": self.global_step}, require_finite=True)
+    self.skip_nonfinite_updates = skip_nonfinite_updates
     graph = self.graph
 
     @tf.function(jit_compile=isinstance(mesh_impl, mtf.GSPMDMeshImpl))
     def train_step(features):
       rate = current_learning_rate(self.optimizer)
       loss = shared_steps.lower_train_step(graph.lowering(mesh_impl, features),
-                                           graph.loss, graph.update_ops)
+                                           graph.loss, graph.update_ops,
+                                           skip_nonfinite=skip_nonfinite_updates)
       self.global_step.assign_add(1)
       return loss, rate
     self.train_step = train_step
@@ -102,7 +115,19 @@ class Trainer:
   def restore(self, init_checkpoint=None):
     """Resumes from model_dir's latest checkpoint, else loads init_checkpoint's model
     variables (if given); returns the global step training starts at."""
-    step = self.manager.restore_or_initialize()
+    if self.manager.note:
+      print(self.manager.note, flush=True)
+    if self.manager.repair_state():
+      print("rewrote the state file of %s" % self.model_dir, flush=True)
+    try:
+      step = self.manager.restore_or_initialize()
+    except mtf.CheckpointError as e:
+      raise mtf.CheckpointError(
+          str(e).split(" -- ")[0], tensor=e.tensor, file=e.file,
+          hint="the checkpoints in %s belong to a model of another configuration: train "
+               "this one in a new --model_dir (utils.run.init_checkpoint can start it "
+               "from those weights where they fit), or use the configuration that wrote "
+               "them" % self.model_dir) from e
     if step is not None:
       self.global_step.assign(step)
       print("resumed from %s at step %d" % (self.manager.latest_checkpoint, step),
@@ -115,7 +140,11 @@ class Trainer:
     return int(self.global_step.numpy())
 
   def train(self, dataset, evaluator=None, eval_dataset=None, eval_steps=0, stream=None):
-    """Runs steps until train_steps; returns [(step, loss)] of the progress lines."""
+    """Runs steps until train_steps; returns [(step, loss)] of the progress lines.
+
+    Raises NonFiniteError at a NaN/Inf loss (unless skip_nonfinite_updates); on SIGTERM
+    or Ctrl-C saves and ends the run (see stop_signals.GracefulStop.exit).
+    """
     step = int(self.global_step.numpy())
     if step >= self.train_steps:
       print("global step %d already reaches train_steps %d; nothing to do"
@@ -126,33 +155,65 @@ class Trainer:
                                      stream=stream)
     progress.start(step)
     history = []
+    skipped = 0
     iterator = iter(dataset)
-    while step < self.train_steps:
-      loss, rate = self.train_step(run_setup.next_batch(iterator, "train"))
-      step += 1
-      if step % self.iterations_per_loop == 0 or step == self.train_steps:
-        loss, rate = float(loss), float(rate)
-        tokens_per_second = progress.report(step, loss, rate)
-        writer.write(step, {"loss": loss, "learning_rate": rate,
-                            "tokens_per_second": tokens_per_second})
-        history.append((step, loss))
-      if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
-        path = self.manager.save()
-        print("saved checkpoint %s" % path, flush=True)
-        if evaluator is not None and eval_steps:
-          results = evaluator.evaluate(eval_dataset, eval_steps)
-          evaluation.write_eval_results(self.model_dir, step, results)
-          print("eval at step %d: %s" % (step, evaluation.describe(results)), flush=True)
-    writer.close()
+    with stop_signals.GracefulStop() as stop:
+      while step < self.train_steps and not stop.requested:
+        loss, rate = self.train_step(run_setup.next_batch(iterator, "train"))
+        step += 1
+        loss = float(loss)  # the step has run; reading its loss costs nothing more
+        if not math.isfinite(loss):
+          if not self.skip_nonfinite_updates:
+            raise self._nonfinite_error(loss, step)
+          skipped += 1
+          print("step %d: loss is %s; its update was skipped (%d step(s) skipped so far)"
+                % (step, loss, skipped), flush=True)
+        if step % self.iterations_per_loop == 0 or step == self.train_steps:
+          rate = float(rate)
+          tokens_per_second = progress.report(step, loss, rate)
+          writer.write(step, {"loss": loss, "learning_rate": rate,
+                              "tokens_per_second": tokens_per_second})
+          history.append((step, loss))
+        if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
+          self._save(step)
+          if evaluator is not None and eval_steps:
+            results = evaluator.evaluate(eval_dataset, eval_steps)
+            evaluation.write_eval_results(self.model_dir, step, results)
+            print("eval at step %d: %s" % (step, evaluation.describe(results)), flush=True)
+      writer.close()
+      if stop.requested:
+        if self.manager.latest_checkpoint != self._prefix_at(step):
+          self._save(step)
+        stop.exit("stopped at step %d by %s; resume by running the same command again"
+                  % (step, "Ctrl-C" if stop.signum == 2 else "SIGTERM"))
     return history
+
+  def _prefix_at(self, step):
+    return "%s-%d" % (self.manager.checkpoint_prefix, step)
+
+  def _save(self, step):
+    path = self.manager.save()
+    print("saved checkpoint %s" % path, flush=True)
+    return path
+
+  def _nonfinite_error(self, loss, step):
+    last = self.manager.latest_checkpoint
+    where = ("the last good checkpoint is %s" % last if last else
+             "no checkpoint was written in %s" % self.model_dir)
+    return mtf.errors.NonFiniteError(
+        "loss is %s at step %d; training stopped and nothing was saved after it; %s"
+        % (loss, step, where),
+        hint="lower the learning rate (or clip gradients), or bind "
+             "utils.run.skip_nonfinite_updates = True to skip such steps")
 
 
 def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
               eval_dataset_fn, dataset_split, batch_size, sequence_length, variable_dtype,
               train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
               keep_checkpoint_max, iterations_per_loop, eval_steps, init_checkpoint,
-              num_microbatches=1, eval_decode_batches=0):
-  """Train mode of utils.run; returns the trainer's [(step, loss)] history."""
+              num_microbatches=1, eval_decode_batches=0, skip_nonfinite_updates=False):
+  """Train mode of utils.run (which holds model_dir's lock around it); returns the
+  trainer's [(step, loss)] history."""
   dataset = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
                                       dataset_split, batch_size)
   keys = run_setup.feature_keys(dataset)
@@ -162,7 +223,8 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
                     save_checkpoints_steps=save_checkpoints_steps,
                     keep_checkpoint_max=keep_checkpoint_max,
                     iterations_per_loop=iterations_per_loop,
-                    num_microbatches=num_microbatches)
+                    num_microbatches=num_microbatches,
+                    skip_nonfinite_updates=skip_nonfinite_updates)
   evaluator = eval_dataset = None
   if eval_dataset_fn is not None and eval_steps:
     eval_dataset = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,

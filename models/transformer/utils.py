@@ -4,6 +4,7 @@
 mode -- "train", "eval" (alias "perplexity_eval"), "decode" or "export". Everything else
 here is a helper the original offered under the same name.
 """
+import contextlib
 import functools
 import os
 
@@ -13,6 +14,8 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.checkpoint import step_from_prefix
 from mesh_tf.errors import MtfError
+from models.transformer import decode_io
+from models.transformer import model_dir_guard
 
 MODES = ("train", "eval", "perplexity_eval", "decode", "export")
 
@@ -119,18 +122,19 @@ def get_inputs_from_file(input_filename, ignore_comments=False):
   """The lines of input_filename (stripped; '#' lines dropped with ignore_comments)."""
   if not tf.io.gfile.exists(input_filename):
     raise MtfError("input file %s does not exist" % input_filename, file=input_filename)
-  with tf.io.gfile.GFile(input_filename) as f:
-    lines = [line.strip() for line in f.read().split("\n")]
+  with tf.io.gfile.GFile(input_filename, "rb") as f:
+    raw = f.read()
+  try:
+    text = raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise MtfError("input file %s is not UTF-8 text: byte %d is 0x%02x"
+                   % (input_filename, e.start, raw[e.start]), file=input_filename) from None
+  lines = [line.strip() for line in text.split("\n")]
   if lines and not lines[-1]:
     lines.pop()
   if ignore_comments:
     lines = [line for line in lines if not line.startswith("#")]
   return lines
-
-
-def _vocab_size(vocabulary):
-  size = getattr(vocabulary, "vocab_size")
-  return size() if callable(size) else size
 
 
 def _default_vocabulary():
@@ -147,7 +151,7 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
         eval_steps=None, perplexity_eval_steps=10, eval_checkpoint_step=None,
         init_checkpoint=None, decode_input_file=None, decode_output_file=None,
         export_path=None, export_checkpoint_step=None, num_microbatches=1,
-        eval_dir_suffix=None, seed=0, eval_decode_batches=0):
+        eval_dir_suffix=None, seed=0, eval_decode_batches=0, skip_nonfinite_updates=False):
   """Builds the mesh and model from gin and runs `mode`; returns the mode's result.
 
   Args (the original's names where it had them):
@@ -179,51 +183,61 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
       identical results; None leaves them unseeded.
     eval_decode_batches: in eval (and periodic eval), greedily decode this many
       batches of an encoder-decoder model and report exact-match sequence accuracy.
+    skip_nonfinite_updates: by default a NaN/Inf loss stops training with an error
+      naming the step and the last good checkpoint; True skips that step's update
+      instead (every variable keeps its value) and goes on.
   """
   from models.transformer import run_setup  # pylint: disable=g-import-not-at-top
   if mode not in MODES:
     raise MtfError("unknown mode %r; choose one of %s" % (mode, ", ".join(MODES)))
-  mesh_shape = mtf.convert_to_shape(mesh_shape)
-  layout_rules = mtf.convert_to_layout_rules(layout_rules)
-  vocabulary = vocabulary if vocabulary is not None else _default_vocabulary()
-  if isinstance(batch_size, int):
-    batch_size = ("sequences_per_batch", batch_size)
-  batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules, batch_size)
-  mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
-  run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
-  variable_dtype = get_variable_dtype()
-  # A fresh model per mtf graph (train, eval, decode): models remember their graph.
-  model_fn = functools.partial(
-      build_model, model_type=model_type, input_vocab_size=_vocab_size(vocabulary),
-      output_vocab_size=_vocab_size(vocabulary), layout_rules=layout_rules,
-      mesh_shape=mesh_shape)
-  checked = _checked_model_fn(model_fn, batch_size, sequence_length, layout_rules,
-                              mesh_shape)
-  if mode == "train":
-    from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
-    return train_loop.run_train(
-        checked, mesh_impl, model_dir, vocabulary, train_dataset_fn, eval_dataset_fn,
-        dataset_split, batch_size, sequence_length, variable_dtype, train_steps,
-        optimizer, learning_rate_schedule, save_checkpoints_steps, keep_checkpoint_max,
-        iterations_per_loop, eval_steps, init_checkpoint, num_microbatches,
-        eval_decode_batches)
-  checkpoint = _checkpoint_at(model_dir, eval_checkpoint_step)
-  if mode in ("eval", "perplexity_eval"):
-    from models.transformer import evaluation  # pylint: disable=g-import-not-at-top
-    return evaluation.run_eval(
-        checked, mesh_impl, model_dir, checkpoint, vocabulary, eval_dataset_fn,
-        dataset_split, batch_size, sequence_length, variable_dtype,
-        eval_steps or perplexity_eval_steps, eval_dir_suffix, eval_decode_batches)
-  if mode == "decode":
-    from models.transformer import decode_io  # pylint: disable=g-import-not-at-top
-    return decode_io.run_decode(
-        checked, mesh_impl, model_dir, checkpoint, vocabulary, batch_size,
-        sequence_length, variable_dtype, decode_input_file, decode_output_file)
-  from models.transformer import export  # pylint: disable=g-import-not-at-top
-  return export.run_export(
-      model_fn, model_dir, _checkpoint_at(model_dir, export_checkpoint_step), vocabulary,
-      batch_size, sequence_length, variable_dtype,
-      export_path or os.path.join(model_dir, "export"))
+  train_steps, save_checkpoints_steps, iterations_per_loop, eval_steps = (
+      run_setup.check_run_parameters(
+          model_dir, train_steps, save_checkpoints_steps, iterations_per_loop,
+          keep_checkpoint_max, eval_steps, sequence_length, mesh_shape))
+  with contextlib.ExitStack() as held:
+    if mode == "train":  # one trainer per model_dir, refused before anything is built
+      held.enter_context(model_dir_guard.claimed_model_dir(model_dir))
+    mesh_shape = mtf.convert_to_shape(mesh_shape)
+    layout_rules = mtf.convert_to_layout_rules(layout_rules)
+    vocabulary = vocabulary if vocabulary is not None else _default_vocabulary()
+    if isinstance(batch_size, int):
+      batch_size = ("sequences_per_batch", batch_size)
+    batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules, batch_size)
+    mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
+    run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
+    variable_dtype = get_variable_dtype()
+    # A fresh model per mtf graph (train, eval, decode): models remember their graph.
+    model_fn = functools.partial(
+        build_model, model_type=model_type,
+        input_vocab_size=decode_io.vocab_size(vocabulary),
+        output_vocab_size=decode_io.vocab_size(vocabulary), layout_rules=layout_rules,
+        mesh_shape=mesh_shape)
+    checked = _checked_model_fn(model_fn, batch_size, sequence_length, layout_rules,
+                                mesh_shape)
+    if mode == "train":
+      from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
+      return train_loop.run_train(
+          checked, mesh_impl, model_dir, vocabulary, train_dataset_fn, eval_dataset_fn,
+          dataset_split, batch_size, sequence_length, variable_dtype, train_steps,
+          optimizer, learning_rate_schedule, save_checkpoints_steps, keep_checkpoint_max,
+          iterations_per_loop, eval_steps, init_checkpoint, num_microbatches,
+          eval_decode_batches, skip_nonfinite_updates)
+    checkpoint = _checkpoint_at(model_dir, eval_checkpoint_step)
+    if mode in ("eval", "perplexity_eval"):
+      from models.transformer import evaluation  # pylint: disable=g-import-not-at-top
+      return evaluation.run_eval(
+          checked, mesh_impl, model_dir, checkpoint, vocabulary, eval_dataset_fn,
+          dataset_split, batch_size, sequence_length, variable_dtype,
+          eval_steps or perplexity_eval_steps, eval_dir_suffix, eval_decode_batches)
+    if mode == "decode":
+      return decode_io.run_decode(
+          checked, mesh_impl, model_dir, checkpoint, vocabulary, batch_size,
+          sequence_length, variable_dtype, decode_input_file, decode_output_file)
+    from models.transformer import export  # pylint: disable=g-import-not-at-top
+    return export.run_export(
+        model_fn, model_dir, _checkpoint_at(model_dir, export_checkpoint_step), vocabulary,
+        batch_size, sequence_length, variable_dtype,
+        export_path or os.path.join(model_dir, "export"))
 
 
 def _checkpoint_at(model_dir, step):

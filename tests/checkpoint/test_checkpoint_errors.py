@@ -88,8 +88,8 @@ def test_no_checkpoint_names_the_file(tmp_path):
   assert info.value.file == str(tmp_path / "checkpoint")
   assert "no checkpoint in directory" in str(info.value)
   (tmp_path / "checkpoint").write_text("not a text proto {{")
-  with pytest.raises(mtf.CheckpointError, match="state file .*checkpoint is missing, "
-                     "unreadable"):
+  with pytest.raises(mtf.CheckpointError, match="state file .*checkpoint is garbled "
+                     r"\(line 1: 'not a text proto"):
     mtf.restore_checkpoint(str(tmp_path), impl)
 
 

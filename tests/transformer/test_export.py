@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
@@ -60,3 +61,24 @@ def test_saved_model_loads_without_mesh_tf(tmp_path):
   np.testing.assert_array_equal(out["ids"], [[6, 7, 8, 0, 0, 0, 0, 0],
                                              [10, 0, 0, 0, 0, 0, 0, 0]])
   assert out["text"] == ["bcd", "IBM"]
+
+
+def test_export_decodes_more_prompts_than_its_batch_and_refuses_bad_prompts():
+  module, _ = export.build_module(_decode_fn(batch_size=4, length=8), ByteVocabulary(),
+                                  4, 8)
+  rows = np.arange(1, 10, dtype=np.int32)[:, None] * 3 + np.arange(3, dtype=np.int32)
+  out = module.decode_ids(tf.constant(rows))["outputs"].numpy()  # 9 rows, batch 4
+  assert out.shape == (9, 8)
+  np.testing.assert_array_equal(out[:, :3], rows + 1)
+  assert not out[:, 3:].any()
+  with pytest.raises(tf.errors.InvalidArgumentError, match="prompt is longer than this "
+                     "export allows"):
+    module.decode_ids(tf.constant([[5] * 8], tf.int32))
+  with pytest.raises(tf.errors.InvalidArgumentError, match="prompt is longer"):
+    module.decode_text(tf.constant(["abcdefgh"]))
+  vocab_size = ByteVocabulary().vocab_size
+  with pytest.raises(tf.errors.InvalidArgumentError, match="< the vocabulary size %d"
+                     % vocab_size):
+    module.decode_ids(tf.constant([[5, vocab_size]], tf.int32))
+  with pytest.raises(tf.errors.InvalidArgumentError, match=">= 0"):
+    module.decode_ids(tf.constant([[-1, 5]], tf.int32))
