@@ -218,11 +218,14 @@ class TpuRuntime:
 
   def alltoall(self, x, mesh_axis, split_axis, concat_axis):
     t = x.one_slice
+    n = self.impl.shape[mesh_axis].size
+    if t.shape[split_axis] % n:
+      raise LayoutError("alltoall over mesh axis %d (size %d): split axis %d of slice %s is "
+                        "not divisible" % (mesh_axis, n, split_axis, t.shape.as_list()))
     self.impl.record_collective("alltoall", [mesh_axis], t.shape.as_list(), t.dtype)
     return LaidOutTensor([tf.raw_ops.AllToAll(
         input=t, group_assignment=self._group_assignment([mesh_axis]),
-        concat_dimension=concat_axis, split_dimension=split_axis,
-        split_count=self.impl.shape[mesh_axis].size)])
+        concat_dimension=concat_axis, split_dimension=split_axis, split_count=n)])
 
   def source_target_pairs(self, mesh_axis, source_pcoord):
     """[[source physical core, target physical core]] of a receive along mesh_axis."""

@@ -70,8 +70,7 @@ def find_tpu(environ=None, path_exists=None, resolver_class=None,
   initialize = initialize or tf.tpu.experimental.initialize_tpu_system
   try:
     resolver = resolver_class(**choice.resolver_kwargs)
-    if choice.resolver_kwargs.get("tpu") != "local":  # a TPU VM needs no remote cluster
-      connect(resolver)
+    connect(resolver)  # a no-op for tpu="local" (TF skips local masters)
     topology = initialize(resolver)
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
     return TpuConnection(None, None, "cpu", "%s, but connecting with TPUClusterResolver(%s) "

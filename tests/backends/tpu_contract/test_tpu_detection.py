@@ -62,7 +62,7 @@ def test_tpu_vm_uses_the_local_tpu(environ, path):
   fake = FakeTpu()
   found = fake.find(environ, lambda p: p == path)
   assert fake.resolver_kwargs == [{"tpu": "local"}]
-  assert not fake.connected and len(fake.initialized) == 1  # nothing remote to connect
+  assert len(fake.connected) == len(fake.initialized) == 1
   assert found.branch == "tpu" and "TPU VM" in found.reason
 
 

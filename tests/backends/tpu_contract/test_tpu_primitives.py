@@ -151,6 +151,17 @@ def test_export_gives_every_core_the_full_value(strategy, standins, device_assig
     np.testing.assert_array_equal(got[core], value, err_msg="physical core %d" % core)
 
 
+def test_alltoall_of_an_indivisible_axis_is_a_layout_error(strategy, standins,
+                                                          device_assignment):
+  del standins
+  tpu, _ = _impls(device_assignment, mesh="a:8", layout="")
+  x = mtf.import_tf_tensor(mtf.Mesh(mtf.Graph(), "m"), VALUES["float32"], SHAPE)
+  with pytest.raises(mtf.LayoutError, match="split axis 1 of slice"):
+    tf.function(lambda: strategy.run(lambda: tpu.alltoall(
+        tpu.import_tf_tensor(x, tf.constant(VALUES["float32"])), 0, 1, 0).one_slice),
+                autograph=False)()
+
+
 def test_pnum_pcoord_slice_begin_and_num(strategy, standins, device_assignment):
   del standins
   for fn in [lambda impl, x: impl.laid_out_pnum(),
@@ -159,3 +170,24 @@ def test_pnum_pcoord_slice_begin_and_num(strategy, standins, device_assignment):
              lambda impl, x: impl.laid_out_slice_begin(SHAPE),
              lambda impl, x: impl.laid_out_slice_num(SHAPE)]:
     _compare(strategy, device_assignment, fn)
+
+
+MESHES = [("a:8", "hidden:a", list(reversed(range(8)))),
+          ("a:2;b:2;c:2", "batch:a;length:b;hidden:c", [3, 6, 0, 5, 7, 1, 4, 2]),
+          ("a:2;b:2;c:2", "batch:c;hidden:a", list(range(8)))]
+
+
+@pytest.mark.parametrize("mesh,layout,l2p", MESHES)
+def test_other_meshes_and_core_maps(strategy, standins, device_assignment, mesh, layout,
+                                    l2p):
+  del standins
+  last = mtf.convert_to_shape(mesh).ndims - 1
+  cases = [lambda impl, x: impl.allreduce(x, list(range(last + 1)), "SUM"),
+           lambda impl, x: impl.allreduce(x, sorted({0, last}), "MAX"),
+           lambda impl, x: impl.allconcat(x, last, 2),
+           lambda impl, x: impl.alltoall(x, 0, 0, 2),
+           lambda impl, x: impl.shift_by_n_processors(x, last, -1, True),
+           lambda impl, x: impl.laid_out_pnum()]
+  for fn in cases:
+    for dtype in ("float32", "int64"):
+      _compare(strategy, device_assignment, fn, dtype, mesh=mesh, layout=layout, l2p=l2p)
