@@ -84,12 +84,12 @@ class TpuLaidOutVariable(LaidOutVariableBase):
     self._runtime = runtime
     super().__init__(variable)
     impl = runtime.impl
-    strategy = tf.distribute.get_strategy()
     if not tf.distribute.has_strategy():
       raise LayoutError(
           "variable %s of a SIMD mesh with a TPU device assignment must be created under "
           "strategy.scope() of the TPUStrategy that runs it (lower the graph once there)"
           % self.name)
+    strategy = tf.distribute.get_strategy()
     if strategy.num_replicas_in_sync != impl.size:
       raise LayoutError(
           "variable %s: the strategy has %d replicas but mesh %s has %d cores; the SIMD "
