@@ -6,6 +6,9 @@ the right wheel:  pip install -e .[cpu]   |   .[gpu]   |   .[tpu]
 import setuptools
 
 TF_VERSION = ">=2.16,<2.22"
+# tensorflow-tpu stops at 2.20 on PyPI (no 2.21 wheel), so the tpu extra asks for what
+# exists; TPU VMs also need libtpu from Google's libtpu release index (`pip -f`).
+TPU_TF_VERSION = ">=2.16,<2.21"
 
 setuptools.setup(
     name="mesh_tf",
@@ -19,7 +22,7 @@ setuptools.setup(
     extras_require={
         "cpu": ["tensorflow-cpu" + TF_VERSION],
         "gpu": ["tensorflow[and-cuda]" + TF_VERSION],
-        "tpu": ["tensorflow-tpu" + TF_VERSION],
+        "tpu": ["tensorflow-tpu" + TPU_TF_VERSION],
         "data": ["tensorflow-datasets"],
         "text": ["sentencepiece"],
         # jax/jaxlib run XLA's SPMD partitioner on host CPUs in the GSPMD tests (version

@@ -7,6 +7,12 @@ lowered tensor, each variable read and each assigned value with the `mesh_split`
 of that layout. XLA's SPMD partitioner then splits the program and inserts the
 collectives: on TPU under `tf.distribute.TPUStrategy` with SPMD partitioning; on CPU/GPU
 `tf.function(jit_compile=True)` runs it unpartitioned (the shardings are identities).
+
+Memory: under TF 2.21's `TPUStrategy` with SPMD partitioning, a variable created under
+the scope is a `TPUReplicatedVariable` holding one full copy per core of the replica, so
+the layout partitions the computation and the activations but not the variables'
+storage (the annotations make each core compute on its shard of that copy). For
+variables stored split across cores on a TPU, use `SimdMeshImpl`'s TPU runtime.
 """
 import tensorflow as tf
 

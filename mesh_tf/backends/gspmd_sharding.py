@@ -89,14 +89,38 @@ def annotate(tensor, proto, name=None):
   return out
 
 
-def annotate_variable(variable, proto):
-  """Stores proto on a resource variable where TF supports sharded resource variables.
+def resource_variables(variable):
+  """The resource variables that hold a variable's value.
 
-  TF then annotates the variable's own reads; elsewhere (the default) only the reads
-  the backend annotates carry the sharding.
+  Itself for a plain tf.Variable; every component of a distributed variable (one per
+  replica); every per-core copy of a TPUStrategy SPMD variable (a TPUReplicatedVariable
+  keeps one full copy per core of its replica in `_vars`).
   """
-  if context.xla_sharding_for_resource_variables_enabled():
-    variable._set_xla_sharding(proto)  # pylint: disable=protected-access
+  if isinstance(variable, tf.distribute.DistributedValues):
+    parts = variable.values
+  else:
+    parts = getattr(variable, "_vars", None)
+  if parts is None:
+    return [variable]
+  return [leaf for part in parts for leaf in resource_variables(part)]
+
+
+def annotate_variable(variable, proto):
+  """Stores proto on the resource variables behind `variable` where TF supports sharded
+  resource variables (`context.enable_xla_sharding_for_resource_variables()`).
+
+  TF then annotates their own reads; elsewhere (the default) only the reads the backend
+  annotates carry the sharding. Objects without the hook (other variable types) are left
+  as they are. Returns the number of resource variables annotated.
+  """
+  if not context.xla_sharding_for_resource_variables_enabled():
+    return 0
+  annotated = 0
+  for leaf in resource_variables(variable):
+    if hasattr(leaf, "_set_xla_sharding"):
+      leaf._set_xla_sharding(proto)  # pylint: disable=protected-access
+      annotated += 1
+  return annotated
 
 
 def scope_name(mtf_name):

@@ -5,19 +5,28 @@ device assignment puts replica r on physical core r (`device_assignment_for_mesh
 replica id is a physical core number and the group assignments of
 `SimdMeshImpl._create_group_assignment` (physical ids) go straight to the collectives:
 
-- allreduce SUM: `CrossReplicaSum` with the group assignment (bfloat16 summed in float32
-  for groups above `allreduce_in_bfloat16_max_group_size`); MAX/MIN: an all-gather by
-  summing one-hot-placed slices, then a local reduction;
-- allconcat: the same all-gather, merged into the concat axis;
-- alltoall: `AllToAll`; receive/shift: `CollectivePermute` (cores nobody sends to get 0);
+- allreduce SUM: `CrossReplicaSum` for the dtypes it takes (half, bfloat16, float32,
+  float64, int32, uint32; bfloat16 summed in float32 for groups above
+  `allreduce_in_bfloat16_max_group_size`); other dtypes (int64, complex, small ints) and
+  MAX/MIN: an exact all-gather, then a local reduction;
+- all-gather (allconcat, and the reductions above): `AllToAll` of the slice repeated once
+  per group member, so values travel untouched (no arithmetic, so +-inf and NaN stay
+  what they are) whatever their dtype;
+- alltoall: `AllToAll`; receive/shift: `CollectivePermute` (cores nobody sends to get 0;
+  bool travels as int32, which CollectivePermute takes; a receive that has a core send
+  to several others is split into rounds in which each core sends once);
 - laid_out_pnum/pcoord/slice_begin: tables indexed by the replica id.
 
-Variables are sync-on-read `tf.Variable`s of the slice shape: one component per replica,
-each holding that core's slice. They must be created under `strategy.scope()`.
+Variables are sync-on-read `tf.Variable`s of the slice shape created under the
+strategy's scope: one component per replica, each holding that core's slice. The
+variable keeps its strategy, so checkpoints read and write it outside the scope, and it
+moves each core's slice to that core's component directly from the host: no
+`strategy.run`, so no TPU compilation per variable or per restore.
 
-Limits: this module imports and its host-side parts (device assignment, core order, group
-assignments) are unit-tested without a TPU; the collectives themselves have not been run
-on TPU hardware in this project's CI.
+Limits: without a TPU the runtime is checked under `tf.distribute.MirroredStrategy` on
+virtual CPUs with stand-ins for the three collectives that enforce the TF ops'
+signatures, dtype lists and group-assignment rules (tests/backends/tpu_contract); the
+README lists what only TPU hardware can confirm.
 """
 import numpy as np
 import tensorflow as tf
@@ -27,6 +36,12 @@ from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
 from mesh_tf.shapes import convert_to_shape
+
+# The `T` lists of the TF 2.21 op definitions (AllToAll takes every number type and bool).
+CROSS_REPLICA_SUM_DTYPES = frozenset(
+    [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32, tf.uint32])
+# CollectivePermute takes every number type but not bool.
+COLLECTIVE_PERMUTE_CARRIERS = {tf.bool: tf.int32}
 
 
 def physical_core_coordinates(topology_mesh_shape):
@@ -59,14 +74,34 @@ def _replica_id():
 
 
 class TpuLaidOutVariable(LaidOutVariableBase):
-  """A sync-on-read variable with one component (this core's slice) per replica."""
+  """A sync-on-read variable with one component (this core's slice) per replica.
+
+  Created under `strategy.scope()` of a strategy with one replica per core; read_full
+  and assign_full (checkpoints) then work in or out of the scope.
+  """
 
   def __init__(self, variable, runtime):
     self._runtime = runtime
     super().__init__(variable)
-    sizes = runtime.impl.slice_shape(self.shape)
+    impl = runtime.impl
+    if not tf.distribute.has_strategy():
+      raise LayoutError(
+          "variable %s of a SIMD mesh with a TPU device assignment must be created under "
+          "strategy.scope() of the TPUStrategy that runs it (lower the graph once there)"
+          % self.name)
+    strategy = tf.distribute.get_strategy()
+    if strategy.num_replicas_in_sync != impl.size:
+      raise LayoutError(
+          "variable %s: the strategy has %d replicas but mesh %s has %d cores; the SIMD "
+          "TPU runtime runs one replica per core" % (
+              self.name, strategy.num_replicas_in_sync, impl.shape.to_string, impl.size))
+    self._strategy = strategy
+    layout = impl.tensor_layout(self.shape)
+    mesh_shape = impl.shape.to_integer_list
+    # Per mesh axis: its size where the variable is split along it, else 1.
+    self._extents = [s if a in layout.mesh_axes else 1 for a, s in enumerate(mesh_shape)]
     self.variable = tf.Variable(
-        tf.zeros(sizes, self.slice_dtype), trainable=False,
+        tf.zeros(impl.slice_shape(self.shape), self.slice_dtype), trainable=False,
         name=self.name.replace("/", "_") + "_slice",
         synchronization=tf.VariableSynchronization.ON_READ,
         aggregation=tf.VariableAggregation.NONE)
@@ -79,17 +114,39 @@ class TpuLaidOutVariable(LaidOutVariableBase):
   def assign_to_slices(self, assign_fn, laid_out_values):
     return [assign_fn(self.variable, tf.cast(laid_out_values.one_slice, self.slice_dtype))]
 
+  def _components(self):
+    """The per-core variables, indexed by physical core (= replica id)."""
+    components = self._strategy.experimental_local_results(self.variable)
+    if len(components) != self._runtime.impl.size:
+      raise LayoutError(
+          "variable %s has %d components on this host but the mesh has %d cores; reading "
+          "or writing it whole needs every core on one host" % (
+              self.name, len(components), self._runtime.impl.size))
+    return components
+
+  def _compact_index(self, physical_core):
+    """Index into the compact value [*extents, *slice] of a physical core's slice."""
+    impl = self._runtime.impl
+    coord = np.unravel_index(impl.p2l(physical_core), impl.shape.to_integer_list)
+    return tuple(int(c) if e > 1 else 0 for c, e in zip(coord, self._extents))
+
   def read_full(self):
-    strategy = tf.distribute.get_strategy()
-    stacked = tf.stack([tf.convert_to_tensor(v) for v in
-                        strategy.experimental_local_results(self.variable)])
-    return tf.cast(self._runtime.host.unstack_full(stacked, self.shape), self.master_dtype)
+    """The whole variable (one copy of each distinct slice, reassembled)."""
+    components = self._components()
+    impl, host = self._runtime.impl, self._runtime.host
+    distinct = []
+    for coord in np.ndindex(*self._extents):
+      logical = int(np.ravel_multi_index(coord, impl.shape.to_integer_list)) if coord else 0
+      distinct.append(tf.convert_to_tensor(components[impl.l2p(logical)]))
+    compact = tf.reshape(tf.stack(distinct), self._extents + impl.slice_shape(self.shape))
+    return tf.cast(host.full_from_compact(compact, self.shape), self.master_dtype)
 
   def assign_full(self, value):
-    stacked = self._runtime.host.stack_full(tf.cast(value, self.slice_dtype), self.shape)
-    strategy = tf.distribute.get_strategy()
-    strategy.run(lambda s: self.variable.assign(tf.gather(s, _replica_id())),
-                 args=(stacked,))
+    """Sends each core its own slice of a full value (eagerly, from the host)."""
+    value = tf.cast(value, self.slice_dtype)
+    compact = self._runtime.host.compact_from_full(value, self.shape)
+    for core, component in enumerate(self._components()):
+      component.assign(compact[self._compact_index(core)])
 
 
 class TpuRuntime:
@@ -107,7 +164,10 @@ class TpuRuntime:
     return tf.gather(stacked_constant, _replica_id())
 
   def _group_assignment(self, mesh_axes):
-    return tf.constant(self.host.groups(mesh_axes).assignment)
+    return tf.constant(self.host.groups(mesh_axes).assignment, tf.int32)
+
+  def _group_size(self, mesh_axes):
+    return int(self.host.groups(mesh_axes).assignment.shape[1])
 
   def slicewise(self, fn, *inputs):
     out = fn(*[x.one_slice if isinstance(x, LaidOutTensor) else x for x in inputs])
@@ -116,27 +176,31 @@ class TpuRuntime:
     return LaidOutTensor([out])
 
   def _all_gather(self, t, mesh_axes):
-    """[group_size, *slice]: every member's slice, in group order."""
-    groups = self.host.groups(mesh_axes)
-    n = groups.assignment.shape[1]
-    member = self._table(tf.constant(groups.position % n))
-    placed = tf.reshape(tf.one_hot(member, n, dtype=t.dtype), [n] + [1] * t.shape.rank)
-    return tf.raw_ops.CrossReplicaSum(input=placed * t[tf.newaxis],
-                                      group_assignment=self._group_assignment(mesh_axes))
+    """[group_size, *slice]: every member's slice, in group order, bit for bit.
+
+    Each core sends its slice to every member of its group with one AllToAll (piece j
+    of the repeated slice goes to member j), and receives the members' slices
+    concatenated in group order.
+    """
+    n = self._group_size(mesh_axes)
+    repeated = tf.tile(t[tf.newaxis], [n] + [1] * t.shape.rank)
+    return tf.raw_ops.AllToAll(input=repeated,
+                               group_assignment=self._group_assignment(mesh_axes),
+                               concat_dimension=0, split_dimension=0, split_count=n)
 
   def allreduce(self, x, mesh_axes, reduction_fn_string):
+    if reduction_fn_string not in ("SUM", "MAX", "MIN"):
+      raise LayoutError("unknown reduction %r; use SUM, MAX or MIN" % reduction_fn_string)
     if not mesh_axes:
       return x
     t = x.one_slice
     self.impl.record_collective("allreduce", mesh_axes, t.shape.as_list(), t.dtype)
-    if reduction_fn_string in ("MAX", "MIN"):
-      reduce = tf.reduce_max if reduction_fn_string == "MAX" else tf.reduce_min
+    if reduction_fn_string != "SUM" or t.dtype not in CROSS_REPLICA_SUM_DTYPES:
+      reduce = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max,
+                "MIN": tf.reduce_min}[reduction_fn_string]
       return LaidOutTensor([reduce(self._all_gather(t, mesh_axes), axis=0)])
-    if reduction_fn_string != "SUM":
-      raise LayoutError("unknown reduction %r; use SUM, MAX or MIN" % reduction_fn_string)
-    group_size = self.host.groups(mesh_axes).assignment.shape[1]
     upcast = (t.dtype == tf.bfloat16 and
-              group_size > self.impl.allreduce_in_bfloat16_max_group_size)
+              self._group_size(mesh_axes) > self.impl.allreduce_in_bfloat16_max_group_size)
     total = tf.raw_ops.CrossReplicaSum(
         input=tf.cast(t, tf.float32) if upcast else t,
         group_assignment=self._group_assignment(mesh_axes))
@@ -154,11 +218,14 @@ class TpuRuntime:
 
   def alltoall(self, x, mesh_axis, split_axis, concat_axis):
     t = x.one_slice
+    n = self.impl.shape[mesh_axis].size
+    if t.shape[split_axis] % n:
+      raise LayoutError("alltoall over mesh axis %d (size %d): split axis %d of slice %s is "
+                        "not divisible" % (mesh_axis, n, split_axis, t.shape.as_list()))
     self.impl.record_collective("alltoall", [mesh_axis], t.shape.as_list(), t.dtype)
     return LaidOutTensor([tf.raw_ops.AllToAll(
         input=t, group_assignment=self._group_assignment([mesh_axis]),
-        concat_dimension=concat_axis, split_dimension=split_axis,
-        split_count=self.impl.shape[mesh_axis].size)])
+        concat_dimension=concat_axis, split_dimension=split_axis, split_count=n)])
 
   def source_target_pairs(self, mesh_axis, source_pcoord):
     """[[source physical core, target physical core]] of a receive along mesh_axis."""
@@ -172,11 +239,37 @@ class TpuRuntime:
         pairs.append([impl.l2p(int(np.ravel_multi_index(coord, sizes))), impl.l2p(target)])
     return pairs
 
+  @staticmethod
+  def _permute_rounds(pairs):
+    """pairs split into rounds in which no core sends twice (a CollectivePermute rule;
+    targets are distinct already: each core receives from at most one source)."""
+    rounds = []
+    for pair in pairs:
+      for r in rounds:
+        if all(source != pair[0] for source, _ in r):
+          r.append(pair)
+          break
+      else:
+        rounds.append([pair])
+    return rounds
+
   def receive(self, x, mesh_axis, source_pcoord):
     t = x.one_slice
     self.impl.record_collective("receive", [mesh_axis], t.shape.as_list(), t.dtype)
-    return LaidOutTensor([tf.raw_ops.CollectivePermute(
-        input=t, source_target_pairs=self.source_target_pairs(mesh_axis, source_pcoord))])
+    rounds = self._permute_rounds(self.source_target_pairs(mesh_axis, source_pcoord))
+    carrier = COLLECTIVE_PERMUTE_CARRIERS.get(t.dtype, t.dtype)
+    sent = tf.cast(t, carrier)
+    received = tf.zeros_like(sent)  # what a core nobody sends to gets
+    for pairs in rounds:
+      got = tf.raw_ops.CollectivePermute(
+          input=sent, source_target_pairs=tf.constant(pairs, tf.int32, shape=[len(pairs), 2]))
+      if len(rounds) == 1:
+        received = got
+      else:
+        targets = np.zeros([self.impl.size], bool)
+        targets[[target for _, target in pairs]] = True
+        received = tf.where(self._table(tf.constant(targets)), got, received)
+    return LaidOutTensor([tf.cast(received, t.dtype)])
 
   def allsplit(self, x, mesh_axis, split_axis, which=None):
     t = x.one_slice
