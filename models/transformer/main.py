@@ -26,6 +26,15 @@ flags.DEFINE_enum("mode", None, ["train", "eval", "perplexity_eval", "decode", "
                   "Overrides utils.run.mode.")
 
 
+def _gin_binds(name):
+  import gin  # pylint: disable=g-import-not-at-top
+  try:
+    gin.query_parameter(name)
+    return True
+  except ValueError:
+    return False
+
+
 def main(argv):
   """Parses gin and flags, then calls utils.run; bad input exits 1 with its message."""
   del argv
@@ -40,6 +49,9 @@ def main(argv):
     params.append("utils.run.mode = %r" % FLAGS.mode)
   try:
     gin_setup.parse_gin(FLAGS.gin_file, params, FLAGS.gin_location_prefix or None)
+    if not FLAGS.model_dir and not _gin_binds("utils.run.model_dir"):
+      raise MtfError("no model directory: pass --model_dir=DIR (or bind "
+                     "utils.run.model_dir in gin)")
     utils.run()
   except MtfError as e:
     sys.stderr.write("error: %s\n" % e)

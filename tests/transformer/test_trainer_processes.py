@@ -103,3 +103,11 @@ def test_a_second_signal_aborts_at_once():
       for _ in range(100):
         pass
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_no_model_dir_is_one_line_error():
+  result = trainer_helpers.run_main(["utils.run.train_steps = 1"])
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1] == (
+      "error: no model directory: pass --model_dir=DIR (or bind utils.run.model_dir in "
+      "gin)")
