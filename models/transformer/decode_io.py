@@ -86,9 +86,8 @@ def ids_to_text(ids, vocabulary, eos_id=1):
   return vocabulary.decode(out)
 
 
-@gin.configurable(module="utils")
-def decode_from_file(decode_fn, vocabulary, batch_size, length, input_filename=None,
-                     output_filename=None, prompts=None):
+def decode_prompts(decode_fn, vocabulary, batch_size, length, input_filename=None,
+                   output_filename=None, prompts=None):
   """Decodes every prompt of input_filename (or prompts / DEFAULT_PROMPTS); writes one
   output line per prompt to output_filename (if given); returns the lines."""
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
@@ -125,5 +124,5 @@ def run_decode(model_fn, mesh_impl, model_dir, checkpoint_path, vocabulary, batc
   decode_fn = graph.make_decode_fn(mesh_impl)
   restored = mtf.restore_checkpoint(checkpoint_path or model_dir, mesh_impl)
   print("decoding with %s" % restored.path, flush=True)
-  return decode_from_file(decode_fn, vocabulary, batch_size, length,
-                          input_filename=input_filename, output_filename=output_filename)
+  return decode_prompts(decode_fn, vocabulary, batch_size, length,
+                        input_filename=input_filename, output_filename=output_filename)

@@ -96,16 +96,13 @@ def feature_keys(dataset):
 
 
 def next_batch(iterator, dataset_split):
-  """The next batch; a missing or unreadable data file, or a dataset with too few
-  examples for one batch, becomes an MtfError."""
+  """The next batch; a missing or unreadable data file becomes an MtfError (the end of
+  the data stays StopIteration)."""
   try:
     return next(iterator)
   except tf.errors.NotFoundError as e:
     raise MtfError("dataset for split %r: data file not found: %s"
                    % (dataset_split, e.message)) from e
-  except StopIteration:
-    raise MtfError("dataset for split %r has no examples left for a batch (is its data "
-                   "empty, or smaller than one batch?)" % dataset_split) from None
 
 
 def write_text_atomically(path, text):

@@ -159,7 +159,12 @@ class Trainer:
     iterator = iter(dataset)
     with stop_signals.GracefulStop() as stop:
       while step < self.train_steps and not stop.requested:
-        loss, rate = self.train_step(run_setup.next_batch(iterator, "train"))
+        try:
+          batch = run_setup.next_batch(iterator, "train")
+        except StopIteration:  # the train data repeats: it had not one full batch
+          raise mtf.MtfError("the train dataset has no full batch of %d examples (is its "
+                             "data empty?)" % self.graph.batch_size) from None
+        loss, rate = self.train_step(batch)
         step += 1
         loss = float(loss)  # the step has run; reading its loss costs nothing more
         if not math.isfinite(loss):

@@ -307,3 +307,14 @@ def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
   if ensemble_parallelism:
     dims.insert(0, mtf.Dimension("ensemble", ensemble))
   return mtf.Shape(dims)
+
+
+# The original's entry points (they take the MeshEstimator of get_estimator).
+from models.transformer.entry_points import (  # pylint: disable=g-import-not-at-top,wrong-import-position
+    compute_log_likelihoods, decode, decode_from_dataset, decode_from_file,
+    encode_delimited_lm, encode_inputs, eval_model, export_model,
+    flexible_ckpt_init_mapping, get_checkpoint_iterator, get_estimator, infer_model,
+    init_checkpoint_variable_mapping, parse_gin_defaults_and_flags, save_scores,
+    save_scores_to_tfrecords, score_from_dataset, score_from_strings,
+    score_with_estimator, score_with_estimator_lazy, serialize_num_microbatches,
+    train_model)

@@ -30,12 +30,12 @@ def _decode_fn(batch_size=4, length=8):
   return graph.make_decode_fn(mtf.PlacementMeshImpl("", "", [""]))
 
 
-def test_decode_from_file_writes_one_line_per_prompt(tmp_path):
+def test_decode_prompts_writes_one_line_per_prompt(tmp_path):
   vocab = ByteVocabulary()
   inputs = tmp_path / "prompts.txt"
   inputs.write_text("abc\nhello\n\nxyz\nHAL\n")
   out = tmp_path / "out" / "decodes.txt"
-  lines = decode_io.decode_from_file(_decode_fn(), vocab, 4, 8, str(inputs), str(out))
+  lines = decode_io.decode_prompts(_decode_fn(), vocab, 4, 8, str(inputs), str(out))
   assert lines == ["bcd", "ifmmp", "", "yz{", "IBM"]
   assert out.read_text().split("\n")[:-1] == lines
 

@@ -39,7 +39,13 @@ OFFERED = {
         linear_decay_learning_rate learning_rate_schedule_noam slanted_triangular""",
     "utils": """get_variable_dtype build_model tpu_mesh_shape clean_decodes
         get_inputs_from_file write_lines_to_file get_step_from_checkpoint_path
-        compute_batch_size auto_train_steps run""",
+        compute_batch_size auto_train_steps run get_estimator train_model eval_model
+        infer_model export_model decode decode_from_file decode_from_dataset
+        compute_log_likelihoods score_with_estimator score_with_estimator_lazy
+        score_from_strings score_from_dataset save_scores save_scores_to_tfrecords
+        encode_inputs encode_delimited_lm init_checkpoint_variable_mapping
+        flexible_ckpt_init_mapping get_checkpoint_iterator serialize_num_microbatches
+        parse_gin_defaults_and_flags""",
 }
 
 _TPU_ESTIMATOR = "TPUEstimator-only; the TF 2 trainer (utils.run) has its own loop"
@@ -101,32 +107,9 @@ NOT_OFFERED = {
     "t2t_vocabulary.T2tVocabulary": "tensor2tensor-only",
     "t2t_vocabulary.get_t2t_vocabulary": "tensor2tensor-only",
     # 10.9
-    "utils.parse_gin_defaults_and_flags": "gin_setup.parse_gin (main.py's flags)",
     "utils.tpu_estimator_model_fn": _TPU_ESTIMATOR,
-    "utils.get_estimator": _TPU_ESTIMATOR,
-    "utils.train_model": _TPU_ESTIMATOR + " (train_loop.run_train)",
-    "utils.eval_model": _TPU_ESTIMATOR + " (evaluation.run_eval)",
-    "utils.infer_model": _TPU_ESTIMATOR + " (decode_io.run_decode)",
-    "utils.export_model": _TPU_ESTIMATOR + " (export.run_export)",
-    "utils.decode": _TPU_ESTIMATOR + " (decode_io.run_decode)",
-    "utils.decode_from_file": "decode_io.decode_from_file (gin name "
-                              "utils.decode_from_file)",
-    "utils.decode_from_dataset": _TPU_ESTIMATOR,
-    "utils.compute_log_likelihoods": "scoring modes " + _LATER,
-    "utils.score_with_estimator": _TPU_ESTIMATOR,
-    "utils.score_from_strings": "scoring modes " + _LATER,
-    "utils.score_from_dataset": "scoring modes " + _LATER,
-    "utils.save_scores": "scoring modes " + _LATER,
-    "utils.encode_inputs": "decode_io.encode_prompts",
-    "utils.encode_delimited_lm": "delimited_lm model type " + _LATER,
-    "utils.init_checkpoint_variable_mapping": "utils.run.init_checkpoint restores by "
-                                              "name (mtf.restore_checkpoint)",
     "utils.should_load_variable": "mtf.restore_checkpoint restores by name",
-    "utils.flexible_ckpt_init_mapping": _LATER,
     "utils.variable_filter_max_size": _TPU_ESTIMATOR + " (variable_filter)",
-    "utils.get_checkpoint_iterator": "the trainer picks checkpoints itself "
-                                     "(eval_checkpoint_step)",
-    "utils.serialize_num_microbatches": "utils.run.num_microbatches",
     "utils.metric_sum": _TPU_ESTIMATOR + " (eval metrics)",
     "utils.metric_max": _TPU_ESTIMATOR + " (eval metrics)",
     "utils.inputs_vocabulary": "dataset.inputs_vocabulary",

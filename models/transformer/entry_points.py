@@ -1,0 +1,513 @@
+"""The original's Transformer entry points (`utils.train_model`, `eval_model`,
+`infer_model`, decoding, scoring, export), with its parameters, on the TF 2 trainer.
+
+Where the original takes an `estimator`, these take the `MeshEstimator` that
+`utils.get_estimator` builds, so the original call sequence runs unchanged:
+get_estimator -> train_model -> eval_model -> infer_model / score_from_strings ->
+export_model. An `input_fn(params)` returns a tf.data.Dataset of int32 feature dicts
+batched to the estimator's batch size, as the original's did.
+"""
+import functools
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf.checkpoint import discovery
+from mesh_tf.errors import MtfError
+from models.transformer import evaluation
+from models.transformer import model_graph
+from models.transformer import run_setup
+
+
+def _vocab(vocabulary, key):
+  """The inputs or targets vocabulary of a vocabulary or an (inputs, targets) pair."""
+  if isinstance(vocabulary, (tuple, list)):
+    return vocabulary[0 if key == "inputs" else 1]
+  return vocabulary
+
+
+def _length(sequence_length, key):
+  return model_graph.feature_length(sequence_length, key)
+
+
+def _rows(id_lists, length, batch_size):
+  """int32 [n rounded up to whole batches, length]: each list zero-padded or trimmed;
+  the extra rows repeat the first (their results are dropped)."""
+  rows = [list(ids)[:length] for ids in id_lists]
+  rows += [rows[0] if rows else []] * (-len(rows) % batch_size)
+  out = np.zeros([len(rows), length], np.int32)
+  for i, row in enumerate(rows):
+    out[i, :len(row)] = row
+  return out
+
+
+def _input_fn(features, batch_size):
+  """input_fn(params) over a dict of int32 [n, length] arrays, in batches."""
+  def input_fn(params):
+    del params
+    return tf.data.Dataset.from_tensor_slices(features).batch(batch_size)
+  return input_fn
+
+
+@gin.configurable(module="utils")
+def get_estimator(model_type, vocabulary, mesh_shape, layout_rules, model_dir, batch_size,
+                  sequence_length, autostack, learning_rate_schedule, keep_checkpoint_max,
+                  save_checkpoints_steps, optimizer, predict_fn, variable_filter,
+                  ensemble_inputs, use_tpu, tpu_job_name, iterations_per_loop, cluster,
+                  init_checkpoint=None, mesh_devices=None, score_in_predict_mode=False):
+  """The MeshEstimator the other entry points take (the original's TPUEstimator).
+
+  batch_size is the global number of sequences per batch. autostack, tpu_job_name and
+  cluster are accepted and unused (TF 2 needs none of them); use_tpu, predict_fn,
+  variable_filter and ensemble_inputs are not supported and must be off.
+  """
+  from models.transformer import estimator as estimator_lib  # pylint: disable=g-import-not-at-top
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  del autostack, tpu_job_name, cluster
+  unsupported = {"use_tpu": use_tpu, "predict_fn": predict_fn,
+                 "variable_filter": variable_filter, "ensemble_inputs": ensemble_inputs}
+  given = [name for name, value in unsupported.items() if value]
+  if given:
+    raise MtfError("get_estimator: %s not supported by this port (for TPUs, see the "
+                   "README's SIMD on TPU set-up)" % ", ".join(given))
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  layout_rules = mtf.convert_to_layout_rules(layout_rules)
+  if mesh_devices:
+    mesh_impl = mtf.make_mesh_impl(mesh_shape=mesh_shape, layout=layout_rules,
+                                   devices=mesh_devices)
+  else:
+    mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
+  size = utils.decode_io.vocab_size
+  model_fn = functools.partial(
+      utils.build_model, model_type=model_type,
+      input_vocab_size=size(_vocab(vocabulary, "inputs")),
+      output_vocab_size=size(_vocab(vocabulary, "targets")), layout_rules=layout_rules,
+      mesh_shape=mesh_shape)
+  return estimator_lib.MeshEstimator(
+      model_fn, mesh_impl, model_dir, int(batch_size), sequence_length,
+      utils.get_variable_dtype(), optimizer=optimizer,
+      learning_rate_schedule=learning_rate_schedule,
+      keep_checkpoint_max=keep_checkpoint_max,
+      save_checkpoints_steps=save_checkpoints_steps,
+      iterations_per_loop=iterations_per_loop, init_checkpoint=init_checkpoint,
+      score_in_predict_mode=score_in_predict_mode)
+
+
+def encode_inputs(inputs, vocabulary, model_type, batch_size, sequence_length, eos_id=1,
+                  unscored_prefix=None):
+  """int32 [n', length] ids of the input strings (n' rounded up to whole batches).
+
+  Encoder-decoder inputs end with eos_id; LM prompts do not (the model continues them).
+  unscored_prefix, if given, is encoded in front of every input.
+  """
+  vocab = _vocab(vocabulary, "inputs")
+  key = "inputs" if isinstance(sequence_length, dict) and "inputs" in sequence_length \
+      else "targets"
+  rows = []
+  for text in inputs:
+    ids = list(vocab.encode(text.strip()))
+    if unscored_prefix:
+      ids = list(vocab.encode(unscored_prefix)) + ids
+    if model_type != "lm":
+      ids.append(eos_id)
+    rows.append(ids)
+  return _rows(rows, _length(sequence_length, key), batch_size)
+
+
+def encode_delimited_lm(inputs, targets, vocabulary, batch_size, sequence_length,
+                        eos_id=1, include_final_eos=True):
+  """(ids, weights), int32 [n', length]: for an LM, each input, eos_id, then its target
+  (and a final eos_id); weights are 1 on the target positions (what is scored)."""
+  vocab = _vocab(vocabulary, "targets")
+  rows, masks = [], []
+  for prefix, target in zip(inputs, targets):
+    head = list(vocab.encode(prefix)) + [eos_id]
+    tail = list(vocab.encode(target)) + ([eos_id] if include_final_eos else [])
+    rows.append(head + tail)
+    masks.append([0] * len(head) + [1] * len(tail))
+  length = _length(sequence_length, "targets")
+  return _rows(rows, length, batch_size), _rows(masks, length, batch_size)
+
+
+def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after=None,
+                            find_closest=True):
+  """The checkpoint paths to evaluate: checkpoint_step None -> the latest; "all" ->
+  every complete checkpoint after step skip_until (up to stop_after); an int or a list
+  of ints -> those steps (or the closest existing ones with find_closest)."""
+  found = discovery.find_checkpoints(model_dir).checkpoints
+  if not found:
+    raise MtfError("no checkpoint in %s" % model_dir, file=model_dir)
+  steps = {mtf.checkpoint.step_from_prefix(p): p for p in found}
+  if checkpoint_step is None:
+    return [found[-1]]
+  if checkpoint_step == "all":
+    return [p for s, p in sorted(steps.items())
+            if s > skip_until and (stop_after is None or s <= stop_after)]
+  wanted = checkpoint_step if isinstance(checkpoint_step, (list, tuple)) else [
+      checkpoint_step]
+  paths = []
+  for step in wanted:
+    step = int(step)
+    if step not in steps:
+      if not find_closest:
+        raise MtfError("no checkpoint of step %d in %s (it has steps %s)"
+                       % (step, model_dir, sorted(steps)), file=model_dir)
+      step = min(steps, key=lambda s: (abs(s - step), s))
+    paths.append(steps[step])
+  return paths
+
+
+def train_model(estimator, vocabulary, sequence_length, batch_size, train_dataset_fn,
+                train_steps, ensemble_inputs, dataset_split="train", skip_seen_data=False,
+                seen_data_init_step=0, checkpoint_input_pipeline=False):
+  """Trains estimator's model on train_dataset_fn's data until global step train_steps.
+
+  With skip_seen_data, a resumed run skips the batches the steps since
+  seen_data_init_step already consumed. ensemble_inputs and
+  checkpoint_input_pipeline are not supported (they must be None / False).
+  """
+  if ensemble_inputs or checkpoint_input_pipeline:
+    raise MtfError("train_model: ensemble_inputs and checkpoint_input_pipeline are not "
+                   "supported by this port")
+  dataset = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
+                                      dataset_split, batch_size)
+  latest = estimator.latest_checkpoint()
+  if skip_seen_data and latest:
+    seen = mtf.checkpoint.step_from_prefix(latest) - seen_data_init_step
+    dataset = dataset.skip(max(seen, 0))
+  return estimator.train(dataset, train_steps)
+
+
+def _is_eval_dataset(item):
+  return hasattr(item, "dataset_fn") and hasattr(item, "metric_fns")
+
+
+@gin.configurable(module="utils")
+def eval_model(estimator, vocabulary, sequence_length, batch_size, dataset_split,
+               model_dir, eval_dataset_fn, eval_summary_dir, eval_checkpoint_step,
+               eval_with_score=False, output_eval_examples=True, eval_dir_suffix=None,
+               score_with_estimator_fn=None):
+  """Evaluates the checkpoints get_checkpoint_iterator(eval_checkpoint_step) names.
+
+  eval_dataset_fn(sequence_length, vocabulary, dataset_split) returns either a dataset
+  (the port's convention: loss, perplexity and token accuracy are written under
+  model_dir/eval[_suffix]) or, as in the original, a list of EvalDatasets (name,
+  dataset_fn, postprocess_fn, metric_fns): their inputs are decoded and each metric_fn
+  (targets, predictions) -> dict is computed. Returns {checkpoint_path: results}.
+  """
+  del eval_summary_dir, score_with_estimator_fn
+  if eval_with_score:
+    raise MtfError("eval_model: eval_with_score is not supported; use "
+                   "score_from_dataset")
+  data = eval_dataset_fn(sequence_length=sequence_length, vocabulary=vocabulary,
+                         dataset_split=dataset_split)
+  results = {}
+  for path in get_checkpoint_iterator(eval_checkpoint_step, model_dir):
+    if isinstance(data, tf.data.Dataset):
+      dataset = run_setup.batched_dataset(lambda **unused: data, sequence_length,
+                                          vocabulary, dataset_split, batch_size,
+                                          repeat=False)
+      result = estimator.evaluate(dataset, steps=10 ** 9, checkpoint_path=path)
+      evaluation.write_eval_results(model_dir, result["step"], result, eval_dir_suffix)
+    else:
+      result = {}
+      for item in data:
+        if not _is_eval_dataset(item):
+          raise MtfError("eval_dataset_fn returned %r: expected a tf.data.Dataset or a "
+                         "list of EvalDatasets" % (item,))
+        result[item.name] = _eval_decodes(estimator, item, vocabulary, sequence_length,
+                                          batch_size, path, output_eval_examples)
+    print("eval %s: %s" % (path, result), flush=True)
+    results[path] = result
+  return results
+
+
+def _eval_decodes(estimator, eval_dataset, vocabulary, sequence_length, batch_size, path,
+                  output_eval_examples):
+  examples = list(eval_dataset.dataset_fn().as_numpy_iterator())
+  def text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+  inputs = [text(e.get("inputs_pretokenized", e.get("inputs", b""))) for e in examples]
+  targets = [text(e.get("targets_pretokenized", e.get("targets", b""))) for e in examples]
+  ids = encode_inputs(inputs, vocabulary, "bitransformer", batch_size, sequence_length)
+  predictions = decode(estimator, _input_fn({"inputs": ids}, batch_size), vocabulary,
+                       checkpoint_path=path)[:len(inputs)]
+  if eval_dataset.postprocess_fn:
+    predictions = [eval_dataset.postprocess_fn(p) for p in predictions]
+    targets = [eval_dataset.postprocess_fn(t) for t in targets]
+  if output_eval_examples:
+    for i in range(min(3, len(inputs))):
+      print("%r -> %r (target %r)" % (inputs[i], predictions[i], targets[i]), flush=True)
+  scores = {}
+  for metric_fn in eval_dataset.metric_fns:
+    scores.update(metric_fn(targets, predictions))
+  return scores
+
+
+def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
+  """Decoded strings of every example input_fn yields (cut at EOS)."""
+  vocab = _vocab(vocabulary, "targets")
+  return [_text(row["outputs"], vocab) for row in
+          estimator.predict(input_fn, checkpoint_path=checkpoint_path)]
+
+
+def _text(ids, vocab, eos_id=1):
+  out = []
+  for i in np.asarray(ids).tolist():
+    if i == eos_id:
+      break
+    if i:
+      out.append(i)
+  return vocab.decode(out)
+
+
+@gin.configurable(module="utils")
+def decode_from_file(estimator, vocabulary, model_type, batch_size, sequence_length,
+                     checkpoint_path=None, input_filename=gin.REQUIRED,
+                     output_filename=gin.REQUIRED, eos_id=1, repeats=1):
+  """Decodes each line of input_filename (repeats times) and writes one line per
+  decode to output_filename-<step> (the checkpoint's step); returns the decodes."""
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  inputs = utils.get_inputs_from_file(input_filename)
+  inputs = [line for line in inputs for _ in range(repeats)]
+  ids = encode_inputs(inputs, vocabulary, model_type, batch_size, sequence_length,
+                      eos_id=eos_id)
+  checkpoint_path = checkpoint_path or estimator.latest_checkpoint()
+  decodes = decode(estimator, _input_fn({"inputs": ids}, batch_size), vocabulary,
+                   checkpoint_path=checkpoint_path)[:len(inputs)]
+  step = mtf.checkpoint.step_from_prefix(checkpoint_path or "")
+  utils.write_lines_to_file([" ".join(d.splitlines()) for d in decodes],  # one line each
+                            "%s-%d" % (output_filename, step or 0))
+  return decodes
+
+
+@gin.configurable(module="utils")
+def decode_from_dataset(estimator, vocabulary, model_type, batch_size, sequence_length,
+                        checkpoint_path=None, infer_dataset_fn=gin.REQUIRED,
+                        dataset_split="validation", decode_output_dir=gin.REQUIRED):
+  """Decodes the "inputs" of infer_dataset_fn's examples; writes the decodes, inputs
+  and targets texts under decode_output_dir; returns the decodes."""
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  del model_type
+  dataset = run_setup.batched_dataset(infer_dataset_fn, sequence_length, vocabulary,
+                                      dataset_split, batch_size, repeat=False)
+  batches = list(dataset.as_numpy_iterator())
+  decodes = decode(estimator, lambda params: tf.data.Dataset.from_tensor_slices(
+      {"inputs": np.concatenate([b["inputs"] for b in batches])}).batch(batch_size),
+                   vocabulary, checkpoint_path=checkpoint_path)
+  step = mtf.checkpoint.step_from_prefix(checkpoint_path or estimator.latest_checkpoint())
+  vocab_in, vocab_out = _vocab(vocabulary, "inputs"), _vocab(vocabulary, "targets")
+  for key, lines in (("decodes", decodes),
+                     ("inputs", [_text(r, vocab_in) for b in batches for r in b["inputs"]]),
+                     ("targets", [_text(r, vocab_out) for b in batches
+                                  for r in b["targets"]])):
+    utils.write_lines_to_file(lines, "%s/%s-%d" % (decode_output_dir, key, step or 0))
+  return decodes
+
+
+@gin.configurable(module="utils")
+def infer_model(estimator, vocabulary, sequence_length, batch_size, model_type, model_dir,
+                eval_checkpoint_step, checkpoint_paths=None, decode_fn=decode_from_file):
+  """Runs decode_fn for each checkpoint (default: get_checkpoint_iterator's)."""
+  paths = checkpoint_paths or get_checkpoint_iterator(eval_checkpoint_step, model_dir)
+  return [decode_fn(estimator, vocabulary, model_type, batch_size, sequence_length,
+                    checkpoint_path=path) for path in paths]
+
+
+def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
+  """Per-example log-likelihoods of the targets (given the inputs) of input_fn's
+  examples: a list of floats."""
+  return [row["scores"] for row in estimator.score(input_fn, checkpoint_path)]
+
+
+@gin.configurable(module="utils")
+def save_scores(results, vocabulary, scores_filename=None, save_example_text=True):
+  """Returns the scores of results (from the estimator's scoring); with a
+  scores_filename, writes them (one per line) and, with save_example_text, the inputs
+  and targets texts to <scores_filename>.inputs / .targets."""
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  scores = [float(r["scores"]) for r in results]
+  if scores_filename:
+    utils.write_lines_to_file(["%.9g" % s for s in scores], scores_filename + ".scores")
+    if save_example_text:
+      for key in ("inputs", "targets"):
+        if results and key in results[0]:
+          vocab = _vocab(vocabulary, key)
+          utils.write_lines_to_file([_text(r[key], vocab) for r in results],
+                                    "%s.%s" % (scores_filename, key))
+  return scores
+
+
+@gin.configurable(module="utils")
+def save_scores_to_tfrecords(results, vocabulary, scores_filename, shard_idx=0,
+                             save_ids_only=False):
+  """Writes results as tf.train.Examples ("scores", and the inputs/targets ids, or
+  their texts unless save_ids_only) to <scores_filename>-<shard_idx>.tfrecord."""
+  path = "%s-%05d.tfrecord" % (scores_filename, shard_idx)
+  tf.io.gfile.makedirs(path.rsplit("/", 1)[0] if "/" in path else ".")
+  with tf.io.TFRecordWriter(path) as writer:
+    for r in results:
+      feature = {"scores": tf.train.Feature(float_list=tf.train.FloatList(
+          value=[float(r["scores"])]))}
+      for key in ("inputs", "targets"):
+        if key not in r:
+          continue
+        ids = [int(i) for i in np.asarray(r[key]) if i]
+        feature[key + "_ids"] = tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
+        if not save_ids_only:
+          feature[key + "_text"] = tf.train.Feature(bytes_list=tf.train.BytesList(
+              value=[_text(ids, _vocab(vocabulary, key)).encode("utf-8")]))
+      writer.write(tf.train.Example(features=tf.train.Features(
+          feature=feature)).SerializeToString())
+  return path
+
+
+@gin.configurable(module="utils")
+def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir, vocabulary,
+                         score_postprocess_fn=save_scores, num_examples=None):
+  """Scores input_fn's examples with the eval_checkpoint_step checkpoint; returns
+  score_postprocess_fn(results, vocabulary)."""
+  path = get_checkpoint_iterator(eval_checkpoint_step, model_dir)[0]
+  results = list(estimator.score(input_fn, path))
+  if num_examples is not None:
+    results = results[:num_examples]
+  return score_postprocess_fn(results, vocabulary)
+
+
+@gin.configurable(module="utils")
+def score_with_estimator_lazy(estimator, input_fn, eval_checkpoint_step, model_dir,
+                              vocabulary, score_postprocess_fn=save_scores_to_tfrecords,
+                              num_examples=None, num_examples_per_shard=100000):
+  """Like score_with_estimator, streaming: calls score_postprocess_fn(results,
+  vocabulary, shard_idx=i) for every num_examples_per_shard results."""
+  path = get_checkpoint_iterator(eval_checkpoint_step, model_dir)[0]
+  shard, index, outputs = [], 0, []
+  for count, row in enumerate(estimator.score(input_fn, path)):
+    if num_examples is not None and count >= num_examples:
+      break
+    shard.append(row)
+    if len(shard) == num_examples_per_shard:
+      outputs.append(score_postprocess_fn(shard, vocabulary, shard_idx=index))
+      shard, index = [], index + 1
+  if shard:
+    outputs.append(score_postprocess_fn(shard, vocabulary, shard_idx=index))
+  return outputs
+
+
+@gin.configurable(module="utils")
+def score_from_strings(estimator, vocabulary, model_type, batch_size, sequence_length,
+                       model_dir, eval_checkpoint_step, inputs=gin.REQUIRED,
+                       targets=gin.REQUIRED, score_postprocess_fn=gin.REQUIRED, eos_id=1,
+                       score_eos=True, score_with_estimator_fn=score_with_estimator):
+  """Log-likelihoods of each target string given its input string (an LM scores the
+  target after "input EOS"); score_eos counts the final EOS in the score."""
+  if model_type == "lm":
+    ids, weights = encode_delimited_lm(inputs, targets, vocabulary, batch_size,
+                                       sequence_length, eos_id, include_final_eos=score_eos)
+    features = {"targets": ids, "weights": weights}
+  else:
+    vocab = _vocab(vocabulary, "targets")
+    target_ids = [list(vocab.encode(t)) + ([eos_id] if score_eos else [])
+                  for t in targets]
+    features = {
+        "inputs": encode_inputs(inputs, vocabulary, model_type, batch_size,
+                                sequence_length, eos_id),
+        "targets": _rows(target_ids, _length(sequence_length, "targets"), batch_size)}
+  results = score_with_estimator_fn(
+      estimator, _input_fn(features, batch_size), eval_checkpoint_step, model_dir,
+      vocabulary, score_postprocess_fn, num_examples=len(targets))
+  return results
+
+
+@gin.configurable(module="utils")
+def score_from_dataset(estimator, vocabulary, batch_size, sequence_length, model_dir,
+                       eval_checkpoint_step, dataset_split, score_dataset_fn=None,
+                       score_postprocess_fn=gin.REQUIRED,
+                       score_with_estimator_fn=score_with_estimator):
+  """Log-likelihoods of the targets of score_dataset_fn's (unpacked) examples."""
+  dataset = run_setup.batched_dataset(score_dataset_fn, sequence_length, vocabulary,
+                                      dataset_split, batch_size, repeat=False)
+  return score_with_estimator_fn(estimator, lambda params: dataset, eval_checkpoint_step,
+                                 model_dir, vocabulary, score_postprocess_fn)
+
+
+def export_model(estimator, export_dir, vocabulary, sequence_length, model_type,
+                 eval_with_score=False, batch_size=1, checkpoint_path=None):
+  """Writes a SavedModel decoding ids and text to export_dir; returns its path."""
+  del sequence_length, model_type
+  if eval_with_score:
+    raise MtfError("export_model: eval_with_score is not supported; the export decodes")
+  return estimator.export(export_dir, vocabulary, checkpoint_path=checkpoint_path,
+                          batch_size=batch_size)
+
+
+@gin.configurable(module="utils")
+def init_checkpoint_variable_mapping(name, mapping_fn=None):
+  """The init_checkpoint key that variable `name` is loaded from (mapping_fn(name), or
+  name itself); None means not loaded."""
+  return mapping_fn(name) if mapping_fn else name
+
+
+@gin.configurable(module="utils")
+def flexible_ckpt_init_mapping(ckpt_path="", new_layers=None, return_mapping_fn=True):
+  """Maps this model's layer_NNN variables to the checkpoint's when layers were
+  inserted: new_layers lists the indices of layers the checkpoint lacks (they are not
+  loaded); later layers map to the index they had before. Returns a name -> key
+  function (or the dict over ckpt_path's keys if not return_mapping_fn)."""
+  import re  # pylint: disable=g-import-not-at-top
+  new = sorted(set(new_layers or []))
+
+  def mapping_fn(name):
+    match = re.search(r"layer_(\d{3})", name)
+    if not match:
+      return name
+    index = int(match.group(1))
+    if index in new:
+      return None
+    old = index - sum(1 for n in new if n < index)
+    return name[:match.start(1)] + "%03d" % old + name[match.end(1):]
+  if return_mapping_fn:
+    return mapping_fn
+  names = [n for n, _ in tf.train.list_variables(ckpt_path)] if ckpt_path else []
+  return {n: mapping_fn(n) for n in names}
+
+
+def serialize_num_microbatches(batch_dim, sequence_length, mesh_shape, layout_rules,
+                               tokens_per_microbatch_per_replica=None):
+  """How many microbatches keep each replica at or under
+  tokens_per_microbatch_per_replica tokens (None: 1); always divides the per-replica
+  batch."""
+  if not tokens_per_microbatch_per_replica:
+    return 1
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  replicas = utils.batch_replicas(mtf.convert_to_shape(mesh_shape),
+                                  mtf.convert_to_layout_rules(layout_rules))
+  length = max(sequence_length.values()) if isinstance(sequence_length, dict) else int(
+      sequence_length)
+  per_replica = batch_dim.size // replicas
+  wanted = max(1, -(-per_replica * length // int(tokens_per_microbatch_per_replica)))
+  return min(n for n in range(wanted, per_replica + 1) if per_replica % n == 0)
+
+
+def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
+  """Parses gin_configs/defaults.gin, then the --gin_file / --gin_param flags (of
+  models.transformer.main); skip_unknown skips unknown configurables."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+  values = flags.FLAGS
+  files = values["gin_file"].value if "gin_file" in values else []
+  params = values["gin_param"].value if "gin_param" in values else []
+  prefixes = values["gin_location_prefix"].value if "gin_location_prefix" in values else []
+  if skip_unknown:
+    gin_setup.import_configurables()
+    for path in files:
+      gin.parse_config_file(gin_setup.find_gin_file(path, prefixes or None),
+                            skip_unknown=True)
+    gin.parse_config(params, skip_unknown=True)
+  else:
+    gin_setup.parse_gin(files, params, prefixes or None)
+  if finalize_config:
+    gin.finalize()
+
