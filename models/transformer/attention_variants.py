@@ -73,7 +73,7 @@ class TalkingHeadsSelfAttention(tl.SelfAttention):
   dims differ logits/kernel and weights/kernel. dynamic_projections, a subset of
   ["x2l", "m2l", "x2w", "m2w"], adds projections computed from the query input (x) or
   the memory (m) to the logits (l) or weights (w) projections ("logits/kernel" plus
-  "logits_dynamic_<i>/kernel"). Heads dims are Dimensions or (name, size) pairs.
+  "logits/logits_dynamic_<i>/kernel"). Heads dims are Dimensions or (name, size) pairs.
   """
 
   def __init__(self, key_heads_dims=(("heads", 12),), softmax_heads_dims=(("heads", 12),),
@@ -168,21 +168,21 @@ class TalkingHeadsSelfAttention(tl.SelfAttention):
                               variable_dtype=context.variable_dtype, name=name,
                               expert_dims=_ensemble_dims(context) + shared)
     model_dim = tl._model_dim(context)  # pylint: disable=protected-access
+    scale = self.dynamic_projections_init_scale
+    if not mtf.layers.unit_scaling_convention():
+      scale /= mtf.Shape(reduced).size
     with mtf.variable_scope(name):
       static = mtf.get_variable(
           inp.mesh, "kernel", mtf.Shape(_ensemble_dims(context) + shared + reduced + new),
           initializer=mtf.layers.VarianceScalingInitializer()(reduced, new),
           dtype=context.variable_dtype)
-    scale = self.dynamic_projections_init_scale
-    if not mtf.layers.unit_scaling_convention():
-      scale /= mtf.Shape(reduced).size
-    projections = [
-        mtf.layers.dense(source, shared + reduced + new, reduced_dims=[model_dim],
-                         use_bias=False, variable_dtype=context.variable_dtype,
-                         name="%s_dynamic_%d" % (name, i),
-                         expert_dims=_ensemble_dims(context),
-                         kernel_initializer=mtf.layers.VarianceScalingInitializer(scale))
-        for i, source in enumerate(dynamic_projections_from)]
+      projections = [
+          mtf.layers.dense(source, shared + reduced + new, reduced_dims=[model_dim],
+                           use_bias=False, variable_dtype=context.variable_dtype,
+                           name="%s_dynamic_%d" % (name, i),
+                           expert_dims=_ensemble_dims(context),
+                           kernel_initializer=mtf.layers.VarianceScalingInitializer(scale))
+          for i, source in enumerate(dynamic_projections_from)]
     projections[0] += mtf.cast(static, projections[0].dtype)
     return mtf.add_n([mtf.layers.us_einsum([inp, p], reduced_dims=reduced)
                       for p in projections])
@@ -319,7 +319,7 @@ class TransparentEncDecAttention(tl.EncDecAttention):
                      "(%d modules of %d layers), got %d" % (
                          type(self).__name__, needed, self.encoder_num_modules,
                          self.layers_per_encoder_module, len(outputs or [])))
-    outputs = [mtf.layers.rename_length_to_memory_length(o) for o in outputs]
+    outputs = [tl._as_memory(o, type(self).__name__) for o in outputs]  # pylint: disable=protected-access
     per = self.layers_per_encoder_module
     encoder_dim = mtf.Dimension("encoder_module_outputs", self.encoder_num_modules + 1)
     decoder_dim = mtf.Dimension("decoder_module_inputs", self.decoder_num_modules)

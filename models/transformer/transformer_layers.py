@@ -502,10 +502,9 @@ class EncDecAttention(SelfAttention):
 
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] attends to the encoder output; returns x's shape."""
-    memory = self._get_memory_antecedent(context)
     with class_scope(self):
-      return enc_dec_attention(self, memory, context, x, losses,
-                               attention_fn=self.attention_fn)
+      return enc_dec_attention(self, self._get_memory_antecedent(context), context, x,
+                               losses, attention_fn=self.attention_fn)
 
 
 def _length_dim_num_splits(context):
