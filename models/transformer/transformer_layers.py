@@ -396,7 +396,7 @@ def relative_position_spans(context, num_sentinels=gin.REQUIRED):
   matches = mtf.cast(mtf.logical_and(mtf.equal(decoder_count, encoder_count),
                                      mtf.greater(decoder_count, 0)), tf.int32)
   anchor = mtf.reduce_sum(matches * encoder_position, reduced_dim=memory_length)
-  return encoder_position - anchor
+  return anchor * -1 + encoder_position  # [batch..., length, memory_length]
 
 
 def enc_dec_attention_bias(layer, context, heads_dims,
