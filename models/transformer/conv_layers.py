@@ -117,7 +117,7 @@ class Conv1DLayer(Conv1D):
           x, mtf.Dimension(model_dim.name, self._output_size),
           filter_size=self.filter_size, padding="VALID" if one_step else "SAME",
           filter_initializer=tf.keras.initializers.GlorotUniform(),
-          variable_dtype=context.variable_dtype)
+          variable_dtype=context.variable_dtype, name="conv2d")  # one name on every call
       if one_step:  # one output position: drop the length dim of size 1
         output = mtf.reduce_sum(output, reduced_dim=output.shape.dims[-2])
       return _activate(output, self._activation, type(self).__name__)
