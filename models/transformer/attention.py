@@ -333,8 +333,8 @@ class AttentionParams:
       if d not in self.query_heads_dims:
         raise ShapeError("AttentionParams: memory heads dim %s is not a query heads dim "
                          "(%s)" % (d, self.query_heads_dims), dim=d.name)
-    if make_attention_vars:
-      self.init_weights()
+    self.make_attention_vars = make_attention_vars
+    self.init_weights()
 
   @property
   def q_dims(self):
@@ -371,7 +371,8 @@ class AttentionParams:
     return mtf.reshape(var, mtf.Shape(shape)) if stored != shape else var
 
   def init_weights(self):
-    """Creates the variables q (unless no_query), k, v (unless shared_kv) and o."""
+    """Creates the variables q (unless no_query), k, v (or kv if shared_kv) and o; with
+    make_attention_vars=False only o (a subclass computes q, k, v otherwise)."""
     d_in = self.query_input_dim.size
     if self.fold_scaling_into_initializer:
       q_stddev = (d_in * self.key_dim.size) ** -0.5
@@ -379,14 +380,16 @@ class AttentionParams:
       q_stddev = d_in ** -0.5
     kv_stddev = self.memory_input_dim.size ** -0.5
     o_stddev = mtf.Shape(self.query_heads_dims + [self.value_dim]).size ** -0.5
-    self.wq = None if self.no_query else self._make(
-        "q", [self.query_input_dim], self.q_dims, q_stddev)
-    if self.shared_kv:
-      self.wkv = self._make("kv", [self.memory_input_dim], self.k_dims, kv_stddev)
-      self.wk = self.wv = self.wkv
-    else:
-      self.wk = self._make("k", [self.memory_input_dim], self.k_dims, kv_stddev)
-      self.wv = self._make("v", [self.memory_input_dim], self.v_dims, kv_stddev)
+    self.wq = self.wk = self.wv = self.wkv = None
+    if self.make_attention_vars:
+      if not self.no_query:
+        self.wq = self._make("q", [self.query_input_dim], self.q_dims, q_stddev)
+      if self.shared_kv:
+        self.wkv = self._make("kv", [self.memory_input_dim], self.k_dims, kv_stddev)
+        self.wk = self.wv = self.wkv
+      else:
+        self.wk = self._make("k", [self.memory_input_dim], self.k_dims, kv_stddev)
+        self.wv = self._make("v", [self.memory_input_dim], self.v_dims, kv_stddev)
     self.wo = self._make("o", self.o_dims, [self.output_dim], o_stddev)
 
   def _project(self, x, w, input_dim, new_dims, what):

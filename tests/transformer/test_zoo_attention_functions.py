@@ -257,3 +257,34 @@ def test_hyperprompt_is_refused_with_its_name():
     tl.SelfAttention(use_hyperprompt=True)
   layer = tl.SelfAttention(hyperprompt_task_num=4, hyperprompt_hidden_dim=16)
   assert (layer.hyperprompt_task_num, layer.use_hyperprompt) == (4, False)
+
+
+def test_attention_params_without_attention_vars_keeps_only_the_output_projection():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  heads, d_kv = mtf.Dimension("heads", HEADS), mtf.Dimension("d_kv", D_KV)
+  d_model = mtf.Dimension("d_model", D_MODEL)
+  params = attention.AttentionParams(
+      mesh, d_model, d_model, d_model, d_kv, d_kv, [heads], [heads], mtf.VariableDType(),
+      make_attention_vars=False)
+  assert [v.name for v in graph.trainable_variables] == ["o"]
+  assert params.wq is None and params.wkv is None
+
+
+def test_keep_query_heads_dims_projects_each_head_on_its_own():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  heads, d_kv = mtf.Dimension("heads", HEADS), mtf.Dimension("d_kv", D_KV)
+  d_model = mtf.Dimension("d_model", D_MODEL)
+  params = attention.AttentionParams(
+      mesh, d_model, d_model, d_model, d_kv, d_kv, [heads], [heads], mtf.VariableDType(),
+      combine_dims=False, keep_query_heads_dims=True)
+  o_value = np.random.RandomState(65).normal(size=[BATCH, HEADS, D_KV]).astype(np.float32)
+  o = mtf.import_tf_tensor(mesh, o_value, [batch_dim, heads, d_kv])
+  y = params.compute_output(o)
+  assert y.shape.dimension_names == ["batch", "heads", "d_model"]
+  lowering = mtf.Lowering(graph, {mesh: placement("batch:rows;heads:cols")})
+  wo = lowering.export_to_tf_tensor(params.wo).numpy()
+  assert wo.shape == (HEADS, D_KV, D_MODEL)
+  np.testing.assert_allclose(lowering.export_to_tf_tensor(y).numpy(),
+                             np.einsum("bhk,hkd->bhd", o_value, wo), rtol=1e-5, atol=1e-6)
