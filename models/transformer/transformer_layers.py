@@ -18,7 +18,7 @@ from models.transformer import attention
 from models.transformer import relative_position
 from models.transformer.transformer_layer import TransformerLayer
 
-RELATIVE_ATTENTION_TYPES = (None, "bias", "bias_shared")
+RELATIVE_ATTENTION_TYPES = (None, "bias", "bias_shared", "contextual")
 
 
 @contextlib.contextmanager
@@ -145,7 +145,8 @@ class SelfAttention(TransformerLayer):
   [heads, buckets] indexed by the bucketed relative position; buckets are
   bidirectional unless the model is autoregressive) or "bias_shared" (one table kept in
   context.shared_params["relative_attention_bias"], created by the first layer that
-  needs it). z_loss_coeff adds coeff * mean(logsumexp(logits)^2) to context.losses in
+  needs it) or "contextual" (q . a[bucket], the bucket embeddings a a kernel
+  "relative_attention_ak/kernel" [heads, d_kv, buckets]). z_loss_coeff adds coeff * mean(logsumexp(logits)^2) to context.losses in
   training. attention_func: None for plain softmax attention, "hybrid" for
   attention.hybrid_attention, or a function with the signature of attention.attention.
   use_hyperprompt and the hyperprompt_* arguments (HyperPrompt task prompts) are
@@ -249,9 +250,12 @@ class SelfAttention(TransformerLayer):
     return _rename_length(x, context.length_dim.name)
 
   def _relative_bias(self, context, query_position, memory_position, heads_dims,
-                     bidirectional):
+                     bidirectional, q=None):
     if self.relative_attention_type is None:
       return None
+    rel = memory_position - query_position
+    if self.relative_attention_type == "contextual":
+      return self._contextual_relative_bias(context, rel, heads_dims, bidirectional, q)
     make = lambda: relative_position.relative_attention_bias_variable(
         context.mesh, heads_dims, self.relative_attention_num_buckets,
         context.variable_dtype)
@@ -265,8 +269,27 @@ class SelfAttention(TransformerLayer):
       if "relative_attention_bias" not in context.shared_params:
         context.shared_params["relative_attention_bias"] = make()
       table = context.shared_params["relative_attention_bias"]
-    rel = memory_position - query_position
     return mtf.cast(relative_position.relative_position_bias(table, rel, bidirectional),
+                    context.activation_dtype)
+
+  def _contextual_relative_bias(self, context, rel, heads_dims, bidirectional, q):
+    """q . a[bucket of the relative position]: the bucket embeddings a are the kernel
+    "relative_attention_ak/kernel" [heads..., d_kv, buckets]."""
+    if q is None or self.kv_dim not in q.shape.dims:
+      raise MtfError("%s: relative_attention_type 'contextual' needs the queries (with "
+                     "dim %s)" % (type(self).__name__, self.kv_dim), rule="contextual")
+    buckets_dim = mtf.Dimension("buckets", self.relative_attention_num_buckets)
+    ensemble = list(getattr(context.model, "ensemble_dims", None) or [])
+    values = mtf.layers.dense(q, [buckets_dim], reduced_dims=[self.kv_dim], use_bias=False,
+                              variable_dtype=context.variable_dtype,
+                              name="relative_attention_ak",
+                              expert_dims=ensemble + list(heads_dims))
+    buckets = relative_position.relative_position_bucket(
+        rel, bidirectional=bidirectional, num_buckets=buckets_dim.size)
+    one_hot = mtf.one_hot(buckets, buckets_dim, dtype=values.dtype)
+    out = [d for d in values.shape.dims if d != buckets_dim]
+    out += [d for d in one_hot.shape.dims if d not in out and d != buckets_dim]
+    return mtf.cast(mtf.einsum([values, one_hot], output_shape=mtf.Shape(out)),
                     context.activation_dtype)
 
   def compute_bias(self, context, memory_position, x, heads_dims, q, use_prompt_kv=None):
@@ -276,7 +299,7 @@ class SelfAttention(TransformerLayer):
     use_prompt_kv: prompt positions prepended to the memory (hyper-prompts, not offered
     yet); must be None or 0.
     """
-    del x, q
+    del x
     if use_prompt_kv:
       raise MtfError("%s.compute_bias: use_prompt_kv (hyper-prompts) is not offered yet"
                      % type(self).__name__, rule="use_prompt_kv")
@@ -305,7 +328,8 @@ class SelfAttention(TransformerLayer):
     if visible is not None:
       bias = attention.visibility_mask_to_attention_bias(visible, context.activation_dtype)
     rel_bias = self._relative_bias(context, query_position, memory_position, heads_dims,
-                                   bidirectional=not _model_flag(context, "autoregressive"))
+                                   bidirectional=not _model_flag(context, "autoregressive"),
+                                   q=q)
     if rel_bias is not None:
       bias = rel_bias if bias is None else bias + rel_bias
     return bias

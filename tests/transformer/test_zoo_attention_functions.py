@@ -288,3 +288,27 @@ def test_keep_query_heads_dims_projects_each_head_on_its_own():
   assert wo.shape == (HEADS, D_KV, D_MODEL)
   np.testing.assert_allclose(lowering.export_to_tf_tensor(y).numpy(),
                              np.einsum("bhk,hkd->bhd", o_value, wo), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_contextual_relative_attention_adds_query_dot_bucket_embedding(backend):
+  x = _x(66)
+  buckets = 8
+  layer = tl.SelfAttention(num_heads=HEADS, key_value_size=D_KV,
+                           relative_attention_type="contextual",
+                           relative_attention_num_buckets=buckets)
+  result, w = run(layer, backend(DP_MP), x, model=CAUSAL._replace(
+      fully_autoregressive=False, autoregressive=False))
+  assert shapes(result, "SelfAttention")["relative_attention_ak/kernel"] == (
+      HEADS, D_KV, buckets)
+  i = np.arange(LENGTH)
+  bucket = np_bucket(i[None, :] - i[:, None], bidirectional=True, num_buckets=buckets)
+  one_hot = np.eye(buckets, dtype=np.float32)[bucket]  # [length, memory, buckets]
+
+  def ref(x, **v):
+    p = lambda n: v["SelfAttention_" + n]
+    q = tf.einsum("bld,dhk->bhlk", x, tf.reshape(p("q"), [D_MODEL, HEADS, D_KV]))
+    values = tf.einsum("bhlk,hkn->bhln", q, p("relative_attention_ak_kernel"))
+    bias = tf.einsum("bhln,lmn->bhlm", values, one_hot)
+    return ref_attention(x, *[p(n) for n in "qkvo"], bias=bias)
+  check_against_reference(result, w, x, ref, rtol=1e-4, atol=1e-4)
