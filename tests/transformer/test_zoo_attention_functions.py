@@ -15,7 +15,7 @@ from models.transformer.context import Context
 from test_transformer_layers import (BATCH, CAUSAL, D_KV, D_MODEL, HEADS, LENGTH,
                                      batch_dim, causal_mask, check_against_reference,
                                      length_dim, np_bucket, ref_attention, _impl, _x)
-from test_zoo_attention_variants import (BACKEND_IDS, BACKENDS, DP_MP, ENCODER_ID,
+from test_zoo_attention_variants import (BACKEND_IDS, BACKENDS, DP_MP,
                                          ENCODER_MASK, MEMORY, additive, encoder_output,
                                          placement, run, shapes, simd, with_encoder)
 

@@ -6,7 +6,6 @@ emulation; its output and gradients (input and every variable) are compared with
 same computation written in TF from the variables' values, whose names and shapes are
 the original's checkpoint names.
 """
-import collections
 
 import gin
 import numpy as np
@@ -191,9 +190,10 @@ def test_talking_heads_with_equal_heads_dims_is_multi_head_attention():
   check_against_reference(result, w, x, ref)
 
 
-def test_talking_heads_enc_dec_attention_masks_encoder_padding():
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_talking_heads_enc_dec_attention_masks_encoder_padding(backend):
   x = _x(33)
-  result, w = run(tl.TalkingHeadsEncDecAttention(**TALKING), simd(TALKING_LAYOUT), x,
+  result, w = run(tl.TalkingHeadsEncDecAttention(**TALKING), backend(TALKING_LAYOUT), x,
                   extra=with_encoder())
   memory = tf.constant(encoder_output())
   check_against_reference(result, w, x, lambda x, **v: ref_talking_heads(
@@ -227,10 +227,11 @@ def test_general_bilinear_self_attention_matches_tf(backend):
       mask=causal_mask(LENGTH)[0, 0][None, :, None, :]), rtol=1e-4, atol=1e-4)
 
 
-def test_general_bilinear_enc_dec_attention_matches_tf():
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_general_bilinear_enc_dec_attention_matches_tf(backend):
   x = _x(35)
   layer = tl.GeneralBilinearEncDecAttention(heads_dims=[("heads", HEADS)])
-  result, w = run(layer, placement(DP_MP), x, extra=with_encoder())
+  result, w = run(layer, backend(DP_MP), x, extra=with_encoder())
   check_against_reference(result, w, x, lambda x, **v: ref_bilinear(
       x, v["GeneralBilinearEncDecAttention_q_kernel"],
       v["GeneralBilinearEncDecAttention_y_kernel"], memory=tf.constant(encoder_output()),
@@ -313,11 +314,12 @@ def test_branched_self_attention_matches_tf(backend):
       x, v, "BranchedSelfAttention", mask=causal_mask(LENGTH)), rtol=1e-4, atol=1e-4)
 
 
-def test_branched_enc_dec_attention_matches_tf():
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_branched_enc_dec_attention_matches_tf(backend):
   x = _x(39)
   layer = tl.BranchedEncDecAttention(num_heads=HEADS, key_value_size=D_KV)
   layer.dense_layer = tl.DenseReluDense(hidden_size=D_FF)
-  result, w = run(layer, placement("batch:rows;d_ff:cols"), x, extra=with_encoder())
+  result, w = run(layer, backend("batch:rows;d_ff:cols"), x, extra=with_encoder())
   check_against_reference(result, w, x, lambda x, **v: ref_branched(
       x, v, "BranchedEncDecAttention", memory=tf.constant(encoder_output()),
       mask=ENCODER_MASK), rtol=1e-4, atol=1e-4)

@@ -93,11 +93,12 @@ def _dynamic_taps(x, v, prefix):
   return tf.unstack(tf.nn.softmax(tf.stack(logits), axis=0))
 
 
-def test_dynamic_conv_predicts_taps_from_each_position():
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_dynamic_conv_predicts_taps_from_each_position(backend):
   x = _x(73)
   layer = tl.DynamicConv1DLocalAttn(min_relative_pos=-2, max_relative_pos=0,
                                     output_size=D_MODEL, num_unique_depth_filters=2)
-  result, w = run(layer, placement(LAYOUT), x, extra=with_ids)
+  result, w = run(layer, backend(LAYOUT), x, extra=with_ids)
   names = shapes(result, "DynamicConv1DLocalAttn")
   assert names["dense_1/kernel"] == (D_MODEL, 4) and names["dense_1/bias"] == (4,)
 
