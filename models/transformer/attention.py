@@ -3,7 +3,10 @@
 The port of the original's transformer/attention.py: `attention` (softmax(q.k + bias) v
 with the memory dim named), `AttentionParams` (the projection variables, stored the way
 the original's checkpoints store them), `local_attention_1d` (windowed attention whose
-length dim may be split over the mesh) and `visibility_mask_to_attention_bias`.
+length dim may be split over the mesh), `visibility_mask_to_attention_bias`, the
+variants `hybrid_attention` (softmax blended with doubly-normalised attention) and
+`synthetic_attention` (the Synthesizer's learned logits), and
+`maybe_reshape_attention_input_for_2d_sharding`, which attention() applies.
 """
 import tensorflow as tf
 

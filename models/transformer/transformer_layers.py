@@ -3,7 +3,10 @@
 Each layer is a gin-configurable `TransformerLayer` holding hyperparameters only; its
 `call(context, x)` creates the variables (in the scope named after the layer class,
 e.g. ".../layer_000/SelfAttention/q", as the original's checkpoints have them) and
-returns a tensor shaped like x.
+returns a tensor shaped like x. Also here: the encoder-decoder attention functions
+(`enc_dec_attention`, `enc_dec_attention_bias`, `relative_position_spans`), and, read
+from attention_variants.py and conv_layers.py, the original's other attention and
+convolutional layers (TalkingHeadsSelfAttention, Conv1DLayer, ...).
 """
 import contextlib
 import importlib
