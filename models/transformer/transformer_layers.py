@@ -456,9 +456,11 @@ def enc_dec_attention_bias(layer, context, heads_dims,
                    rule=str(kind))
   name = "enc_dec_relative_attention_bias"
   buckets_dim = mtf.Dimension("buckets", layer.relative_attention_num_buckets)
-  make = lambda: mtf.get_variable(context.mesh, name, mtf.Shape(
-      list(heads_dims) + [buckets_dim]), dtype=context.variable_dtype,
-                                  initializer=tf.random_normal_initializer(stddev=1.0))
+
+  def make():
+    return mtf.get_variable(context.mesh, name, mtf.Shape(list(heads_dims) + [buckets_dim]),
+                            initializer=tf.random_normal_initializer(stddev=1.0),
+                            dtype=context.variable_dtype)
   if kind == "bias":
     table = make()
   else:
