@@ -139,7 +139,7 @@ SYNTHESIZE_MODES = ("random", "factorized", "dense_minus", "random_plus_alpha",
                     "random_plus", "dense_plus_alpha", "dense_plus")
 
 
-def _synthetic_table(q, memory_length_dim, context, r, what):
+def _synthetic_table(q, memory_length_dim, r, what):
   """The learned [length, heads, memory_length] table r cut to this call's lengths."""
   r = mtf.slice(r, 0, memory_length_dim.size, memory_length_dim.name)
   length_dim = _require_dim(q, "length", what)
@@ -213,7 +213,7 @@ def synthetic_attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=Non
     else:
       r = mtf.get_variable(context.mesh, "R", mtf.Shape([length, heads_dim, memory]),
                            dtype=context.variable_dtype)
-    r = _synthetic_table(q, memory_length_dim, context, mtf.cast(r, q.dtype), what)
+    r = _synthetic_table(q, memory_length_dim, mtf.cast(r, q.dtype), what)
     if "plus" in mode:
       logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
       logits = _mix_alpha(logits, r, mode, context)
