@@ -195,6 +195,13 @@ def synthetic_attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=Non
     raise MtfError("%s: synthesize=True needs the layer's context (for its variables)"
                    % what, rule=str(mode))
   heads_dim = None
+  bounded = [memory_length_dim]  # the learned logits cover max_length positions
+  if not mode.startswith("dense") and q.shape.has_dim("length"):
+    bounded.append(q.shape.get_dim_by_name("length"))
+  for dim in bounded:
+    if synthesize and dim.size > max_length:
+      raise ShapeError("%s: %s is longer than max_length %d (the size of the learned "
+                       "logits)" % (what, dim, max_length), tensor=q.name, dim=dim.name)
   if not synthesize:
     logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
   elif mode in ("random", "factorized", "random_plus", "random_plus_alpha"):

@@ -25,9 +25,11 @@ def _dims(dims):
 
 
 def _check_relative_attention_type(layer, relative_attention_type):
-  if relative_attention_type not in tl.RELATIVE_ATTENTION_TYPES:
-    raise MtfError("%s: unknown relative_attention_type %r (known: %s)" % (
-        type(layer).__name__, relative_attention_type, tl.RELATIVE_ATTENTION_TYPES),
+  """These layers have no d_kv queries, so no "contextual" relative attention."""
+  known = (None, "bias", "bias_shared")
+  if relative_attention_type not in known:
+    raise MtfError("%s: relative_attention_type %r is not one of %s" % (
+        type(layer).__name__, relative_attention_type, known),
                    rule=str(relative_attention_type))
 
 

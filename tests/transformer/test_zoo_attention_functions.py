@@ -312,3 +312,12 @@ def test_contextual_relative_attention_adds_query_dot_bucket_embedding(backend):
     bias = tf.einsum("bhln,lmn->bhlm", values, one_hot)
     return ref_attention(x, *[p(n) for n in "qkvo"], bias=bias)
   check_against_reference(result, w, x, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_synthesizer_longer_than_max_length_and_contextual_talking_heads_are_named():
+  layer = tl.Synthesizer(num_heads=HEADS, key_value_size=D_KV,
+                         attention_kwargs={"max_length": LENGTH // 2})
+  with pytest.raises(mtf.ShapeError, match="longer than max_length 4"):
+    run(layer, placement(DP_MP), _x(67))
+  with pytest.raises(mtf.MtfError, match="'contextual' is not one of"):
+    tl.TalkingHeadsSelfAttention(relative_attention_type="contextual")
