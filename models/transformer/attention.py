@@ -3,12 +3,15 @@
 The port of the original's transformer/attention.py: `attention` (softmax(q.k + bias) v
 with the memory dim named), `AttentionParams` (the projection variables, stored the way
 the original's checkpoints store them), `local_attention_1d` (windowed attention whose
-length dim may be split over the mesh) and `visibility_mask_to_attention_bias`.
+length dim may be split over the mesh), `visibility_mask_to_attention_bias`, the
+variants `hybrid_attention` (softmax blended with doubly-normalised attention) and
+`synthetic_attention` (the Synthesizer's learned logits), and
+`maybe_reshape_attention_input_for_2d_sharding`, which attention() applies.
 """
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf.errors import ShapeError
+from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.ops.halo import halo_exchange_sides
 
 # Added to the logits of memory positions a query must not see.
@@ -59,6 +62,9 @@ def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None, dropout
     if need not in tensor.shape.dims:
       raise ShapeError("attention: %s %s lacks dim %s" % (tensor.name, tensor.shape, need),
                        tensor=tensor.name, dim=need.name)
+  output_dims = [d for d in q.shape.dims if d != key_dim] + [value_dim]
+  q, k, v, bias = maybe_reshape_attention_input_for_2d_sharding(
+      context, q, k, v, bias, [key_dim, value_dim])
   if float32_logits:
     q, k = mtf.cast(q, tf.float32), mtf.cast(k, tf.float32)
   logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
@@ -72,8 +78,220 @@ def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None, dropout
   if dropout_rate:
     noise_shape = weights.shape - list(dropout_broadcast_dims or [])
     weights = mtf.dropout(weights, rate=dropout_rate, noise_shape=noise_shape)
+  outputs = mtf.einsum([weights, v], output_shape=mtf.Shape(
+      [d for d in q.shape.dims if d != key_dim] + [value_dim]))
+  if outputs.shape.dims != output_dims:  # undo the 2-D sharding reshape
+    outputs = mtf.reshape(outputs, mtf.Shape(output_dims))
+  return outputs
+
+
+def _dropout_weights(weights, dropout_rate, dropout_broadcast_dims, context):
+  """Dropout on attention weights (skipped at rate 0 and outside training)."""
+  if not dropout_rate or (context is not None and not context.train):
+    return weights
+  noise_shape = weights.shape - list(dropout_broadcast_dims or [])
+  return mtf.dropout(weights, rate=dropout_rate, noise_shape=noise_shape)
+
+
+def _require_dim(tensor, name, what):
+  """tensor's dim called name, or a ShapeError naming what needs it."""
+  if not tensor.shape.has_dim(name):
+    raise ShapeError("%s: %s %s has no dim %r" % (what, tensor.name, tensor.shape, name),
+                     tensor=tensor.name, dim=name)
+  return tensor.shape.get_dim_by_name(name)
+
+
+def hybrid_attention(q, k, v, context, memory_length_dim, key_dim, value_dim, bias=None,
+                     dropout_rate=0.0, dropout_broadcast_dims=None, extra_logit=None):
+  """Softmax attention blended with doubly-normalised attention (self-attention only).
+
+  The doubly-normalised weights take a log-softmax of the logits over the queries (q's
+  "length" dim, as long as the memory), then a softmax over the memory. The two
+  weightings are mixed as c * doubly + (1 - c) * softmax, where c is the scalar variable
+  "doubly_coeff" (initially 0.5) clipped to [0, 1]. Arguments as in attention();
+  context gives the mesh, the variable dtype and the mode.
+
+  Returns:
+    q's dims without key_dim, followed by value_dim.
+  """
+  query_length_dim = mtf.Dimension("length", memory_length_dim.size)
+  if query_length_dim not in q.shape.dims:
+    raise ShapeError("hybrid_attention: q %s %s needs a query dim %s as long as the "
+                     "memory (it normalises over the queries)" % (
+                         q.name, q.shape, query_length_dim), tensor=q.name, dim="length")
+  logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
+  if bias is not None:
+    logits += mtf.cast(bias, logits.dtype)
+  coeff = mtf.get_variable(context.mesh, "doubly_coeff", mtf.Shape([]),
+                           initializer=tf.constant_initializer(0.5),
+                           dtype=context.variable_dtype)
+  coeff = mtf.maximum(mtf.minimum(mtf.cast(coeff, logits.dtype), 1.0), 0.0)
+  upper = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
+  lower_log = mtf.log_softmax(logits, query_length_dim, extra_logit=extra_logit)
+  doubly = mtf.softmax(lower_log, memory_length_dim, extra_logit=extra_logit)
+  weights = coeff * doubly + (1.0 - coeff) * upper
+  weights = _dropout_weights(weights, dropout_rate, dropout_broadcast_dims, context)
   output_dims = [d for d in q.shape.dims if d != key_dim] + [value_dim]
   return mtf.einsum([weights, v], output_shape=mtf.Shape(output_dims))
+
+
+SYNTHESIZE_MODES = ("random", "factorized", "dense_minus", "random_plus_alpha",
+                    "random_plus", "dense_plus_alpha", "dense_plus")
+
+
+def _synthetic_table(q, memory_length_dim, r, what):
+  """The learned [length, heads, memory_length] table r cut to this call's lengths."""
+  r = mtf.slice(r, 0, memory_length_dim.size, memory_length_dim.name)
+  length_dim = _require_dim(q, "length", what)
+  return mtf.slice(r, 0, length_dim.size, length_dim.name)
+
+
+def _dense_synthetic_logits(q, key_dim, memory_length_dim, max_length):
+  """Dense Synthesizer logits: relu(q) projected to max_length memory positions ("pi")."""
+  tmp_dim = mtf.Dimension(memory_length_dim.name, max_length)
+  logits = mtf.layers.dense(mtf.relu(q), [tmp_dim], reduced_dims=[key_dim], use_bias=False,
+                            name="pi")
+  return mtf.slice(logits, 0, memory_length_dim.size, memory_length_dim.name)
+
+
+def _mix_alpha(logits, r, mode, context):
+  """logits + r, or (1 - a) logits + a r with a = sigmoid(variable "alpha") in the
+  *_alpha modes."""
+  if "alpha" not in mode:
+    return logits + r
+  alpha = mtf.get_variable(context.mesh, "alpha", mtf.Shape([mtf.Dimension("alpha", 1)]),
+                           initializer=tf.zeros_initializer(), dtype=context.variable_dtype)
+  alpha = mtf.sigmoid(mtf.cast(alpha, logits.dtype))
+  return (1.0 - alpha) * logits + alpha * r
+
+
+def synthetic_attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None,
+                        dropout_rate=0.0, dropout_broadcast_dims=None, extra_logit=None,
+                        synthesize=True, synthesize_mode="random_plus_alpha",
+                        factorized_dim=16, max_length=512, context=None):
+  """Synthesizer attention (Tay et al. 2020, arXiv 2005.00743): learned logits.
+
+  synthesize_mode:
+    "random": logits are a learned table "R" [length, heads, memory_length] (each
+      max_length long, cut to this call's lengths), independent of the inputs; q is
+      the layer input (no query projection).
+    "factorized": the table is R1 . R2 over a "tmp" dim of factorized_dim.
+    "dense_minus": logits are relu(q) projected by "pi/kernel" [key_dim, max_length].
+    "random_plus" / "dense_plus": q.k plus the random / dense logits;
+    "*_plus_alpha": (1 - a) q.k + a (random / dense logits), a = sigmoid("alpha").
+  With synthesize=False this is plain softmax(q.k + bias) attention. context gives the
+  mesh and variable dtype. Other arguments as in attention().
+
+  Returns:
+    q's dims without its last dim, then (random / factorized modes) v's "heads" dim,
+    then value_dim.
+  """
+  what = "synthetic_attention"
+  mode = synthesize_mode
+  if synthesize and mode not in SYNTHESIZE_MODES:
+    raise MtfError("%s: unknown synthesize_mode %r (known: %s)" % (
+        what, mode, SYNTHESIZE_MODES), rule=str(mode))
+  if synthesize and context is None:
+    raise MtfError("%s: synthesize=True needs the layer's context (for its variables)"
+                   % what, rule=str(mode))
+  heads_dim = None
+  bounded = [memory_length_dim]  # the learned logits cover max_length positions
+  if not mode.startswith("dense") and q.shape.has_dim("length"):
+    bounded.append(q.shape.get_dim_by_name("length"))
+  for dim in bounded:
+    if synthesize and dim.size > max_length:
+      raise ShapeError("%s: %s is longer than max_length %d (the size of the learned "
+                       "logits)" % (what, dim, max_length), tensor=q.name, dim=dim.name)
+  if not synthesize:
+    logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
+  elif mode in ("random", "factorized", "random_plus", "random_plus_alpha"):
+    heads_dim = _require_dim(v, "heads", what)
+    length = mtf.Dimension("length", max_length)
+    memory = mtf.Dimension(memory_length_dim.name, max_length)
+    if mode == "factorized":
+      tmp = mtf.Dimension("tmp", factorized_dim)
+      r1 = mtf.get_variable(context.mesh, "R1", mtf.Shape([tmp, heads_dim, memory]),
+                            dtype=context.variable_dtype)
+      r2 = mtf.get_variable(context.mesh, "R2", mtf.Shape([tmp, heads_dim, memory]),
+                            dtype=context.variable_dtype)
+      # R1 and R2 share their dim names, so "length" is R1's memory axis renamed.
+      r = mtf.einsum([mtf.rename_dimension(r1, memory.name, length.name), r2],
+                     output_shape=mtf.Shape([length, heads_dim, memory]))
+    else:
+      r = mtf.get_variable(context.mesh, "R", mtf.Shape([length, heads_dim, memory]),
+                           dtype=context.variable_dtype)
+    r = _synthetic_table(q, memory_length_dim, mtf.cast(r, q.dtype), what)
+    if "plus" in mode:
+      logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
+      logits = _mix_alpha(logits, r, mode, context)
+    else:
+      logits = r
+  else:
+    r = _dense_synthetic_logits(q, key_dim, memory_length_dim, max_length)
+    if "plus" in mode:
+      logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
+      logits = _mix_alpha(logits, r, mode, context)
+    else:
+      logits = r
+  if bias is not None:
+    logits += mtf.cast(bias, logits.dtype)
+  weights = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
+  weights = _dropout_weights(weights, dropout_rate, dropout_broadcast_dims, context)
+  if synthesize and "plus" not in mode:
+    output_dims = q.shape.dims[:-1] + ([heads_dim] if heads_dim else []) + [value_dim]
+  else:
+    output_dims = [d for d in q.shape.dims if d != key_dim] + [value_dim]
+  return mtf.einsum([weights, v], output_shape=mtf.Shape(output_dims))
+
+
+def maybe_reshape_attention_input_for_2d_sharding(context, q, k, v, bias,
+                                                  unsplittable_dims):
+  """Splits a dim of the attention inputs over a mesh dim the attention leaves idle.
+
+  With 2-D model parallelism (say d_model split over one mesh dim and heads over the
+  other) the attention tensors, which have no d_model, would be computed replicated
+  over the first mesh dim. This finds such an idle mesh dim M (needs
+  context.model.layout and .mesh_shape), a tensor-dim name N that the layout maps to
+  M and that none of q, k, v, bias has, and a dim D of q (also in k and v, not in
+  unsplittable_dims, e.g. batch or heads) whose size M divides; D is then reshaped to
+  [D / |M|, N of size |M|] in every input that has it, so the attention is split over
+  M too. attention() reshapes its output back. Returns (q, k, v, bias), unchanged
+  when nothing applies.
+  """
+  unchanged = q, k, v, bias
+  model = getattr(context, "model", None)
+  layout = getattr(model, "layout", None)
+  mesh_shape = getattr(model, "mesh_shape", None)
+  if not layout or not mesh_shape:
+    return unchanged
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  rules = mtf.convert_to_layout_rules(layout)
+  tensors = [t for t in unchanged if t is not None]
+  names = {d.name for t in tensors for d in t.shape.dims}
+  used = {rules.tensor_dimension_to_mesh_axis(name, mesh_shape) for name in names}
+  for axis, mesh_dim in enumerate(mesh_shape.dims):
+    if axis in used or mesh_dim.size == 1:
+      continue
+    free = [n for n in rules.mesh_dimension_name_to_tensor_dimension_names(mesh_dim.name)
+            if n not in names]
+    if not free:
+      continue
+    for d in q.shape.dims:
+      if (d in unsplittable_dims or d not in k.shape.dims or d not in v.shape.dims
+          or d.size % mesh_dim.size):
+        continue
+      outer = mtf.Dimension(d.name, d.size // mesh_dim.size)
+      outer_axis = rules.tensor_dimension_to_mesh_axis(d, mesh_shape)
+      if outer_axis is not None and outer.size % mesh_shape.dims[outer_axis].size:
+        continue
+      new_dims = [outer, mtf.Dimension(free[0], mesh_dim.size)]
+
+      def split(t, d=d, new_dims=new_dims):
+        if t is None or d not in t.shape.dims:
+          return t
+        return mtf.reshape(t, mtf.replace_dimensions(t.shape, d, new_dims))
+      return tuple(split(t) for t in unchanged)
+  return unchanged
 
 
 def _combined_dim(dims):
@@ -125,8 +343,8 @@ class AttentionParams:
       if d not in self.query_heads_dims:
         raise ShapeError("AttentionParams: memory heads dim %s is not a query heads dim "
                          "(%s)" % (d, self.query_heads_dims), dim=d.name)
-    if make_attention_vars:
-      self.init_weights()
+    self.make_attention_vars = make_attention_vars
+    self.init_weights()
 
   @property
   def q_dims(self):
@@ -145,9 +363,9 @@ class AttentionParams:
 
   @property
   def o_dims(self):
-    """Dims the output projection contracts (the query heads are kept if asked to)."""
-    if self.keep_query_heads_dims:
-      return [self.value_dim]
+    """Dims the output projection "o" has besides output_dim: query heads, value dim.
+    With keep_query_heads_dims, compute_output contracts only the value dim (each head
+    projected on its own)."""
     return self.query_heads_dims + [self.value_dim]
 
   def _make(self, name, input_dims, output_dims, stddev):
@@ -163,7 +381,8 @@ class AttentionParams:
     return mtf.reshape(var, mtf.Shape(shape)) if stored != shape else var
 
   def init_weights(self):
-    """Creates the variables q (unless no_query), k, v (unless shared_kv) and o."""
+    """Creates the variables q (unless no_query), k, v (or kv if shared_kv) and o; with
+    make_attention_vars=False only o (a subclass computes q, k, v otherwise)."""
     d_in = self.query_input_dim.size
     if self.fold_scaling_into_initializer:
       q_stddev = (d_in * self.key_dim.size) ** -0.5
@@ -171,14 +390,16 @@ class AttentionParams:
       q_stddev = d_in ** -0.5
     kv_stddev = self.memory_input_dim.size ** -0.5
     o_stddev = mtf.Shape(self.query_heads_dims + [self.value_dim]).size ** -0.5
-    self.wq = None if self.no_query else self._make(
-        "q", [self.query_input_dim], self.q_dims, q_stddev)
-    if self.shared_kv:
-      self.wkv = self._make("kv", [self.memory_input_dim], self.k_dims, kv_stddev)
-      self.wk = self.wv = self.wkv
-    else:
-      self.wk = self._make("k", [self.memory_input_dim], self.k_dims, kv_stddev)
-      self.wv = self._make("v", [self.memory_input_dim], self.v_dims, kv_stddev)
+    self.wq = self.wk = self.wv = self.wkv = None
+    if self.make_attention_vars:
+      if not self.no_query:
+        self.wq = self._make("q", [self.query_input_dim], self.q_dims, q_stddev)
+      if self.shared_kv:
+        self.wkv = self._make("kv", [self.memory_input_dim], self.k_dims, kv_stddev)
+        self.wk = self.wv = self.wkv
+      else:
+        self.wk = self._make("k", [self.memory_input_dim], self.k_dims, kv_stddev)
+        self.wv = self._make("v", [self.memory_input_dim], self.v_dims, kv_stddev)
     self.wo = self._make("o", self.o_dims, [self.output_dim], o_stddev)
 
   def _project(self, x, w, input_dim, new_dims, what):
@@ -224,7 +445,8 @@ class AttentionParams:
         raise ShapeError("AttentionParams.compute_output: %s %s lacks dim %s" % (
             o.name, o.shape, d), tensor=o.name, dim=d.name)
     if output_shape is None:
-      kept = [d for d in o.shape.dims if d not in self.o_dims]
+      reduced = [self.value_dim] if self.keep_query_heads_dims else self.o_dims
+      kept = [d for d in o.shape.dims if d not in reduced]
       output_shape = kept + [d for d in self.ensemble_dims if d not in kept] + [
           self.output_dim]
     return mtf.einsum([o, mtf.cast(self.wo, o.dtype)],
@@ -250,12 +472,13 @@ def _block_length(radius, length_per_split):
 def local_attention_1d(q, k, v, length_dim, key_dim, value_dim, fully_autoregressive=True,
                        length_dim_num_splits=1, radius=128, sequence_id=1,
                        write_priority=None, read_priority=None, attention_kwargs=None):
-  """Attention in which position i sees positions j with |i - j| <= radius.
+  """Attention in which query position p sees memory positions (p - radius, p + radius].
 
-  With fully_autoregressive only j <= i. The length is cut into blocks (a whole number
-  per split of length_dim over the mesh); each block's keys and values gain the radius
-  positions before it (and after it, unless autoregressive) from the neighbouring
-  blocks with a halo exchange, so a split length dim communicates only with neighbours.
+  With fully_autoregressive only (p - radius, p], the last `radius` positions. The
+  length is cut into blocks (a whole number per split of length_dim over the mesh);
+  each block's keys and values gain the radius positions before it (and after it,
+  unless autoregressive) from the neighbouring blocks with a halo exchange, so a split
+  length dim communicates only with neighbours.
   Memory positions beyond either end and, when sequence_id is a Tensor, positions of
   another segment are masked. write_priority / read_priority: optional Tensors on
   length_dim; a query sees only memory whose write_priority is at most its
@@ -305,7 +528,8 @@ def local_attention_1d(q, k, v, length_dim, key_dim, value_dim, fully_autoregres
   memory_block_ext = memory_pos.shape.dims[-1]
   relative = memory_pos - query_pos
   visible = mtf.logical_and(mtf.greater_equal(memory_pos, 0),
-                            mtf.less_equal(mtf.abs(relative), radius))
+                            mtf.logical_and(mtf.greater(relative, -radius),
+                                            mtf.less_equal(relative, radius)))
   if fully_autoregressive:
     visible = mtf.logical_and(visible, mtf.less_equal(relative, 0))
   if isinstance(sequence_id, mtf.Tensor):

@@ -3,9 +3,13 @@
 Each layer is a gin-configurable `TransformerLayer` holding hyperparameters only; its
 `call(context, x)` creates the variables (in the scope named after the layer class,
 e.g. ".../layer_000/SelfAttention/q", as the original's checkpoints have them) and
-returns a tensor shaped like x.
+returns a tensor shaped like x. Also here: the encoder-decoder attention functions
+(`enc_dec_attention`, `enc_dec_attention_bias`, `relative_position_spans`), and, read
+from attention_variants.py and conv_layers.py, the original's other attention and
+convolutional layers (TalkingHeadsSelfAttention, Conv1DLayer, ...).
 """
 import contextlib
+import importlib
 
 import gin
 import tensorflow as tf
@@ -17,7 +21,7 @@ from models.transformer import attention
 from models.transformer import relative_position
 from models.transformer.transformer_layer import TransformerLayer
 
-RELATIVE_ATTENTION_TYPES = (None, "bias", "bias_shared")
+RELATIVE_ATTENTION_TYPES = (None, "bias", "bias_shared", "contextual")
 
 
 @contextlib.contextmanager
@@ -114,19 +118,25 @@ class DenseReluDense(TransformerLayer):
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape."""
     del losses
+    with class_scope(self):
+      return self.feed_forward(context, x)
+
+  def feed_forward(self, context, x):
+    """The computation of call, with the variables wi, wo in the current scope (a layer
+    that uses a DenseReluDense inside itself, e.g. BranchedSelfAttention, calls this).
+    x: [..., d_model] (d_model its last dim)."""
     io_dim = x.shape.dims[-1]
     hidden_dim = mtf.Dimension("d_ff", self.hidden_size)
-    with class_scope(self):
-      h = mtf.layers.dense_product(
-          x, reduced_dims=[io_dim], new_dims=[hidden_dim],
-          activation_functions=self.activation, use_bias=self.use_bias,
-          variable_dtype=context.variable_dtype, name="wi")
-      if context.train and self.dropout_rate:
-        h = mtf.dropout(h, rate=self.dropout_rate,
-                        noise_shape=h.shape - [context.length_dim])
-      return mtf.layers.dense(h, [io_dim], reduced_dims=[hidden_dim],
-                              use_bias=self.use_bias,
-                              variable_dtype=context.variable_dtype, name="wo")
+    h = mtf.layers.dense_product(
+        x, reduced_dims=[io_dim], new_dims=[hidden_dim],
+        activation_functions=self.activation, use_bias=self.use_bias,
+        variable_dtype=context.variable_dtype, name="wi")
+    if context.train and self.dropout_rate:
+      h = mtf.dropout(h, rate=self.dropout_rate,
+                      noise_shape=h.shape - [context.length_dim])
+    return mtf.layers.dense(h, [io_dim], reduced_dims=[hidden_dim],
+                            use_bias=self.use_bias,
+                            variable_dtype=context.variable_dtype, name="wo")
 
 
 @gin.configurable(module="transformer_layers")
@@ -138,23 +148,38 @@ class SelfAttention(TransformerLayer):
   [heads, buckets] indexed by the bucketed relative position; buckets are
   bidirectional unless the model is autoregressive) or "bias_shared" (one table kept in
   context.shared_params["relative_attention_bias"], created by the first layer that
-  needs it). z_loss_coeff adds coeff * mean(logsumexp(logits)^2) to context.losses in
-  training. attention_func: None for plain softmax attention, or a function with the
-  signature of attention.attention.
+  needs it) or "contextual" (q . a[bucket], the bucket embeddings a a kernel
+  "relative_attention_ak/kernel" [heads, d_kv, buckets]). z_loss_coeff adds coeff * mean(logsumexp(logits)^2) to context.losses in
+  training. attention_func: None for plain softmax attention, "hybrid" for
+  attention.hybrid_attention, or a function with the signature of attention.attention.
+  use_hyperprompt and the hyperprompt_* arguments (HyperPrompt task prompts) are
+  accepted for the original's signature; use_hyperprompt=True is not offered yet.
   """
 
   def __init__(self, num_heads=8, num_memory_heads=0, key_value_size=128, shared_kv=False,
                dropout_rate=0.0, attention_kwargs=None, relative_attention_type=None,
                relative_attention_num_buckets=32, attention_func=None, combine_dims=True,
                keep_query_heads_dims=False, fold_scaling_into_initializer=True,
-               z_loss_coeff=None):
+               z_loss_coeff=None, use_hyperprompt=False, hyperprompt_mtlshare=False,
+               hyperprompt_length_encoder=None, hyperprompt_length_decoder=None,
+               hyperprompt_hidden_dim=None, hyperprompt_task_num=8):
     if relative_attention_type not in RELATIVE_ATTENTION_TYPES:
       raise MtfError("%s: unknown relative_attention_type %r (known: %s)" % (
           type(self).__name__, relative_attention_type, RELATIVE_ATTENTION_TYPES),
                      rule=str(relative_attention_type))
-    if attention_func is not None and not callable(attention_func):
-      raise MtfError("%s: attention_func %r is not callable" % (
+    if (attention_func is not None and attention_func != "hybrid"
+        and not callable(attention_func)):
+      raise MtfError("%s: attention_func %r is neither 'hybrid' nor callable" % (
           type(self).__name__, attention_func), rule=str(attention_func))
+    if use_hyperprompt:
+      raise MtfError("%s: use_hyperprompt=True (HyperPrompt task prompts) is not offered "
+                     "yet" % type(self).__name__, rule="use_hyperprompt")
+    self.use_hyperprompt = use_hyperprompt
+    self.hyperprompt_mtlshare = hyperprompt_mtlshare
+    self.hyperprompt_length_encoder = hyperprompt_length_encoder
+    self.hyperprompt_length_decoder = hyperprompt_length_decoder
+    self.hyperprompt_hidden_dim = hyperprompt_hidden_dim
+    self.hyperprompt_task_num = hyperprompt_task_num
     self.num_heads = num_heads
     self.num_memory_heads = num_memory_heads
     self.key_value_size = key_value_size
@@ -191,9 +216,33 @@ class SelfAttention(TransformerLayer):
       kwargs["z_loss_coeff"] = self.z_loss_coeff
     return kwargs
 
-  def attention_fn(self, *args, **kwargs):
-    """The attention function: attention_func if given, else attention.attention."""
-    return (self.attention_func or attention.attention)(*args, **kwargs)
+  @property
+  def attention_fn(self):
+    """The attention function: attention.attention, attention.hybrid_attention for
+    attention_func="hybrid", or the attention_func given."""
+    if self.attention_func == "hybrid":
+      return attention.hybrid_attention
+    return self.attention_func or attention.attention
+
+  def min_relative_position(self, context):
+    """The smallest memory-minus-query position a query sees (None: no limit)."""
+    del context
+    return None
+
+  def max_relative_position(self, context):
+    """The largest memory-minus-query position a query sees: 0 when causal."""
+    return 0 if _model_flag(context, "fully_autoregressive") else None
+
+  def expected_attention_output_shape(self, x, params):
+    """x's shape, with the query heads before d_model if keep_query_heads_dims."""
+    if self.keep_query_heads_dims:
+      return mtf.Shape(x.shape.dims[:-1] + params.query_heads_dims + x.shape.dims[-1:])
+    return x.shape
+
+  def layer_output_from_attention_output(self, context, attention_output, losses):
+    """The layer's output from the projected attention output (here unchanged)."""
+    del context, losses
+    return attention_output
 
   def memory_length(self, context):
     """The memory dim of self-attention: the length dim renamed "memory_length"."""
@@ -204,9 +253,12 @@ class SelfAttention(TransformerLayer):
     return _rename_length(x, context.length_dim.name)
 
   def _relative_bias(self, context, query_position, memory_position, heads_dims,
-                     bidirectional):
+                     bidirectional, q=None):
     if self.relative_attention_type is None:
       return None
+    rel = memory_position - query_position
+    if self.relative_attention_type == "contextual":
+      return self._contextual_relative_bias(context, rel, heads_dims, bidirectional, q)
     make = lambda: relative_position.relative_attention_bias_variable(
         context.mesh, heads_dims, self.relative_attention_num_buckets,
         context.variable_dtype)
@@ -220,40 +272,73 @@ class SelfAttention(TransformerLayer):
       if "relative_attention_bias" not in context.shared_params:
         context.shared_params["relative_attention_bias"] = make()
       table = context.shared_params["relative_attention_bias"]
-    rel = memory_position - query_position
     return mtf.cast(relative_position.relative_position_bias(table, rel, bidirectional),
                     context.activation_dtype)
 
-  def compute_bias(self, context, memory_position, x, heads_dims, q):
-    """The additive bias: causal, segment and read/write-priority masks, plus the
-    relative-position bias."""
-    del x, q
+  def _contextual_relative_bias(self, context, rel, heads_dims, bidirectional, q):
+    """q . a[bucket of the relative position]: the bucket embeddings a are the kernel
+    "relative_attention_ak/kernel" [heads..., d_kv, buckets]."""
+    if q is None or self.kv_dim not in q.shape.dims:
+      raise MtfError("%s: relative_attention_type 'contextual' needs the queries (with "
+                     "dim %s)" % (type(self).__name__, self.kv_dim), rule="contextual")
+    buckets_dim = mtf.Dimension("buckets", self.relative_attention_num_buckets)
+    ensemble = list(getattr(context.model, "ensemble_dims", None) or [])
+    values = mtf.layers.dense(q, [buckets_dim], reduced_dims=[self.kv_dim], use_bias=False,
+                              variable_dtype=context.variable_dtype,
+                              name="relative_attention_ak",
+                              expert_dims=ensemble + list(heads_dims))
+    buckets = relative_position.relative_position_bucket(
+        rel, bidirectional=bidirectional, num_buckets=buckets_dim.size)
+    one_hot = mtf.one_hot(buckets, buckets_dim, dtype=values.dtype)
+    out = [d for d in values.shape.dims if d != buckets_dim]
+    out += [d for d in one_hot.shape.dims if d not in out and d != buckets_dim]
+    return mtf.cast(mtf.einsum([values, one_hot], output_shape=mtf.Shape(out)),
+                    context.activation_dtype)
+
+  def compute_bias(self, context, memory_position, x, heads_dims, q, use_prompt_kv=None):
+    """The additive bias: the relative-position window (min/max_relative_position;
+    causal), segment and read/write-priority masks, plus the relative-position bias.
+
+    use_prompt_kv: prompt positions prepended to the memory (hyper-prompts, not offered
+    yet); must be None or 0.
+    """
+    del x
+    if use_prompt_kv:
+      raise MtfError("%s.compute_bias: use_prompt_kv (hyper-prompts) is not offered yet"
+                     % type(self).__name__, rule="use_prompt_kv")
     query_position = context.get_position()
+    relative = memory_position - query_position
     visible = None
-    if _model_flag(context, "fully_autoregressive"):
-      visible = mtf.less_equal(memory_position, query_position)
+
+    def restrict(visible, allowed):
+      return allowed if visible is None else mtf.logical_and(visible, allowed)
+    low = self.min_relative_position(context)
+    high = self.max_relative_position(context)
+    if low is not None:
+      visible = restrict(visible, mtf.greater_equal(relative, low))
+    if high is not None:
+      visible = restrict(visible, mtf.less_equal(relative, high))
     sequence_id = _as_tensor_or_none(context.sequence_id)
     if sequence_id is not None:
-      same = mtf.equal(sequence_id, self.rename_length_to_memory_length(sequence_id, context))
-      visible = same if visible is None else mtf.logical_and(visible, same)
+      visible = restrict(visible, mtf.equal(
+          sequence_id, self.rename_length_to_memory_length(sequence_id, context)))
     if context.read_priority is not None and context.write_priority is not None:
       # A prefix LM: memory is visible when written no later than the query reads.
-      allowed = mtf.less_equal(
+      visible = restrict(visible, mtf.less_equal(
           self.rename_length_to_memory_length(context.write_priority, context),
-          context.read_priority)
-      visible = allowed if visible is None else mtf.logical_and(visible, allowed)
+          context.read_priority))
     bias = None
     if visible is not None:
       bias = attention.visibility_mask_to_attention_bias(visible, context.activation_dtype)
     rel_bias = self._relative_bias(context, query_position, memory_position, heads_dims,
-                                   bidirectional=not _model_flag(context, "autoregressive"))
+                                   bidirectional=not _model_flag(context, "autoregressive"),
+                                   q=q)
     if rel_bias is not None:
       bias = rel_bias if bias is None else bias + rel_bias
     return bias
 
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape."""
-    del losses
     io_dim = x.shape.dims[-1]
     with class_scope(self):
       params = self.make_params(context, io_dim)
@@ -263,12 +348,157 @@ class SelfAttention(TransformerLayer):
         k = v = params.compute_kv(memory)
       else:
         k, v = params.compute_k(memory), params.compute_v(memory)
+      memory_length = self.memory_length(context)
       memory_position = self.rename_length_to_memory_length(context.get_position(), context)
       bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)
-      o = self.attention_fn(q, k, v, self.memory_length(context), self.kv_dim, self.kv_dim,
-                            bias=bias, context=context,
+      o = self.attention_fn(q, k, v, memory_length_dim=memory_length, key_dim=self.kv_dim,
+                            value_dim=self.kv_dim, bias=bias, context=context,
                             **self.attention_kwargs_from_context(context))
-      return params.compute_output(o, output_shape=x.shape)
+      attention_output = params.compute_output(
+          o, output_shape=self.expected_attention_output_shape(x, params))
+      return self.layer_output_from_attention_output(context, attention_output, losses)
+
+
+def _as_memory(memory, what, length_axis=-2):
+  """memory with its length dim (dims[length_axis]) called "memory_length"."""
+  if memory.shape.has_dim("memory_length"):
+    return memory
+  if memory.shape.ndims < -length_axis:
+    raise ShapeError("%s: memory %s %s has no length dim" % (what, memory.name, memory.shape),
+                     tensor=memory.name, dim="memory_length")
+  return _rename_length(memory, memory.shape.dims[length_axis].name)
+
+
+def _memory_length_dim(memory, what):
+  """The "memory_length" dim of an encoder output (renamed from its dims[-2])."""
+  return _as_memory(memory, what).shape.get_dim_by_name("memory_length")
+
+
+def _encoder_sequence_id(layer, context, memory_length):
+  """context.encoder_sequence_id with its length dim called like memory_length."""
+  encoder_id = _as_tensor_or_none(context.encoder_sequence_id)
+  if encoder_id is None or memory_length in encoder_id.shape.dims:
+    return encoder_id
+  length_dims = [d for d in encoder_id.shape.dims if d.size == memory_length.size]
+  if not length_dims:
+    raise ShapeError("%s: encoder_sequence_id %s has no dim of the encoder length %s" %
+                     (type(layer).__name__, encoder_id.shape, memory_length),
+                     tensor=encoder_id.name, dim=memory_length.name)
+  return _rename_length(encoder_id, length_dims[-1].name, memory_length.name)
+
+
+@gin.configurable(module="transformer_layers")
+def relative_position_spans(context, num_sentinels=gin.REQUIRED):
+  """Relative positions [batch..., length, memory_length] for span-filling targets.
+
+  The inputs are a text with spans replaced by one sentinel each; the targets are the
+  dropped spans, each after its sentinel (sentinels: the last num_sentinels ids of the
+  vocabulary, e.g. SentencePieceVocabulary.extra_ids). A target token is identified
+  with the input position of the sentinel that opened its span (the input's start
+  before any sentinel), and its relative position to input position j is j minus that
+  position. Reads context.inputs (the decoder's ids), context.encoder_inputs and the
+  vocabulary size of context.model.
+  """
+  decoder_ids, encoder_ids = context.inputs, context.encoder_inputs
+  if decoder_ids is None or encoder_ids is None:
+    raise MtfError("relative_position_spans: needs context.inputs and "
+                   "context.encoder_inputs (the decoder and encoder token ids)")
+  model = context.model
+  vocab_size = getattr(model, "input_vocab_size", None) or getattr(
+      model, "output_vocab_size", None)
+  if not vocab_size:
+    raise MtfError("relative_position_spans: the model has no vocabulary size")
+  encoder_ids = _as_memory(encoder_ids, "relative_position_spans", length_axis=-1)
+  memory_length = encoder_ids.shape.get_dim_by_name("memory_length")
+  length_dim = context.length_dim
+
+  def sentinel(ids):
+    return mtf.cast(mtf.greater_equal(ids, vocab_size - num_sentinels), tf.int32)
+  encoder_sentinel = sentinel(encoder_ids)
+  # How many sentinels each token follows (itself included).
+  decoder_count = mtf.cumsum(sentinel(decoder_ids), length_dim)
+  encoder_count = mtf.cumsum(encoder_sentinel, memory_length) * encoder_sentinel
+  encoder_position = mtf.range(context.mesh, memory_length, tf.int32)
+  # The input position of the sentinel that opened each target token's span (0: none).
+  matches = mtf.cast(mtf.logical_and(mtf.equal(decoder_count, encoder_count),
+                                     mtf.greater(decoder_count, 0)), tf.int32)
+  anchor = mtf.reduce_sum(matches * encoder_position, reduced_dim=memory_length)
+  return anchor * -1 + encoder_position  # [batch..., length, memory_length]
+
+
+def enc_dec_attention_bias(layer, context, heads_dims,
+                           relative_position_fn=relative_position_spans):
+  """The additive bias of encoder-decoder attention: segment mask plus relative bias.
+
+  A query sees the encoder positions of its own segment: where both
+  context.sequence_id and context.encoder_sequence_id are given, those whose ids match;
+  with only encoder_sequence_id, the non-padding ones (id != 0). With
+  layer.relative_attention_type "bias" (or "bias_shared": one table in
+  context.shared_params) a table "enc_dec_relative_attention_bias" [heads, buckets] is
+  looked up at the bidirectional bucket of relative_position_fn(context).
+  """
+  memory_length = _memory_length_dim(context.encoder_output, type(layer).__name__)
+  bias = None
+  encoder_id = _encoder_sequence_id(layer, context, memory_length)
+  if encoder_id is not None:
+    decoder_id = _as_tensor_or_none(context.sequence_id)
+    if decoder_id is None:
+      visible = mtf.not_equal(encoder_id, 0)
+    else:
+      visible = mtf.equal(decoder_id, encoder_id)
+    bias = attention.visibility_mask_to_attention_bias(visible, context.activation_dtype)
+  kind = layer.relative_attention_type
+  if kind is None:
+    return bias
+  if kind not in ("bias", "bias_shared"):
+    raise MtfError("%s: relative_attention_type %r is not supported in encoder-decoder "
+                   "attention (use 'bias' or 'bias_shared')" % (type(layer).__name__, kind),
+                   rule=str(kind))
+  name = "enc_dec_relative_attention_bias"
+  buckets_dim = mtf.Dimension("buckets", layer.relative_attention_num_buckets)
+
+  def make():
+    return mtf.get_variable(context.mesh, name, mtf.Shape(list(heads_dims) + [buckets_dim]),
+                            initializer=tf.random_normal_initializer(stddev=1.0),
+                            dtype=context.variable_dtype)
+  if kind == "bias":
+    table = make()
+  else:
+    if context.shared_params is None:
+      raise MtfError("%s: relative_attention_type 'bias_shared' needs "
+                     "context.shared_params (a dict) to hold the shared table" %
+                     type(layer).__name__, rule="bias_shared")
+    if name not in context.shared_params:
+      context.shared_params[name] = make()
+    table = context.shared_params[name]
+  rel_bias = mtf.cast(relative_position.relative_position_bias(
+      table, relative_position_fn(context), bidirectional=True), context.activation_dtype)
+  return rel_bias if bias is None else bias + rel_bias
+
+
+def enc_dec_attention(self_attention_layer, memory_antecedent, context, x, losses,
+                      attention_fn=attention.attention, z_loss_coeff=None):
+  """Multi-head attention from x to memory_antecedent (the encoder output) with the
+  layer's projections; the body of EncDecAttention.call (variables in the current
+  scope). memory_antecedent's length dim is "memory_length" (or its dims[-2])."""
+  layer = self_attention_layer
+  memory = _as_memory(memory_antecedent, type(layer).__name__)
+  memory_length = memory.shape.get_dim_by_name("memory_length")
+  params = layer.make_params(context, x.shape.dims[-1], memory.shape.dims[-1])
+  q = params.compute_q(x)
+  if layer.shared_kv:
+    k = v = params.compute_kv(memory)
+  else:
+    k, v = params.compute_k(memory), params.compute_v(memory)
+  bias = enc_dec_attention_bias(layer, context, params.query_heads_dims)
+  kwargs = layer.attention_kwargs_from_context(context)
+  if z_loss_coeff:
+    kwargs["z_loss_coeff"] = z_loss_coeff
+  o = attention_fn(q, k, v, memory_length_dim=memory_length, key_dim=layer.kv_dim,
+                   value_dim=layer.kv_dim, bias=bias, context=context, **kwargs)
+  attention_output = params.compute_output(
+      o, output_shape=layer.expected_attention_output_shape(x, params))
+  return layer.layer_output_from_attention_output(context, attention_output, losses)
 
 
 @gin.configurable(module="transformer_layers")
@@ -276,64 +506,34 @@ class EncDecAttention(SelfAttention):
   """Attention from the decoder to context.encoder_output (variables "EncDecAttention/*").
 
   Queries come from x, keys and values from the encoder output, whose length dim is
-  (or is renamed to) "memory_length". A query sees the encoder positions of its own
-  segment: where both context.sequence_id and context.encoder_sequence_id are given,
-  those whose ids match; with only encoder_sequence_id, the non-padding ones (id != 0).
+  (or is renamed to) "memory_length". Masking and relative biases as in
+  enc_dec_attention_bias.
   """
 
   def __init__(self, relative_attention_type=None, **kwargs):
     super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
-  def _memory(self, context):
+  @property
+  def attention_fn(self):
+    """attention.attention, or a callable attention_func ("hybrid" needs self-attention)."""
+    if callable(self.attention_func):
+      return self.attention_func
+    return attention.attention
+
+  def _get_memory_antecedent(self, context):
+    """The encoder output this layer attends to."""
     memory = context.encoder_output
     if memory is None:
       raise MtfError("%s layer %r: context.encoder_output is None; this layer needs the "
                      "encoder's output (use it in a Bitransformer's decoder)" % (
                          type(self).__name__, self.name), op=self.name)
-    return _rename_length(memory, memory.shape.dims[-2].name)
-
-  def _encoder_sequence_id(self, context, memory_length):
-    encoder_id = _as_tensor_or_none(context.encoder_sequence_id)
-    if encoder_id is None:
-      return None
-    if memory_length not in encoder_id.shape.dims:
-      length_dims = [d for d in encoder_id.shape.dims if d.size == memory_length.size]
-      if not length_dims:
-        raise ShapeError("%s: encoder_sequence_id %s has no dim of the encoder length %s" %
-                         (type(self).__name__, encoder_id.shape, memory_length),
-                         tensor=encoder_id.name, dim=memory_length.name)
-      encoder_id = _rename_length(encoder_id, length_dims[-1].name)
-    return encoder_id
+    return memory
 
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] attends to the encoder output; returns x's shape."""
-    del losses
-    memory = self._memory(context)
-    memory_length = memory.shape.dims[-2]
     with class_scope(self):
-      params = self.make_params(context, x.shape.dims[-1], memory.shape.dims[-1])
-      q = params.compute_q(x)
-      if self.shared_kv:
-        k = v = params.compute_kv(memory)
-      else:
-        k, v = params.compute_k(memory), params.compute_v(memory)
-      bias = None
-      encoder_id = self._encoder_sequence_id(context, memory_length)
-      if encoder_id is not None:
-        decoder_id = _as_tensor_or_none(context.sequence_id)
-        if decoder_id is None:
-          visible = mtf.not_equal(encoder_id, 0)
-        else:
-          visible = mtf.equal(decoder_id, encoder_id)
-        bias = attention.visibility_mask_to_attention_bias(visible, context.activation_dtype)
-      if self.relative_attention_type is not None:
-        memory_position = mtf.range(context.mesh, memory_length, tf.int32)
-        rel_bias = self._relative_bias(context, context.get_position(), memory_position,
-                                       params.query_heads_dims, bidirectional=True)
-        bias = rel_bias if bias is None else bias + rel_bias
-      o = self.attention_fn(q, k, v, memory_length, self.kv_dim, self.kv_dim, bias=bias,
-                            context=context, **self.attention_kwargs_from_context(context))
-      return params.compute_output(o, output_shape=x.shape)
+      return enc_dec_attention(self, self._get_memory_antecedent(context), context, x,
+                               losses, attention_fn=self.attention_fn)
 
 
 def _length_dim_num_splits(context):
@@ -347,7 +547,8 @@ def _length_dim_num_splits(context):
 
 @gin.configurable(module="transformer_layers")
 class LocalSelfAttention(SelfAttention):
-  """Self-attention to the positions within `radius` (only earlier ones if causal).
+  """Self-attention to the memory positions (p - radius, p + radius] of query p; when
+  causal, (p - radius, p]: the query's own and the radius - 1 before it.
 
   Computed block by block (attention.local_attention_1d), so a length dim split over
   the mesh exchanges only the radius positions next to each block.
@@ -364,6 +565,20 @@ class LocalSelfAttention(SelfAttention):
                      fold_scaling_into_initializer=fold_scaling_into_initializer,
                      z_loss_coeff=z_loss_coeff)
     self.radius = radius
+
+  @property
+  def window_dim(self):
+    """The "window" dim of radius positions (the memory a causal query sees)."""
+    return mtf.Dimension("window", self.radius)
+
+  def min_relative_position(self, context):
+    """1 - radius: a query sees at most radius - 1 positions back."""
+    del context
+    return 1 - self.radius
+
+  def max_relative_position(self, context):
+    """0 when causal, else radius."""
+    return 0 if _model_flag(context, "fully_autoregressive") else self.radius
 
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape."""
@@ -407,3 +622,37 @@ class ParallelLayer(TransformerLayer):
         else:
           outputs.append(layer.call(context, x))
     return mtf.add_n(outputs) * (len(outputs) ** -0.5)
+
+
+# The layers of attention_variants and conv_layers are offered here too, under the
+# original's module (models.transformer.transformer_layers.X). Those modules build on
+# the classes above, so they are imported last and read through __getattr__: that
+# works whichever of the modules is imported first.
+_REEXPORTED_FROM = {
+    "attention_variants": (
+        "TalkingHeadsSelfAttention", "TalkingHeadsEncDecAttention",
+        "GeneralBilinearSelfAttention", "GeneralBilinearEncDecAttention",
+        "TransparentEncDecAttention", "BranchedSelfAttention", "BranchedEncDecAttention",
+        "Synthesizer"),
+    "conv_layers": (
+        "Conv1D", "Conv1DLayer", "SeparableConv1DLayer", "Conv1DLocalAttn",
+        "LightweightConv1DLocalAttn", "DynamicConv1DLocalAttn", "LocalConvAttnBlock"),
+}
+_REEXPORTS = {name: module for module, names in _REEXPORTED_FROM.items()
+              for name in names}
+
+
+def __getattr__(name):
+  module = _REEXPORTS.get(name)
+  if module is None:
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+  return getattr(importlib.import_module("models.transformer." + module), name)
+
+
+def __dir__():
+  return sorted(list(globals()) + list(_REEXPORTS))
+
+
+# pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
+from models.transformer import attention_variants  # registers the layers with gin
+from models.transformer import conv_layers

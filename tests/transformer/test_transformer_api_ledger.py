@@ -23,9 +23,15 @@ OFFERED = {
         reduce_ensemble_logits_mean_prob reduce_ensemble_logits_mean_logit VocabEmbedding
         get_vocab_embedding_cls sinusoid_positional_embedding_weights""",
     "transformer_layers": """DenseReluDense SelfAttention attention_params
-        EncDecAttention LocalSelfAttention ParallelLayer""",
+        EncDecAttention LocalSelfAttention ParallelLayer enc_dec_attention
+        enc_dec_attention_bias relative_position_spans TransparentEncDecAttention
+        TalkingHeadsSelfAttention TalkingHeadsEncDecAttention GeneralBilinearSelfAttention
+        GeneralBilinearEncDecAttention BranchedSelfAttention BranchedEncDecAttention
+        Synthesizer Conv1D Conv1DLayer SeparableConv1DLayer Conv1DLocalAttn
+        LightweightConv1DLocalAttn DynamicConv1DLocalAttn LocalConvAttnBlock""",
     "attention": """attention AttentionParams attention_params_simple local_attention_1d
-        visibility_mask_to_attention_bias""",
+        visibility_mask_to_attention_bias hybrid_attention synthetic_attention
+        maybe_reshape_attention_input_for_2d_sharding""",
     "moe": "MoE1D transformer_moe_layer_v1 set_default_moe_hparams HParams",
     "vocab_embeddings": "FactorizedVocabEmbedding",
     "dataset": """pack_dataset pack_or_pad trim_and_pad_dataset ensure_dataset_eos
@@ -50,39 +56,22 @@ OFFERED = {
 
 _TPU_ESTIMATOR = "TPUEstimator-only; the TF 2 trainer (utils.run) has its own loop"
 _LATER = "not offered yet (a rarely used research variant)"
+_HYPERPROMPT = ("HyperPrompt task prompts (SelfAttention(use_hyperprompt=True)) are not "
+                "offered yet; SelfAttention accepts the hyperprompt_* parameters")
 NOT_OFFERED = {
     # 10.1
     "transformer.StudentTeacher": "not offered yet: distillation needs a second "
                                   "checkpoint restored into a teacher scope",
     "transformer.make_bi_student_teacher": "not offered yet (see StudentTeacher)",
     # 10.2
-    "transformer_layers.enc_dec_attention": "folded into EncDecAttention.call",
-    "transformer_layers.enc_dec_attention_bias": "folded into EncDecAttention.call",
-    "transformer_layers.relative_position_spans": "span-relative positions (T5 "
-                                                  "sentinels) " + _LATER,
-    "transformer_layers.TransparentEncDecAttention": _LATER,
-    "transformer_layers.TalkingHeadsSelfAttention": _LATER,
-    "transformer_layers.GeneralBilinearSelfAttention": _LATER,
-    "transformer_layers.BranchedSelfAttention": _LATER,
-    "transformer_layers.Synthesizer": _LATER,
-    "transformer_layers.ExpertsSelfAttention": _LATER,
-    "transformer_layers.TalkingHeadsEncDecAttention": _LATER,
-    "transformer_layers.GeneralBilinearEncDecAttention": _LATER,
-    "transformer_layers.BranchedEncDecAttention": _LATER,
-    "transformer_layers.ExpertsEncDecAttention": _LATER,
-    "transformer_layers.LightweightConv1DLocalAttn": "convolutional layers " + _LATER,
-    "transformer_layers.DynamicConv1DLocalAttn": "convolutional layers " + _LATER,
-    "transformer_layers.LocalConvAttnBlock": "convolutional layers " + _LATER,
-    "transformer_layers.Conv1D": "convolutional layers " + _LATER,
-    "transformer_layers.Conv1DLayer": "convolutional layers " + _LATER,
-    "transformer_layers.SeparableConv1DLayer": "convolutional layers " + _LATER,
-    "transformer_layers.Conv1DLocalAttn": "convolutional layers " + _LATER,
+    "transformer_layers.ExpertsSelfAttention": "needs MoE1D(use_experts_attention="
+                                               "True), which moe.MoE1D does not offer",
+    "transformer_layers.ExpertsEncDecAttention": "see ExpertsSelfAttention",
     # 10.3
-    "attention.hybrid_attention": _LATER,
-    "attention.synthetic_attention": "Synthesizer " + _LATER,
-    "attention.ExpertsAttentionParams": "ExpertsSelfAttention " + _LATER,
-    "attention.maybe_reshape_attention_input_for_2d_sharding": "any layout works here: "
-        "ops gather split dims on demand, so the reshape trick is unnecessary",
+    "attention.ExpertsAttentionParams": "see transformer_layers.ExpertsSelfAttention",
+    "attention.make_params_hyperprompt": _HYPERPROMPT,
+    "attention.make_params_mtlprompt": _HYPERPROMPT,
+    "attention.concat_hyper_prompts_kv": _HYPERPROMPT,
     # 10.4
     "moe.MoE2D": "hierarchical MoE " + _LATER,
     "moe.transformer_moe_layer_v2": "hierarchical MoE " + _LATER,

@@ -108,7 +108,7 @@ def test_local_attention_1d_matches_windowed_tf(make_mesh_impl, mesh_shape, layo
   v_shape = [batch, HEADS, LOCAL_LENGTH, VALUE]
   i = np.arange(LOCAL_LENGTH.size)
   rel = i[None, :] - i[:, None]
-  mask = np.abs(rel) <= radius
+  mask = (rel > -radius) & (rel <= radius)  # (p - radius, p + radius], as the original
   if causal:
     mask &= rel <= 0
 

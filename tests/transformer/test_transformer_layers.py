@@ -522,7 +522,7 @@ def test_local_self_attention_matches_windowed_tf(mesh_shape, layout, causal):
   result, w = run_layer(layer, _impl(mesh_shape, layout), x, model=model)
   i = np.arange(LENGTH)
   rel = i[None, :] - i[:, None]
-  mask = np.abs(rel) <= radius
+  mask = (rel > -radius) & (rel <= radius)  # (p - radius, p + radius], as the original
   if causal:
     mask &= rel <= 0
 
@@ -542,7 +542,7 @@ def test_local_self_attention_respects_packed_segments():
                         imports={"sequence_id": (segment, [batch_dim, length_dim])})
   i = np.arange(LENGTH)
   rel = i[None, :] - i[:, None]
-  mask = ((rel <= 0) & (rel >= -3))[None] & (segment[:, :, None] == segment[:, None, :])
+  mask = ((rel <= 0) & (rel > -3))[None] & (segment[:, :, None] == segment[:, None, :])
 
   def ref(x, LocalSelfAttention_q, LocalSelfAttention_k, LocalSelfAttention_v,
           LocalSelfAttention_o):

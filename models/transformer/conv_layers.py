@@ -1,0 +1,340 @@
+"""Convolutional Transformer layers over the length dim, with d_model as channels.
+
+Conv1DLayer, SeparableConv1DLayer, the softmax-normalised separable convolutions of
+Wu et al. 2019 (arXiv 1901.10430): LightweightConv1DLocalAttn (learned taps) and
+DynamicConv1DLocalAttn (taps predicted from each position's input), and
+LocalConvAttnBlock (GLU -> such a convolution -> projection). Offered as
+models.transformer.transformer_layers.<Name>, gin-configurable there. As in the
+original, positions whose context.inputs id is 0 (padding) are zeroed first, and
+nothing stops a filter from reaching across packed examples.
+"""
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf.errors import MtfError, ShapeError
+from models.transformer import transformer_layers as tl
+from models.transformer.transformer_layer import TransformerLayer
+
+
+def _mask_padding(context, x):
+  """x zeroed where context.inputs (token ids) is 0; x itself without inputs."""
+  if not isinstance(context.inputs, mtf.Tensor):
+    return x
+  return x * mtf.cast(mtf.not_equal(context.inputs, 0), x.dtype)
+
+
+def _activate(output, activation, what):
+  """The mtf function named activation applied to output ("linear": none)."""
+  if activation == "linear":
+    return output
+  fn = getattr(mtf, activation, None)
+  if not callable(fn):
+    raise MtfError("%s: unknown activation %r (an mtf function name or 'linear')" % (
+        what, activation), rule=str(activation))
+  return fn(output)
+
+
+class Conv1D(TransformerLayer):
+  """Base of the convolutional layers: the decoding states of a filter of filter_size
+  positions (the last filter_size inputs of the layer, [batch..., length=filter_size,
+  d_model]), kept in context.states between incremental steps."""
+
+  def record_states_first_part_mode(self, context, x, filter_size,
+                                    length_dim_name="length"):
+    """Records the filter_size inputs before context.initial_position (zeros before
+    the start) as this layer's state; x: [batch..., length, d_model]."""
+    length_dim = x.shape.dims[-2]
+    source_dim = mtf.Dimension("conv_source_length", length_dim.size)
+    filter_dim = mtf.Dimension(length_dim_name, filter_size)
+    position = mtf.range(context.mesh, source_dim, tf.int32)
+    slot = mtf.range(context.mesh, filter_dim, tf.int32)
+    start = context.initial_position
+    if start is None:
+      start = 0
+    # State slot j holds input position initial_position - filter_size + j.
+    select = mtf.cast(mtf.equal(position, slot + (start - filter_size)), x.dtype)
+    state = mtf.einsum([mtf.rename_dimension(x, length_dim.name, source_dim.name), select],
+                       output_shape=mtf.Shape(x.shape.dims[:-2] + [filter_dim] +
+                                              x.shape.dims[-1:]))
+    context.record_new_states([state])
+
+  def record_states_incremental_mode(self, context, x, filter_size,
+                                     length_dim_name="length"):
+    """Appends this step's x [batch..., d_model] to the state read from
+    context.states; records and returns the new state."""
+    state, = context.get_states(1)
+    filter_dim = mtf.Dimension(length_dim_name, filter_size)
+    state = self.update_state(state, x, context.position, filter_dim,
+                              context.activation_dtype)
+    context.record_new_states([state])
+    return state
+
+  def update_state(self, old_state, x, position, filter_dim, dtype):
+    """[x(i-k), ..., x(i-1)] -> [x(i-k+1), ..., x(i)]: old_state shifted one step
+    back along filter_dim with x in the last slot."""
+    del position
+    shifted = mtf.shift(old_state, -1, filter_dim, wrap=False)
+    last = mtf.cast(mtf.equal(mtf.range(old_state.mesh, filter_dim, tf.int32),
+                              filter_dim.size - 1), dtype)
+    return shifted + mtf.cast(x, dtype) * last
+
+  def _prepare(self, context, x, filter_size):
+    """The input of the convolution in this mode, and whether it is one decoding step
+    (then x is the state: the last filter_size inputs)."""
+    if context.mode == "first_part":
+      self.record_states_first_part_mode(context, x, filter_size)
+    if context.mode == "incremental":
+      return self.record_states_incremental_mode(context, x, filter_size), True
+    return _mask_padding(context, x), False
+
+
+@gin.configurable(module="transformer_layers")
+class Conv1DLayer(Conv1D):
+  """A 1-D convolution (mtf.layers.conv1d, "SAME" padding, glorot-uniform kernel) of
+  filter_size over the length dim, d_model channels in and output_size out, then the
+  activation (the name of an mtf function, or "linear")."""
+
+  def __init__(self, filter_size, output_size, activation="linear"):
+    # pylint: disable=super-init-not-called
+    self._filter_size = filter_size
+    self._output_size = output_size
+    self._activation = activation
+
+  @property
+  def filter_size(self):
+    """The number of positions the filter covers."""
+    return self._filter_size
+
+  def call(self, context, x, losses=None):
+    """[batch..., length, d_model] -> [batch..., length, d_model=output_size]."""
+    del losses
+    with tl.class_scope(self):
+      x, one_step = self._prepare(context, x, self.filter_size)
+      model_dim = x.shape.dims[-1]
+      x = mtf.replace_dimensions(x, model_dim, mtf.Dimension("input_dim", model_dim.size))
+      output = mtf.layers.conv1d(
+          x, mtf.Dimension(model_dim.name, self._output_size),
+          filter_size=self.filter_size, padding="VALID" if one_step else "SAME",
+          filter_initializer=tf.keras.initializers.GlorotUniform(),
+          variable_dtype=context.variable_dtype, name="conv2d")  # one name on every call
+      if one_step:  # one output position: drop the length dim of size 1
+        output = mtf.reduce_sum(output, reduced_dim=output.shape.dims[-2])
+      return _activate(output, self._activation, type(self).__name__)
+
+
+def separable_conv1d(context, x, output_dim, min_relative_pos, max_relative_pos,
+                     depthwise_scale=1.0, pointwise_scale=1.0, kernel_depth_weights=None):
+  """out[t] = bias + pointwise . sum_r depthwise_r * x[t + r], r in [min, max] (zeros
+  beyond the ends), in scope "separable_conv1d": "depthwise_filter"
+  [depthwise_filter_size, channels] (unless kernel_depth_weights gives each tap's
+  weights, broadcastable to x), "pointwise_filter" [channels, output_dim], "bias"."""
+  length_dim, input_dim = x.shape.dims[-2:]
+  size = max_relative_pos - min_relative_pos + 1
+  if size < 1:
+    raise ShapeError("separable_conv1d: max_relative_pos %d < min_relative_pos %d" % (
+        max_relative_pos, min_relative_pos), tensor=x.name, dim=length_dim.name)
+  if kernel_depth_weights is not None and len(kernel_depth_weights) != size:
+    raise ShapeError("separable_conv1d: %d kernel_depth_weights for a filter of %d" % (
+        len(kernel_depth_weights), size), tensor=x.name, dim=length_dim.name)
+  size_dim = mtf.Dimension("depthwise_filter_size", size)
+  with mtf.variable_scope("separable_conv1d"):
+    if kernel_depth_weights is None:
+      depthwise = mtf.get_variable(
+          x.mesh, "depthwise_filter", mtf.Shape([size_dim, input_dim]),
+          initializer=tf.random_normal_initializer(stddev=depthwise_scale * size ** -0.5),
+          dtype=context.variable_dtype)
+      kernel_depth_weights = [mtf.slice(depthwise, k, 1, size_dim.name)
+                              for k in range(size)]
+    pointwise = mtf.get_variable(
+        x.mesh, "pointwise_filter", mtf.Shape([input_dim, output_dim]),
+        initializer=tf.random_normal_initializer(
+            stddev=pointwise_scale * input_dim.size ** -0.5),
+        dtype=context.variable_dtype)
+    bias = mtf.get_variable(x.mesh, "bias", mtf.Shape([output_dim]),
+                            initializer=tf.zeros_initializer(),
+                            dtype=context.variable_dtype)
+  taps = []
+  for k, weight in enumerate(kernel_depth_weights):
+    shifted = mtf.shift(x, -(min_relative_pos + k), length_dim, wrap=False)
+    taps.append(mtf.einsum([shifted, mtf.cast(weight, x.dtype)], output_shape=x.shape))
+  depthwise_output = mtf.add_n(taps)
+  output = mtf.einsum([depthwise_output, mtf.cast(pointwise, x.dtype)],
+                      output_shape=mtf.Shape(x.shape.dims[:-1] + [output_dim]))
+  return output + mtf.cast(bias, x.dtype)
+
+
+@gin.configurable(module="transformer_layers")
+class SeparableConv1DLayer(Conv1D):
+  """A depthwise-separable 1-D convolution over the length dim: output position t
+  sees inputs t + min_relative_pos .. t + max_relative_pos (e.g. -2..0 is causal),
+  each channel with its own taps, then a pointwise projection to output_size, a bias
+  and the activation. Variables in "separable_conv1d" (see separable_conv1d)."""
+
+  def __init__(self, min_relative_pos, max_relative_pos, output_size,
+               depthwise_filter_initializer_scale=1.0,
+               pointwise_filter_initializer_scale=1.0, activation="linear"):
+    # pylint: disable=super-init-not-called
+    if max_relative_pos < min_relative_pos:
+      raise MtfError("%s: max_relative_pos %d < min_relative_pos %d" % (
+          type(self).__name__, max_relative_pos, min_relative_pos))
+    self._min_relative_pos = min_relative_pos
+    self._max_relative_pos = max_relative_pos
+    self._output_size = output_size
+    self._depthwise_filter_initializer_scale = depthwise_filter_initializer_scale
+    self._pointwise_filter_initializer_scale = pointwise_filter_initializer_scale
+    self._activation = activation
+
+  @property
+  def filter_size(self):
+    """max_relative_pos - min_relative_pos + 1."""
+    return self._max_relative_pos - self._min_relative_pos + 1
+
+  def call(self, context, x, losses=None, all_kernel_wts=None):
+    """[batch..., length, d_model] -> [batch..., length, d_model=output_size].
+
+    all_kernel_wts: one weight tensor per filter tap, used instead of the learned
+    depthwise filter.
+    """
+    del losses
+    with tl.class_scope(self):
+      return self.convolve(context, x, all_kernel_wts)
+
+  def convolve(self, context, x, all_kernel_wts=None):
+    """The computation of call, with the variables in the current scope."""
+    x, one_step = self._prepare(context, x, self.filter_size)
+    min_pos, max_pos = self._min_relative_pos, self._max_relative_pos
+    if one_step and max_pos != 0:
+      raise MtfError("%s: incremental decoding needs a filter ending at the current "
+                     "position (max_relative_pos 0, got %d)" % (type(self).__name__,
+                                                                max_pos))
+    model_dim = x.shape.dims[-1]
+    output = separable_conv1d(
+        context, x, mtf.Dimension(model_dim.name + "_out", self._output_size),
+        min_pos, max_pos, self._depthwise_filter_initializer_scale,
+        self._pointwise_filter_initializer_scale, kernel_depth_weights=all_kernel_wts)
+    output = mtf.rename_dimension(output, model_dim.name + "_out", model_dim.name)
+    if one_step:
+      last = mtf.Dimension(x.shape.dims[-2].name, 1)
+      output = mtf.reduce_sum(mtf.slice(output, self.filter_size - 1, 1, last.name),
+                              reduced_dim=last)
+    return _activate(output, self._activation, type(self).__name__)
+
+
+@gin.configurable(module="transformer_layers")
+class Conv1DLocalAttn(SeparableConv1DLayer):
+  """A separable convolution whose taps are softmax-normalised over the filter, the
+  tap weights of d_model / num_unique_depth_filters channels repeated
+  num_unique_depth_filters times across d_model. Subclasses say where a tap's weights
+  come from (get_kernel_wt)."""
+
+  def __init__(self, min_relative_pos, max_relative_pos, output_size,
+               depthwise_filter_initializer_scale=1.0,
+               pointwise_filter_initializer_scale=1.0, activation="linear",
+               num_unique_depth_filters=1):
+    super().__init__(min_relative_pos, max_relative_pos, output_size,
+                     depthwise_filter_initializer_scale,
+                     pointwise_filter_initializer_scale, activation)
+    if output_size % num_unique_depth_filters:
+      raise MtfError("%s: num_unique_depth_filters=%d does not divide output_size=%d" % (
+          type(self).__name__, num_unique_depth_filters, output_size))
+    self._num_unique_depth_filters = num_unique_depth_filters
+
+  def get_kernel_wt(self, x, repeated_kernel_dim, kernel_initializer, i, context,
+                    variable_dtype, master_dtype=tf.float32, slice_dtype=tf.float32):
+    """The weights of tap i, with dim repeated_kernel_dim."""
+    raise NotImplementedError("%s.get_kernel_wt: use LightweightConv1DLocalAttn or "
+                              "DynamicConv1DLocalAttn" % type(self).__name__)
+
+  def call(self, context, x, losses=None):
+    """[batch..., length, d_model] -> [batch..., length, d_model=output_size]."""
+    del losses
+    with tl.class_scope(self):
+      return self.convolve(context, x, self.kernel_weights(context, x))
+
+  def kernel_weights(self, context, x):
+    """Each tap's weights [..., d_model], softmax-normalised over the taps."""
+    model_dim = x.shape.dims[-1]
+    if model_dim.size % self._num_unique_depth_filters:
+      raise ShapeError("%s: num_unique_depth_filters=%d does not divide %s" % (
+          type(self).__name__, self._num_unique_depth_filters, model_dim),
+                       tensor=x.name, dim=model_dim.name)
+    repeated_kernel_dim = mtf.Dimension(
+        "repeated_kernel_dim", model_dim.size // self._num_unique_depth_filters)
+    initializer = tf.random_normal_initializer(
+        stddev=self._depthwise_filter_initializer_scale)
+    weights = []
+    for i in range(self.filter_size):
+      w = self.get_kernel_wt(x, repeated_kernel_dim, initializer, i, context,
+                             context.variable_dtype)
+      w = mtf.concat([w] * self._num_unique_depth_filters, repeated_kernel_dim.name)
+      weights.append(mtf.rename_dimension(w, repeated_kernel_dim.name, model_dim.name))
+    stacked = mtf.stack(weights, "new_stack_dim")
+    stack_dim = stacked.shape.get_dim_by_name("new_stack_dim")
+    return mtf.unstack(mtf.softmax(stacked, reduced_dim=stack_dim), stack_dim)
+
+
+@gin.configurable(module="transformer_layers")
+class LightweightConv1DLocalAttn(Conv1DLocalAttn):
+  """Lightweight convolution: tap i's weights are the variable "kernel_<i>"."""
+
+  def get_kernel_wt(self, x, repeated_kernel_dim, kernel_initializer, i, context,
+                    variable_dtype, master_dtype=tf.float32, slice_dtype=tf.float32):
+    """The variable kernel_<i> [repeated_kernel_dim]."""
+    del context, master_dtype, slice_dtype
+    return mtf.get_variable(x.mesh, "kernel_%d" % i, mtf.Shape([repeated_kernel_dim]),
+                            initializer=kernel_initializer, dtype=variable_dtype)
+
+
+@gin.configurable(module="transformer_layers")
+class DynamicConv1DLocalAttn(Conv1DLocalAttn):
+  """Dynamic convolution: tap i's weights at each position are a dense layer
+  "dense_<i>" (kernel and bias) of that position's input."""
+
+  def get_kernel_wt(self, x, repeated_kernel_dim, kernel_initializer, i, context,
+                    variable_dtype, master_dtype=tf.float32, slice_dtype=tf.float32):
+    """dense_<i>(x): [batch..., length, repeated_kernel_dim]."""
+    del master_dtype, slice_dtype
+    return mtf.layers.dense(x, [repeated_kernel_dim], reduced_dims=[x.shape.dims[-1]],
+                            expert_dims=[], kernel_initializer=kernel_initializer,
+                            name="dense_%d" % i,
+                            variable_dtype=variable_dtype or context.variable_dtype)
+
+
+@gin.configurable(module="transformer_layers")
+class LocalConvAttnBlock(TransformerLayer):
+  """A gated linear unit ("glu_0" linear times sigmoid "glu_1", no biases), a
+  lightweight (attention_type "lightweight_conv") or dynamic ("dynamic_conv")
+  convolution, and a projection "op_projection"; all variables in this layer's
+  scope."""
+
+  def __init__(self, min_relative_pos, max_relative_pos, output_size,
+               depthwise_filter_initializer_scale=1.0,
+               pointwise_filter_initializer_scale=1.0, activation="linear",
+               num_unique_depth_filters=1, attention_type="lightweight_conv"):
+    classes = {"lightweight_conv": LightweightConv1DLocalAttn,
+               "dynamic_conv": DynamicConv1DLocalAttn}
+    if attention_type not in classes:
+      raise MtfError("LocalConvAttnBlock: unknown attention_type %r (known: %s)" % (
+          attention_type, sorted(classes)), rule=str(attention_type))
+    self.conv_attn_layer = classes[attention_type](
+        min_relative_pos, max_relative_pos, output_size,
+        depthwise_filter_initializer_scale, pointwise_filter_initializer_scale,
+        activation, num_unique_depth_filters)
+
+  def call(self, context, x, losses=None):
+    """[batch..., length, d_model] -> the same shape."""
+    del losses
+    model_dim = x.shape.dims[-1]
+    with tl.class_scope(self):
+      gated = mtf.layers.dense_product(
+          mtf.rename_dimension(x, model_dim.name, "_" + model_dim.name),
+          reduced_dims=[mtf.Dimension("_" + model_dim.name, model_dim.size)],
+          new_dims=[model_dim], activation_functions=["linear", "sigmoid"],
+          variable_dtype=context.variable_dtype, name="glu", use_bias=False)
+      conv = self.conv_attn_layer
+      attended = conv.convolve(context, gated, conv.kernel_weights(context, gated))
+      return mtf.layers.dense(
+          mtf.rename_dimension(attended, model_dim.name, "_" + model_dim.name),
+          [model_dim], reduced_dims=[mtf.Dimension("_" + model_dim.name, model_dim.size)],
+          use_bias=False, variable_dtype=context.variable_dtype, name="op_projection")
