@@ -78,9 +78,9 @@ def reshape(x, new_shape, name="reshape"):
 class BroadcastOperation(Operation):
   """Expands x to new_shape, a superset of its dims (any order)."""
 
-  def __init__(self, x, new_shape, name=None):
+  def __init__(self, x, output_shape, name=None):
     super().__init__([x], name=name or "broadcast")
-    new_shape = convert_to_shape(new_shape)
+    new_shape = convert_to_shape(output_shape)
     missing = [str(d) for d in x.shape.dims if d not in new_shape.dims]
     if missing:
       raise ShapeError("cannot broadcast %s %s to %s: dims %s are missing from the target"
