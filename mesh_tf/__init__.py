@@ -15,6 +15,7 @@ from mesh_tf.shapes import (Dimension, LayoutRules, Shape, TensorLayout, anonymo
                             transpose_list_of_lists)
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor, name_scope, variable_scope
 from mesh_tf.lowering import Lowering, MeshImpl, binary_reduction_fn, reduction_fn
+from mesh_tf.lowering.checkpoint_hooks import MtfCheckpointSaverListener, MtfRestoreHook
 from mesh_tf.lowering.lazy_allreduce import (LazyAllreduceSum, LazyLaidOutTensor,
                                              compatible_lazy_allreduce_sums,
                                              convert_args_to_laid_out_tensors)

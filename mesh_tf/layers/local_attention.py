@@ -126,7 +126,7 @@ def masked_local_attention_1d(x, kv_channels, heads, is_training=True, window_si
 
 
 def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
-                                          master_dtype=tf.float32, slice_dtype=tf.float32,
+                                          master_dtype=None, slice_dtype=None,
                                           params=None, name=None):
   """One decoding step of masked_local_attention_1d with a ring-buffer cache.
 
@@ -135,7 +135,9 @@ def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
     prev_k, prev_v: [batch..., heads, window_length, kv_channels]; position
       step_num % window_length is overwritten.
     step_num: int32 scalar mtf Tensor.
-    master_dtype, slice_dtype, params, name: as for masked_local_attention_1d.
+    master_dtype, slice_dtype: variable precisions (default float32; used only when
+      params is None).
+    params, name: as for masked_local_attention_1d.
 
   Returns:
     (y [batch..., io_channels], new_k, new_v).
@@ -146,7 +148,8 @@ def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
   with layer_scope(x.graph, name, "multihead_attention"):
     if params is None:
       params = multihead_attention_vars(x.mesh, heads, io_channels, kv_channels,
-                                        master_dtype, slice_dtype, x.dtype)
+                                        master_dtype or tf.float32,
+                                        slice_dtype or tf.float32, x.dtype)
     wq, wk, wv, wo = params
     qkv_shape = Shape(batch_dims + [heads, kv_channels])
     q, k, v = [einsum([x, w], qkv_shape) for w in (wq, wk, wv)]
@@ -158,7 +161,7 @@ def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
     return einsum([o, wo], x.shape), k, v
 
 
-def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
+def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads, is_training,
                                         memory_w_dim=None, mask_right=False,
                                         master_dtype=tf.float32, slice_dtype=tf.float32,
                                         name=None):
@@ -171,6 +174,7 @@ def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   Args:
     query_antecedent: input tensor.
     kv_channels, heads: Dimensions.
+    is_training: accepted as in the original (this layer has no dropout).
     memory_w_dim: unused (the memory dim is "memory_<w_dim name>"); kept for the
       original signature.
     mask_right: causal attention.
@@ -180,6 +184,7 @@ def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   Returns:
     query_antecedent's shape.
   """
+  del is_training
   del memory_w_dim
   if query_antecedent.shape.ndims != 4:
     raise ShapeError("local_self_attention_spatial_blocks: %s %s must be [batch, "
@@ -208,7 +213,8 @@ def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
 
 
 def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
-                                           memory_h_dim=None, memory_w_dim=None,
+                                           is_training, memory_h_dim=None,
+                                           memory_w_dim=None,
                                            mask_right=False, master_dtype=tf.float32,
                                            slice_dtype=tf.float32, name=None):
   """Self-attention of each image block to itself and its neighbouring blocks.
@@ -222,6 +228,7 @@ def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   Args:
     query_antecedent: input tensor.
     kv_channels, heads: Dimensions.
+    is_training: accepted as in the original (this layer has no dropout).
     memory_h_dim, memory_w_dim: unused (the memory dims are "memory_<h_dim name>" and
       "memory_<w_dim name>"); kept for the original signature.
     mask_right: causal attention in raster order.
@@ -231,6 +238,7 @@ def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   Returns:
     query_antecedent's shape.
   """
+  del is_training
   del memory_h_dim, memory_w_dim
   x = query_antecedent
   if x.shape.ndims != 6:

@@ -59,7 +59,7 @@ class MeshImpl:
     self._layout_cache = {}
     # Set while a tf.function traces: the state is then shared with the MeshImpls of
     # other traces of that function (see mesh_state).
-    self._trace_name = mesh_state.current_trace_name()
+    self._trace_owner = mesh_state.current_trace_owner()
     self._state = None
     # One CollectiveRecord per collective emitted, appended by record_collective.
     self.comm_log = []
@@ -101,8 +101,11 @@ class MeshImpl:
   def state(self):
     """The MeshState (variables, random counter) of this mesh."""
     if self._state is None:
-      self._state = (mesh_state.MeshState() if self._trace_name is None else
-                     mesh_state.shared_state(self._trace_name, self.state_key()))
+      self._state = (mesh_state.MeshState() if self._trace_owner is None else
+                     mesh_state.shared_state(self._trace_owner, self.state_key()))
+      # The state's variables refer back to this MeshImpl; holding the tf.function here
+      # too would keep it (a weak key of mesh_state) alive forever.
+      self._trace_owner = None
     return self._state
 
   @property

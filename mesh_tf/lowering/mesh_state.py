@@ -5,13 +5,19 @@ MeshImpl and the Lowering inside the model function breaks that under `tf.functi
 each trace (TF traces a function twice on its first call when it creates variables)
 makes a new MeshImpl, and new variables on a later trace are an error. So a MeshImpl
 constructed *while a tf.function traces* shares its state with every other MeshImpl
-built in a trace of a function of the same name, with the same backend, mesh shape,
+built in a trace of the same tf.function object, with the same backend, mesh shape,
 layout and devices: the variables are created once, on the first trace, and every later
-trace reuses them. MeshImpls built eagerly keep state of their own, as before.
+trace reuses them (like the tf.Variables a tf.function creates on its first call). A
+new tf.function object starts afresh. MeshImpls built eagerly keep state of their own.
 """
+import sys
+import weakref
+
 import tensorflow as tf
 
-# (function name, backend key) -> MeshState, for MeshImpls constructed inside traces.
+# tf.function object -> {backend key: MeshState}, for MeshImpls built inside its traces.
+_STATES_BY_FUNCTION = weakref.WeakKeyDictionary()
+# (FuncGraph name, backend key) -> MeshState, for traces with no tf.function object.
 _TRACED_STATES = {}
 
 
@@ -31,10 +37,27 @@ class MeshState:
     return tf.convert_to_tensor(self.random_steps.assign_add(1))
 
 
-def current_trace_name():
-  """The name of the outermost tf.function being traced, or None when eager."""
+def _outermost_tracing_function():
+  """The outermost tf.function object whose call is on the Python stack, or None."""
+  found = None
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None:
+    owner = frame.f_locals.get("self")
+    if (type(owner).__name__ == "Function" and hasattr(owner, "python_function") and
+        hasattr(owner, "get_concrete_function")):
+      found = owner
+    frame = frame.f_back
+  return found
+
+
+def current_trace_owner():
+  """What identifies the trace in progress: the outermost tf.function object being
+  traced (or, lacking one, the outermost FuncGraph's name); None when eager."""
   if not tf.inside_function():
     return None
+  function = _outermost_tracing_function()
+  if function is not None:
+    return function
   graph = tf.compat.v1.get_default_graph()
   # A FuncGraph has an outer_graph; the outermost one's outer graph is a plain tf.Graph.
   while hasattr(getattr(graph, "outer_graph", None), "outer_graph"):
@@ -42,14 +65,12 @@ def current_trace_name():
   return getattr(graph, "name", "tf.function")
 
 
-def shared_state(trace_name, backend_key):
-  """The MeshState every MeshImpl with this key built in traces of trace_name shares."""
-  key = (trace_name, backend_key)
-  if key not in _TRACED_STATES:
-    _TRACED_STATES[key] = MeshState()
-  return _TRACED_STATES[key]
-
-
-def forget_traced_states():
-  """Drops the shared states (their variables stay alive where something holds them)."""
-  _TRACED_STATES.clear()
+def shared_state(owner, backend_key):
+  """The MeshState every MeshImpl with this backend key built in owner's traces shares."""
+  if isinstance(owner, str):
+    states = _TRACED_STATES.setdefault(owner, {})
+  else:
+    states = _STATES_BY_FUNCTION.setdefault(owner, {})
+  if backend_key not in states:
+    states[backend_key] = MeshState()
+  return states[backend_key]

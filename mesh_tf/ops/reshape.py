@@ -137,7 +137,7 @@ def replace_dimensions(tensor_or_shape, old_dim_or_dims, new_dim_or_dims):
   return Shape(dims[:start] + new + dims[start + len(old):])
 
 
-def transpose(x, new_shape, name=None):
+def transpose(x, new_shape, name="transpose"):
   """x with its dims reordered to new_shape."""
   from mesh_tf.ops.einsum import einsum  # pylint: disable=g-import-not-at-top
   new_shape = convert_to_shape(new_shape)

@@ -53,7 +53,7 @@ def adafactor_decay_rate_adam(beta2):
 
 
 @gin.configurable(module="mesh_tf.optimize")
-def adafactor_decay_rate_pow(exponent, offset=0):
+def adafactor_decay_rate_pow(exponent=0.8, offset=0):
   """Second-moment decay 1 - (step - offset + 1)^-exponent: memory grows as step^exponent.
 
   Returns a zero-argument callable reading the global step when called.
