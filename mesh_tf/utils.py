@@ -116,7 +116,7 @@ def create_host_call(model_dir):
   def host_call_fn(global_step, *values):
     writer = tf.summary.create_file_writer(model_dir)
     with outside_all_rewrites(), writer.as_default():
-      ops = [tf.summary.scalar(tag, v[0], step=global_step[0])
+      ops = [summary.write_scalar(tag, v[0], step=global_step[0])
              for tag, v in zip(tags, values)]
       writer.flush()
     return ops

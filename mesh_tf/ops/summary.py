@@ -18,6 +18,13 @@ _LOG = logging.getLogger("mesh_tf")
 _LOWERED_SUMMARIES = collections.defaultdict(list)
 
 
+def write_scalar(tag, value, step=None):
+  """Writes value as scalar summary `tag` under the default writer (what
+  tf.summary.scalar writes, without needing TensorBoard installed)."""
+  return tf.summary.write(tag, tf.cast(value, tf.float32), step=step,
+                          metadata=_SCALAR_METADATA)
+
+
 def lowered_summaries(graph=None):
   """The [(tag, tf value)] of scalar summaries lowered in graph (default: current)."""
   graph = graph or tf.compat.v1.get_default_graph()
