@@ -93,6 +93,10 @@ class Variable(Operation):
     self._trainable = trainable
     self._add_output(convert_to_shape(shape), dtype.activation_dtype)
     mesh.graph.add_variable(self)
+    # The mesh's variable placer (e.g. mtf.utils.BalancedVariablePlacer) picks where the
+    # full value is assembled, as it placed the original's master variable.
+    placer = mesh.variable_placer_fn
+    self._master_device = placer(self) if callable(placer) else placer
 
   @property
   def shape(self):
@@ -113,9 +117,9 @@ class Variable(Operation):
 
   @property
   def master_device(self):
-    """Where the full (master) value is assembled: the default device, as there is no
-    separate master copy in this port (the slices are the state)."""
-    return ""
+    """The device where the full (master) value is assembled by get_master and
+    checkpoints: chosen by the mesh's variable placer ("cpu:0" without one)."""
+    return self._master_device
 
   def _laid_out_variable(self):
     laid_out = getattr(self, "laid_out_variable", None)
@@ -127,7 +131,8 @@ class Variable(Operation):
   def get_master(self):
     """The full value (a tf.Tensor in the master dtype), read from the slices of the
     MeshImpl that last lowered this variable."""
-    return self._laid_out_variable().read_full()
+    with tf.device(self._master_device):
+      return tf.identity(self._laid_out_variable().read_full())
 
   def assign_to_master(self, val):
     """Sets the full value: every slice of the MeshImpl that last lowered it."""
@@ -239,12 +244,14 @@ class StackedVariable(Variable):
 
   @property
   def master_device(self):
-    return ""
+    return self._master_device
 
   def get_master(self):
+    """The full stacked value (see Variable.get_master)."""
     return super().get_master()
 
   def assign_to_master(self, val):
+    """Sets the full stacked value (see Variable.assign_to_master)."""
     return super().assign_to_master(val)
 
 

@@ -29,7 +29,7 @@ def test_variable_members_and_master_value():
       tf.float32, tf.float32, tf.bfloat16)
   with pytest.raises(AttributeError):
     dtype.master_dtype = tf.int32
-  assert var.dtype == tf.bfloat16 and var.size == 64 and var.master_device == ""
+  assert var.dtype == tf.bfloat16 and var.size == 64 and var.master_device == "cpu:0"
   with pytest.raises(mtf.ShapeError, match="lower its graph"):
     var.get_master()
   impl = _mesh_2x4()

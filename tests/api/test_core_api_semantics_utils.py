@@ -50,6 +50,22 @@ def test_balanced_variable_placer_uses_the_least_loaded_device():
   assert graph is variables[0].graph
 
 
+def test_a_mesh_variable_placer_places_the_master_values():
+  devices = ["/cpu:%d" % i for i in range(4)]
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m", mtf.utils.BalancedVariablePlacer(devices))
+  values = [random_array([mtf.Dimension("d", 4)], i) for i in range(4)]
+  variables = [mtf.get_variable(mesh, "v%d" % i, [mtf.Dimension("d", 4)],
+                                initializer=tf.constant_initializer(v)).operation
+               for i, v in enumerate(values)]
+  assert [v.master_device for v in variables] == devices
+  mtf.Lowering(graph, {mesh: mtf.PlacementMeshImpl("all:2", "d:all", devices[:2])})
+  for v, value in zip(variables, values):
+    master = v.get_master()
+    assert tf.DeviceSpec.from_string(master.device).device_index == int(v.master_device[-1])
+    np.testing.assert_allclose(master.numpy(), value)
+
+
 def test_create_host_call_writes_the_lowered_summaries(tmp_path):
   mtf.utils.remove_summaries()
   x_np = random_array([BATCH, HIDDEN], 1)
