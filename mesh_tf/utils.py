@@ -95,6 +95,18 @@ def remove_summaries():
   summary.clear_lowered_summaries()
 
 
+_WRITERS = {}
+
+
+def _summary_writer(model_dir):
+  """One summary writer per directory, created eagerly (also when first asked for inside
+  a tf.function trace), so every trace writes through the same writer."""
+  if model_dir not in _WRITERS:
+    with tf.init_scope():
+      _WRITERS[model_dir] = tf.summary.create_file_writer(model_dir)
+  return _WRITERS[model_dir]
+
+
 def create_host_call(model_dir):
   """(host_call_fn, tensors) that write this graph's lowered scalar summaries.
 
@@ -114,7 +126,7 @@ def create_host_call(model_dir):
   tensors = [step] + [tf.reshape(tf.cast(v, tf.float32), [1]) for _, v in recorded]
 
   def host_call_fn(global_step, *values):
-    writer = tf.summary.create_file_writer(model_dir)
+    writer = _summary_writer(model_dir)
     with outside_all_rewrites(), writer.as_default():
       ops = [summary.write_scalar(tag, v[0], step=global_step[0])
              for tag, v in zip(tags, values)]
