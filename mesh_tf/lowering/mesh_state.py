@@ -17,7 +17,7 @@ import tensorflow as tf
 
 # tf.function object -> {backend key: MeshState}, for MeshImpls built inside its traces.
 _STATES_BY_FUNCTION = weakref.WeakKeyDictionary()
-# (FuncGraph name, backend key) -> MeshState, for traces with no tf.function object.
+# FuncGraph name -> {backend key: MeshState}, for traces with no tf.function object.
 _TRACED_STATES = {}
 
 

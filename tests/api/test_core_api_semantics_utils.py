@@ -130,3 +130,66 @@ def test_replicated_variable_keeps_its_copies_equal():
   np.testing.assert_array_equal((tf.constant([1.0, 1.0]) + replicated).numpy(), [1.0, 1.0])
   with pytest.raises(ValueError, match="copy"):
     mtf.tpu_variables.ReplicatedVariable("bad", [tf.Variable([1.0]), tf.Variable([1, 2])])
+
+
+class _FakeDeviceAssignment:
+  """A 2x2x1 torus with 2 cores per chip: replica r sits at the r-th coordinates in
+  reverse order (so replica ids differ from row-major physical numbers)."""
+
+  num_replicas = 8
+
+  def __init__(self):
+    coords = [[x, y, 0, c] for x in range(2) for y in range(2) for c in range(2)]
+    self._coords = coords[::-1]
+
+  def coordinates(self, replica, logical_core):
+    assert logical_core == 0
+    return self._coords[replica]
+
+
+def test_device_coordinates_with_a_device_assignment():
+  assignment = _FakeDeviceAssignment()
+  mesh_shape = mtf.convert_to_shape("rows:2;cols:4")
+  assert mtf.pnum_to_processor_coordinates_nd(mesh_shape, 0, assignment) == [1, 1, 0, 1]
+  assert mtf.pnum_to_processor_coordinates_nd(mesh_shape, 5, None) == [1, 1]
+  mapping = mtf.processor_coordinates_to_pnum_map_nd(mesh_shape, list(range(8)),
+                                                     assignment)
+  assert sorted(mapping.values()) == list(range(8))
+  assert mapping[(0, 0, 0, 0)] == 7
+  coords = mtf.simd_mesh_impl.auto_logical_to_physical_tpu([2, 4], [2, 2, 1, 2],
+                                                           return_coordinates=True)
+  replicas = mtf.simd_mesh_impl.auto_logical_to_physical_tpu(
+      [2, 4], [2, 2, 1, 2], device_assignment=assignment)
+  assert [assignment.coordinates(r, 0) for r in replicas] == [list(c) for c in coords]
+
+
+def test_checkpoint_hooks_run_the_lowering_copies():
+  class RecordingLowering:
+    def __init__(self):
+      self.calls = []
+
+    def copy_slices_to_masters(self):
+      self.calls.append("slices_to_masters")
+      return "save_op"
+
+    def copy_masters_to_slices(self):
+      self.calls.append("masters_to_slices")
+      return "restore_op"
+
+  class Session:
+    def __init__(self):
+      self.ran = []
+
+    def run(self, op):
+      self.ran.append(op)
+  lowering, session = RecordingLowering(), Session()
+  saver = mtf.MtfCheckpointSaverListener(lowering)
+  restorer = mtf.MtfRestoreHook(lowering)
+  saver.begin()
+  restorer.begin()
+  saver.before_save(session, 0)
+  saver.after_save(session, 0)
+  restorer.after_create_session(session, None)
+  saver.end(session, 0)
+  assert lowering.calls == ["slices_to_masters", "masters_to_slices"]
+  assert session.ran == ["save_op", "restore_op"]
