@@ -15,6 +15,10 @@ from mesh_tf.shapes import (Dimension, LayoutRules, Shape, TensorLayout, anonymo
                             transpose_list_of_lists)
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor, name_scope, variable_scope
 from mesh_tf.lowering import Lowering, MeshImpl, binary_reduction_fn, reduction_fn
+from mesh_tf.lowering.checkpoint_hooks import MtfCheckpointSaverListener, MtfRestoreHook
+from mesh_tf.lowering.lazy_allreduce import (LazyAllreduceSum, LazyLaidOutTensor,
+                                             compatible_lazy_allreduce_sums,
+                                             convert_args_to_laid_out_tensors)
 from mesh_tf.autodiff import StopGradient, gradients, stop_gradient
 from mesh_tf.ops.slicewise import (GenericGradOperation, SlicewiseOperation, cwise,
                                    slicewise)
@@ -24,7 +28,8 @@ from mesh_tf.ops.elementwise import (
     identity, leaky_relu, less, less_equal, log, log1p, logical_and, logical_not,
     logical_or, maximum, minimum, mod, mtf_abs, mtf_pow, multiply, negative, not_equal,
     ones_like, pow, reciprocal, relu, round, rsqrt, selu, sigmoid, sign, sin, softplus,
-    sqrt, square, sub, swish, tanh, to_bfloat16, to_float, to_int32, where, zeros_like)
+    sqrt, square, squared_relu, sub, swish, tanh, to_bfloat16, to_float, to_int32, where,
+    zeros_like)
 from mesh_tf.ops.reduce import (ReduceOperation, log_softmax, reduce_all, reduce_any,
                                 reduce_logsumexp, reduce_max, reduce_mean, reduce_min,
                                 reduce_sum, softmax)
@@ -32,15 +37,17 @@ from mesh_tf.ops.einsum import EinsumOperation, einsum, matmul
 from mesh_tf.ops.reshape import (BroadcastOperation, ReshapeOperation, anonymize,
                                  broadcast, rename_dimension, replace_dimensions, reshape,
                                  transpose)
-from mesh_tf.ops.slicing import (concat, mtf_slice, pad, shift, slice, split, stack,
-                                 unstack)
+from mesh_tf.ops.slicing import (ConcatOperation, PadOperation, SliceOperation,
+                                 SplitOperation, StackOperation, UnstackOperation, concat,
+                                 mtf_slice, pad, shift, slice, split, stack, unstack)
 from mesh_tf.ops.indexing import (OneHotOperation, RangeOperation, argmax, cumsum, gather,
                                   mtf_range, one_hot, top_1)
 from mesh_tf.ops.creation import (Constant, ImportLaidOutTensorOperation, ImportOperation,
                                   constant, fill, import_fully_replicated,
                                   import_laid_out_tensor, import_tf_tensor, ones, zeros)
 from mesh_tf.ops.random import RandomOperation, dropout, random_normal, random_uniform
-from mesh_tf.ops.variables import (Variable, VariableDType, get_variable, read_variable)
+from mesh_tf.ops.variables import (ReadVariable, StackedVariable, Variable, VariableDType,
+                                   get_variable, read_variable)
 from mesh_tf.ops.assign import (Assign, Depend, assign, assign_add, assign_add_slice,
                                 assign_slice, assign_sub, assign_sub_slice, depend)
 from mesh_tf.ops.debug import Print, PrintOperation
@@ -76,6 +83,8 @@ from mesh_tf.backends.gspmd import GSPMDMeshImpl
 from mesh_tf.backends.registry import make_mesh_impl
 from mesh_tf import simd_mesh_impl
 from mesh_tf.backends.simd import SimdMeshImpl
+from mesh_tf.backends.device_coordinates import (pnum_to_processor_coordinates_nd,
+                                                 processor_coordinates_to_pnum_map_nd)
 
 range = mtf_range
 from mesh_tf import checkpoint
@@ -84,3 +93,6 @@ from mesh_tf import analysis
 from mesh_tf import learning_rate_schedules, optimize
 from mesh_tf import utils
 from mesh_tf import beam_search
+from mesh_tf import test_utils, tpu_variables
+from mesh_tf import ops_with_redefined_builtins
+ops_with_redefined_builtins.install(globals())

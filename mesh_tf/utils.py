@@ -1,4 +1,8 @@
-"""Small helpers for running mesh_tf programs on one machine."""
+"""`mtf.utils`: small helpers -- virtual CPU devices, balanced variable placement,
+host-side summaries (`create_host_call`, `remove_summaries`), `outside_all_rewrites`
+and `topology_rank`."""
+import contextlib
+
 import tensorflow as tf
 
 from mesh_tf.errors import LayoutError
@@ -21,3 +25,120 @@ def configure_virtual_cpus(n):
     raise LayoutError("cannot make %d virtual CPU devices: TensorFlow already runs with "
                       "%d (set the count before any TF op runs)" % (n, have))
   return ["/cpu:%d" % i for i in range(n)]
+
+
+@contextlib.contextmanager
+def outside_all_rewrites():
+  """A context in which new ops depend on nothing already pending and sit outside any
+  enclosing control-flow construct (TF's `control_dependencies(None)`), as the original
+  used it to build host-side ops (summaries, hooks) from inside a TPU step."""
+  with tf.control_dependencies(None):
+    yield
+
+
+def _num_bytes(var):
+  """Bytes of a variable: an mtf Variable, a tf.Variable, or a TF1 variable op."""
+  if isinstance(var, tf.Operation):
+    shape = tf.TensorShape(var.get_attr("shape"))
+    dtype = tf.as_dtype(var.get_attr("dtype"))
+    return shape.num_elements() * dtype.size
+  shape, dtype = var.shape, tf.as_dtype(getattr(var, "master_dtype", var.dtype))
+  size = shape.size if hasattr(shape, "size") and not callable(shape.size) else (
+      tf.TensorShape(shape).num_elements())
+  return size * dtype.size
+
+
+class BalancedVariablePlacer:
+  """Places each variable on the device that holds the fewest bytes so far.
+
+  Args:
+    devices: device names, e.g. a PlacementMeshImpl's `devices`.
+    init_usage: optional starting bytes per device (default all 0).
+
+  `device_function(var)` takes an mtf Variable, a tf.Variable or a TF1 variable op and
+  returns the chosen device, charging the variable's bytes to it. Used as a TF device
+  function (graph mode: `with tf.device(placer.device_function)`), ops that are not
+  variables keep their own device.
+  """
+
+  _VARIABLE_OP_TYPES = ("Variable", "VariableV2", "VarHandleOp")
+
+  def __init__(self, devices, init_usage=None):
+    self._devices = list(devices)
+    if not self._devices:
+      raise LayoutError("BalancedVariablePlacer needs at least one device")
+    if init_usage is None:
+      init_usage = [0] * len(self._devices)
+    if len(init_usage) != len(self._devices):
+      raise LayoutError("BalancedVariablePlacer: %d init_usage entries for %d devices"
+                        % (len(init_usage), len(self._devices)))
+    self._usage = list(init_usage)
+
+  @property
+  def usage(self):
+    """Bytes placed on each device so far, in the order of `devices`."""
+    return list(self._usage)
+
+  def device_function(self, var):
+    """The least-loaded device for var (ties go to the first such device)."""
+    if isinstance(var, tf.Operation) and var.type not in self._VARIABLE_OP_TYPES:
+      return var.device
+    i = min(range(len(self._devices)), key=lambda k: (self._usage[k], k))
+    self._usage[i] += _num_bytes(var)
+    return self._devices[i]
+
+
+def remove_summaries():
+  """Forgets the scalar summaries lowered so far in the current TF graph (the original
+  removed them from the TF1 graph's summaries collection)."""
+  from mesh_tf.ops import summary  # pylint: disable=g-import-not-at-top
+  summary.clear_lowered_summaries()
+
+
+_WRITERS = {}
+
+
+def _summary_writer(model_dir):
+  """One summary writer per directory, created eagerly (also when first asked for inside
+  a tf.function trace), so every trace writes through the same writer."""
+  if model_dir not in _WRITERS:
+    with tf.init_scope():
+      _WRITERS[model_dir] = tf.summary.create_file_writer(model_dir)
+  return _WRITERS[model_dir]
+
+
+def create_host_call(model_dir):
+  """(host_call_fn, tensors) that write this graph's lowered scalar summaries.
+
+  Collects the mtf.scalar_summary values lowered in the current TF graph (eagerly, or in
+  the current tf.function trace). `host_call_fn(*tensors)` writes each of them as a
+  scalar at the global step (`mtf.optimize.get_global_step()`) to an event file under
+  model_dir -- what the original handed TPUEstimator as its host call. Returns None when
+  no summary was lowered.
+  """
+  from mesh_tf.ops import summary  # pylint: disable=g-import-not-at-top
+  from mesh_tf.optimize import get_global_step  # pylint: disable=g-import-not-at-top
+  recorded = list(summary.lowered_summaries())
+  if not recorded:
+    return None
+  tags = [tag for tag, _ in recorded]
+  step = tf.reshape(tf.cast(tf.convert_to_tensor(get_global_step()), tf.int64), [1])
+  tensors = [step] + [tf.reshape(tf.cast(v, tf.float32), [1]) for _, v in recorded]
+
+  def host_call_fn(global_step, *values):
+    writer = _summary_writer(model_dir)
+    with outside_all_rewrites(), writer.as_default():
+      ops = [summary.write_scalar(tag, v[0], step=global_step[0])
+             for tag, v in zip(tags, values)]
+      writer.flush()
+    return ops
+  return host_call_fn, tensors
+
+
+def topology_rank(topology):
+  """The number of dims of a TPU topology's mesh (a tf.tpu.experimental.Topology, its
+  serialized bytes, or the mesh shape itself)."""
+  if isinstance(topology, (bytes, str)):
+    topology = tf.tpu.experimental.Topology(serialized=topology)
+  mesh_shape = getattr(topology, "mesh_shape", topology)
+  return len(list(mesh_shape))

@@ -24,11 +24,11 @@ import collections
 
 from mesh_tf.lowering.mesh_impl import CollectiveRecord, MeshImpl
 from mesh_tf.analysis import communication
-from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops.einsum import EinsumOperation, contraction_plan
 from mesh_tf.ops import elementwise as elementwise_ops
 from mesh_tf.ops import reduce as reduce_ops
-from mesh_tf.ops import reshape as reshape_ops
-from mesh_tf.ops import slicewise as slicewise_ops
+from mesh_tf.ops.reshape import ReshapeOperation, reshape_plan
+from mesh_tf.ops.slicewise import SlicewiseOperation
 from mesh_tf.ops import slicing as slicing_ops
 from mesh_tf.shapes import list_product
 
@@ -68,7 +68,7 @@ def _gather_records(impl, shape, dtype, dim_names, op_name):
 
 def _einsum(impl, op):
   y = op.outputs[0]
-  gather, reduced = einsum_ops.contraction_plan(impl, [x.shape for x in op.inputs], y.shape)
+  gather, reduced = contraction_plan(impl, [x.shape for x in op.inputs], y.shape)
   records = []
   for x in op.inputs:
     records += _gather_records(impl, x.shape, x.dtype, gather, op.name)
@@ -112,7 +112,7 @@ def _reduce(impl, op):
 
 def _reshape(impl, op):
   x, y = op.inputs[0], op.outputs[0]
-  gather, _, _ = reshape_ops.reshape_plan(impl, x.shape, y.shape)
+  gather, _, _ = reshape_plan(impl, x.shape, y.shape)
   return _gather_records(impl, x.shape, x.dtype, gather, op.name), 0.0
 
 
@@ -139,11 +139,11 @@ def _shift(impl, op):
 
 
 _RULES = [
-    (einsum_ops.EinsumOperation, _einsum),
+    (EinsumOperation, _einsum),
     (reduce_ops.ReduceOperation, _reduce),
-    (reshape_ops.ReshapeOperation, _reshape),
+    (ReshapeOperation, _reshape),
     (slicing_ops.ShiftOperation, _shift),
-    (slicewise_ops.SlicewiseOperation, _slicewise),
+    (SlicewiseOperation, _slicewise),
 ]
 
 

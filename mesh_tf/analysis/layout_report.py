@@ -13,7 +13,7 @@ from mesh_tf.analysis import communication
 from mesh_tf.analysis import cost_model
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import MeshImpl
-from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops.einsum import EinsumOperation
 from mesh_tf.shapes import convert_to_layout_rules, convert_to_shape
 
 TensorEntry = collections.namedtuple("TensorEntry", ["name", "shape", "splits"])
@@ -124,7 +124,7 @@ def _warnings(graph, mesh_shape, rules, heavy_fraction, large_allconcat_bytes):
   except LayoutError as e:
     return ["layout is illegal: %s" % e]
   einsums = [op for op in graph.operations
-             if isinstance(op, einsum_ops.EinsumOperation)]
+             if isinstance(op, EinsumOperation)]
   total = sum(cost_model._einsum(impl, op)[1] for op in einsums)  # pylint: disable=protected-access
   warnings = [w for w in (_einsum_warnings(impl, op, total, heavy_fraction)
                           for op in einsums) if w]

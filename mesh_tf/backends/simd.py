@@ -13,10 +13,15 @@ the primitives to one of two runtimes:
   is stored once) and each collective is a tensor operation along those axes. Its TF
   program does not grow with the number of cores, nor its work with replication.
 """
+import types
+
+import tensorflow as tf
+
 from mesh_tf.backends import simd_emulation
 from mesh_tf.backends.tpu_topology import check_permutation, inverse_permutation
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import MeshImpl
+from mesh_tf.shapes import convert_to_shape
 
 
 class LaidOutTensor:
@@ -142,7 +147,11 @@ class SimdMeshImpl(MeshImpl):
   def allreduce(self, x, mesh_axes, reduction_fn_string):
     return self._runtime.allreduce(x, list(mesh_axes), reduction_fn_string)
 
-  def allconcat(self, x, mesh_axis, concat_axis):
+  def allconcat(self, x, mesh_axis, concat_axis, stack=False):
+    """Gathers the group's slices along mesh_axis: concatenated on concat_axis, or (with
+    stack=True) stacked on a new axis at concat_axis."""
+    if stack:
+      x = self.slicewise(lambda t: tf.expand_dims(t, concat_axis), x)
     return self._runtime.allconcat(x, mesh_axis, concat_axis)
 
   def alltoall(self, x, mesh_axis, split_axis, concat_axis):
@@ -161,6 +170,18 @@ class SimdMeshImpl(MeshImpl):
 
   def laid_out_pnum(self):
     return self._runtime.laid_out_pnum()
+
+  @property
+  def pnum_tensor(self):
+    """This core's logical processor number as a TF int32 value. On the emulation, where
+    one program runs every core, it holds every core's: [num_cores] in physical order."""
+    return self.laid_out_pnum().one_slice
+
+  def slice(self, tf_tensor, tensor_shape):
+    """This core's slice of a full tf_tensor of mtf shape tensor_shape (emulation:
+    [num_cores, *slice_shape], every core's slice in physical order)."""
+    holder = types.SimpleNamespace(shape=convert_to_shape(tensor_shape), name="slice")
+    return self.import_tf_tensor(holder, tf_tensor).one_slice
 
   def laid_out_pcoord(self, mesh_axis):
     return self._runtime.laid_out_pcoord(mesh_axis)

@@ -152,6 +152,45 @@ class Graph:
     result = fn()
     return result, self._operations[n:]
 
+  def clone_operations(self, ops, input_mapping):
+    """Re-creates `ops` (in order) reading the replacements given by input_mapping.
+
+    Returns (the new operations, the mapping from every old tensor to its copy);
+    input_mapping itself is updated too. Ops without inputs (variables, constants,
+    random ops) are shared, not copied.
+    """
+    from mesh_tf.ops.custom_gradient import clone_operations  # pylint: disable=g-import-not-at-top
+    mapping, new_ops = self.capture_operations(
+        lambda: clone_operations(self, ops, input_mapping))
+    input_mapping.update(mapping)
+    return new_ops, input_mapping
+
+  def combine_assignments(self, assignments):
+    """Merges Assign operations that share an assign_fn into one Assign each.
+
+    Returns the list of merged Assign operations (use them instead of the originals).
+    """
+    from mesh_tf.ops.assign import Assign  # pylint: disable=g-import-not-at-top
+    groups = {}
+    for a in assignments:
+      if not isinstance(a, Assign):
+        raise TypeError("combine_assignments takes Assign operations, got %r" % (a,))
+      variables, values = groups.setdefault(a.assign_fn, ([], []))
+      variables.extend(a.variables)
+      values.extend(a.inputs)
+    return [Assign(variables, values, assign_fn=fn)
+            for fn, (variables, values) in groups.items()]
+
+  def rewrite_stack_variables(self, max_combined_variable_size=2 ** 29,
+                              max_combined_slice_size=2 ** 27, mesh_to_impl=None):
+    """Kept for the original's API; leaves the graph as it is.
+
+    The original stacked same-shaped variables into one (fewer TF1 ops per step). Here
+    each variable keeps its own state and name, which checkpoints and relayouts rely on,
+    and the op count of a traced step does not grow with the variable count that way.
+    """
+    del max_combined_variable_size, max_combined_slice_size, mesh_to_impl
+
   @property
   def to_string(self):
     """A line per operation: its name, inputs and output shapes."""

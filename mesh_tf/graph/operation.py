@@ -62,7 +62,7 @@ class Operation:
     return (any(x.dtype.is_floating for x in self._inputs) and
             any(y.dtype.is_floating for y in self._outputs))
 
-  def gradient(self, grad_ys):
+  def gradient(self, unused_grad_ys):
     """Returns a list (one per input) of mtf Tensors or None, given output gradients."""
     raise NotImplementedError("op %s (%s) has no gradient" % (self._name, type(self).__name__))
 

@@ -8,12 +8,12 @@ import tensorflow as tf
 from mesh_tf.errors import ShapeError
 from mesh_tf.layers.masks import NEG_INF, rename_length_to_memory_length
 from mesh_tf.layers.scoping import layer_scope
-from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import indexing
 from mesh_tf.ops import random as random_ops
 from mesh_tf.ops import reduce as reduce_ops
-from mesh_tf.ops import reshape as reshape_ops
+from mesh_tf.ops.reshape import reshape
 from mesh_tf.ops import slicing
 from mesh_tf.ops.variables import VariableDType, get_variable
 from mesh_tf.shapes import Dimension, Shape
@@ -47,14 +47,14 @@ def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
   if memory_length not in v.shape.dims:
     raise ShapeError("dot_product_attention: v %s lacks k's memory dim %s" % (
         v.shape, memory_length), tensor=v.name, dim=memory_length.name)
-  logits = einsum_ops.einsum([q, k], Shape(q.shape.dims[:-1] + [memory_length]))
+  logits = einsum([q, k], Shape(q.shape.dims[:-1] + [memory_length]))
   if mask is not None:
     logits += mask
   weights = reduce_ops.softmax(logits, memory_length, extra_logit=extra_logit)
   if is_training and dropout != 0.0:
     weights = random_ops.dropout(weights, rate=dropout,
                                  noise_shape=_dropout_shape(weights, dropout_broadcast_dims))
-  return einsum_ops.einsum([weights, v], Shape(q.shape.dims[:-1] + [v.shape.dims[-1]]))
+  return einsum([weights, v], Shape(q.shape.dims[:-1] + [v.shape.dims[-1]]))
 
 
 def multihead_attention_params(mesh, heads, io_channels, kv_channels, variable_dtype,
@@ -93,7 +93,7 @@ def multihead_attention_vars(mesh, heads, io_channels, kv_channels, master_dtype
 
 
 def _project(x, w, dims):
-  return einsum_ops.einsum([x, w], Shape(dims))
+  return einsum([x, w], Shape(dims))
 
 
 def multihead_attention(query_antecedent, memory_antecedent, mask, kv_channels, heads,
@@ -201,7 +201,7 @@ def compress_mean(x, dim, compression_factor):
   dims = x.shape.dims
   pos = dims.index(dim)
   factor = Dimension("compression_factor", compression_factor)
-  grouped = reshape_ops.reshape(
+  grouped = reshape(
       x, dims[:pos] + [Dimension(dim.name, dim.size // compression_factor), factor] +
       dims[pos + 1:])
   return reduce_ops.reduce_mean(grouped, reduced_dim=factor)

@@ -16,6 +16,8 @@ with VALID padding, and the result equals a SAME convolution of the whole image.
 filter size is allowed (margins may span several blocks); a convolution's strides
 must divide the block size.
 """
+import tensorflow as tf
+
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import current_scope_name, variable_scope
 from mesh_tf.ops import convolution as conv_ops
@@ -156,14 +158,14 @@ def conv2d(x, output_dim, filter_size=(3, 3), strides=(1, 1), padding="SAME",
                      strides, padding, filter_initializer, variable_dtype, name, False)
 
 
-def conv2d_with_blocks(conv_input, output_dim, filter_size=(3, 3), strides=(1, 1),
+def conv2d_with_blocks(x, output_dim, filter_size=(3, 3), strides=(1, 1),
                        padding="SAME", h_blocks_dim=None, w_blocks_dim=None,
                        filter_initializer=None, variable_dtype=None, name=None):
   """conv2d of an image cut into blocks: [batch, h_blocks, w_blocks, h, w, in].
 
   The blocks dims may be split over the mesh; with neither given this is conv2d.
   """
-  return _conv_layer(conv_input, output_dim,
+  return _conv_layer(x, output_dim,
                      _as_tuple(filter_size, 2, "conv2d_with_blocks", "filter_size"),
                      strides, padding, filter_initializer, variable_dtype, name, False,
                      [h_blocks_dim, w_blocks_dim])
@@ -177,12 +179,12 @@ def conv2d_transpose(x, output_dim, filter_size=(2, 2), strides=(2, 2), padding=
                      strides, padding, filter_initializer, variable_dtype, name, True)
 
 
-def conv2d_transpose_with_blocks(conv_input, output_dim, filter_size=(2, 2),
+def conv2d_transpose_with_blocks(x, output_dim, filter_size=(2, 2),
                                  strides=(2, 2), padding="SAME", h_blocks_dim=None,
                                  w_blocks_dim=None, filter_initializer=None,
                                  variable_dtype=None, name=None):
   """conv2d_transpose of an image cut into blocks; each block grows by the strides."""
-  return _conv_layer(conv_input, output_dim,
+  return _conv_layer(x, output_dim,
                      _as_tuple(filter_size, 2, "conv2d_transpose_with_blocks",
                                "filter_size"),
                      strides, padding, filter_initializer, variable_dtype, name, True,
@@ -196,11 +198,11 @@ def conv3d(x, output_dim, filter_size=(3, 3, 3), strides=(1, 1, 1), padding="SAM
                      strides, padding, filter_initializer, variable_dtype, name, False)
 
 
-def conv3d_with_blocks(conv_input, output_dim, filter_size=(3, 3, 3), strides=(1, 1, 1),
+def conv3d_with_blocks(x, output_dim, filter_size=(3, 3, 3), strides=(1, 1, 1),
                        padding="SAME", d_blocks_dim=None, h_blocks_dim=None,
                        filter_initializer=None, variable_dtype=None, name=None):
   """conv3d of a volume cut into blocks: [batch, d_blocks, h_blocks, d, h, w, in]."""
-  return _conv_layer(conv_input, output_dim,
+  return _conv_layer(x, output_dim,
                      _as_tuple(filter_size, 3, "conv3d_with_blocks", "filter_size"),
                      strides, padding, filter_initializer, variable_dtype, name, False,
                      [d_blocks_dim, h_blocks_dim, None])
@@ -215,24 +217,31 @@ def conv3d_transpose(x, output_dim, filter_size=(2, 2, 2), strides=(2, 2, 2),
                      strides, padding, filter_initializer, variable_dtype, name, True)
 
 
-def conv3d_transpose_with_blocks(conv_input, output_dim, filter_size=(2, 2, 2),
+def conv3d_transpose_with_blocks(x, output_dim, filter_size=(2, 2, 2),
                                  strides=(2, 2, 2), padding="SAME", d_blocks_dim=None,
                                  h_blocks_dim=None, filter_initializer=None,
                                  variable_dtype=None, name=None):
   """conv3d_transpose of a volume cut into d/h blocks."""
-  return _conv_layer(conv_input, output_dim,
+  return _conv_layer(x, output_dim,
                      _as_tuple(filter_size, 3, "conv3d_transpose_with_blocks",
                                "filter_size"),
                      strides, padding, filter_initializer, variable_dtype, name, True,
                      [d_blocks_dim, h_blocks_dim, None])
 
 
-def conv1d(x, output_dim, filter_size=3, stride=1, padding="SAME",
-           filter_initializer=None, variable_dtype=None, name=None):
+def conv1d(x, output_dim, filter_size=3, stride=1, **kw_args):
   """1-D convolution of x [batch..., length, in] to [batch..., length', output_dim].
 
-  Runs conv2d over an inserted "fake_height" dim of size 1.
+  Runs conv2d over an inserted "fake_height" dim of size 1; kw_args go to conv2d
+  (padding="SAME", filter_initializer, variable_dtype, name).
   """
+  unknown = set(kw_args) - {"padding", "filter_initializer", "variable_dtype", "name"}
+  if unknown:
+    raise TypeError("conv1d got unexpected keyword arguments %s" % sorted(unknown))
+  padding = kw_args.get("padding", "SAME")
+  filter_initializer = kw_args.get("filter_initializer")
+  variable_dtype = kw_args.get("variable_dtype")
+  name = kw_args.get("name")
   if x.shape.ndims < 2:
     raise ShapeError("conv1d: input %s has shape %s; it needs [batch dims..., length, "
                      "channels]" % (x.name, x.shape), tensor=x.name)
@@ -245,13 +254,18 @@ def conv1d(x, output_dim, filter_size=3, stride=1, padding="SAME",
 
 
 def separable_conv1d(x, output_dim, min_relative_pos=-1, max_relative_pos=1,
-                     depthwise_filter_initializer=None, pointwise_filter_initializer=None,
-                     variable_dtype=None, use_bias=True, name=None):
+                     depthwise_filter_initializer_scale=1.0,
+                     pointwise_filter_initializer_scale=1.0, name=None, use_bias=True,
+                     kernel_depth_weights=None, depthwise_filter_initializer=None,
+                     pointwise_filter_initializer=None, variable_dtype=None):
   """Depthwise 1-D convolution along x's length dim, then a pointwise projection.
 
-  out[t, o] = sum_c pointwise[c, o] * sum_k depthwise[k, c] * x[t + min_relative_pos + k, c]
+  out[t, o] = sum_c pointwise[c, o] * sum_k w_k depthwise[k, c] x[t + min_relative_pos + k, c]
   (+ bias[o]), for k in 0 .. max_relative_pos - min_relative_pos, with zeros past the ends.
-  x is [batch..., length, channels].
+  x is [batch..., length, channels]. As in the original, the filters are drawn from
+  random-normal initializers with stddev *_initializer_scale (depthwise) and
+  *_initializer_scale / sqrt(channels) (pointwise) unless initializers are given, and
+  kernel_depth_weights (a list, one per tap; default all 1) scales each tap.
   """
   what = "separable_conv1d"
   if x.shape.ndims < 2:
@@ -265,6 +279,15 @@ def separable_conv1d(x, output_dim, min_relative_pos=-1, max_relative_pos=1,
     raise ShapeError("%s: output_dim %s has the name of a dim of input %s %s" % (
         what, output_dim, x.name, x.shape), tensor=x.name, dim=output_dim.name)
   size_dim = Dimension("depthwise_filter_size", max_relative_pos - min_relative_pos + 1)
+  if kernel_depth_weights is not None and len(kernel_depth_weights) != size_dim.size:
+    raise ShapeError("%s: %d kernel_depth_weights for %d taps" % (
+        what, len(kernel_depth_weights), size_dim.size), tensor=x.name)
+  if depthwise_filter_initializer is None:
+    depthwise_filter_initializer = tf.random_normal_initializer(
+        stddev=depthwise_filter_initializer_scale)
+  if pointwise_filter_initializer is None:
+    pointwise_filter_initializer = tf.random_normal_initializer(
+        stddev=pointwise_filter_initializer_scale / input_dim.size ** 0.5)
   if variable_dtype is None:
     variable_dtype = VariableDType(activation_dtype=x.dtype)
   with variable_scope(_scope_name(x, name, what)):
@@ -277,6 +300,8 @@ def separable_conv1d(x, output_dim, min_relative_pos=-1, max_relative_pos=1,
       taps = mtf_slice(depthwise, k, 1, size_dim.name)
       shifted = shift(x, -(min_relative_pos + k), length_dim.name, wrap=False)
       term = einsum([shifted, taps], output_shape=x.shape)
+      if kernel_depth_weights is not None:
+        term *= float(kernel_depth_weights[k])
       total = term if total is None else total + term
     y = einsum([total, pointwise], output_shape=x.shape.dims[:-1] + [output_dim])
     if use_bias:

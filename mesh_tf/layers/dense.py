@@ -6,7 +6,7 @@ import tensorflow as tf
 from mesh_tf.errors import ShapeError
 from mesh_tf.layers import initializers
 from mesh_tf.layers.scoping import layer_scope
-from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops.variables import VariableDType, get_variable
 from mesh_tf.shapes import Shape, convert_to_dimension
@@ -26,7 +26,7 @@ def _dim_list(dims):
 
 def us_einsum(xs, *args, **kwargs):
   """mtf.einsum, divided by sqrt(contracted size) under the unit-scaling convention."""
-  y = einsum_ops.einsum(xs, *args, **kwargs)
+  y = einsum(xs, *args, **kwargs)
   if initializers.unit_scaling_convention():
     inputs = set(d for x in xs for d in x.shape.dims)
     contracted = [d for d in inputs if d not in y.shape.dims]

@@ -11,10 +11,10 @@ from mesh_tf.layers.attention import dot_product_attention, multihead_attention_
 from mesh_tf.layers.masks import (NEG_INF, attention_bias_local_2d_block,
                                   attention_bias_local_block)
 from mesh_tf.layers.scoping import layer_scope
-from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import indexing
-from mesh_tf.ops import reshape as reshape_ops
+from mesh_tf.ops.reshape import rename_dimension, reshape
 from mesh_tf.ops import slicing
 from mesh_tf.ops.halo import halo_exchange_sides, left_halo_exchange
 from mesh_tf.shapes import Dimension, Shape
@@ -97,7 +97,7 @@ def masked_local_attention_1d(x, kv_channels, heads, is_training=True, window_si
                                         master_dtype, slice_dtype, x.dtype)
     wq, wk, wv, wo = params
     qkv_shape = Shape(batch_dims + [heads, length, kv_channels])
-    q, k, v = [einsum_ops.einsum([x, w], qkv_shape) for w in (wq, wk, wv)]
+    q, k, v = [einsum([x, w], qkv_shape) for w in (wq, wk, wv)]
     if return_kv is not None:
       return_kv.extend([k, v])
     per_split = length.size if length_per_split is None else length_per_split
@@ -108,11 +108,11 @@ def masked_local_attention_1d(x, kv_channels, heads, is_training=True, window_si
     query_block = Dimension("query_block_length", block)
     memory_block = Dimension("memory_block_length", block)
     blocks = Dimension(length.name, length.size // block)
-    q = reshape_ops.reshape(q, batch_dims + [heads, blocks, query_block, kv_channels])
+    q = reshape(q, batch_dims + [heads, blocks, query_block, kv_channels])
     kv_shape = batch_dims + [heads, blocks, memory_block, kv_channels]
-    k = left_halo_exchange(reshape_ops.reshape(k, kv_shape), blocks, memory_block,
+    k = left_halo_exchange(reshape(k, kv_shape), blocks, memory_block,
                            window_size)
-    v = left_halo_exchange(reshape_ops.reshape(v, kv_shape), blocks, memory_block,
+    v = left_halo_exchange(reshape(v, kv_shape), blocks, memory_block,
                            window_size)
     padded = Dimension(memory_block.name, window_size + block)
     memory_pos = indexing.mtf_range(x.mesh, padded, tf.int32)
@@ -121,12 +121,12 @@ def masked_local_attention_1d(x, kv_channels, heads, is_training=True, window_si
     mask = (ew.cast(ew.greater(memory_pos, query_pos), x.dtype) +
             ew.cast(ew.less_equal(memory_pos, query_pos - window_size), x.dtype)) * NEG_INF
     o = dot_product_attention(q, k, v, mask)
-    o = reshape_ops.reshape(o, batch_dims + [heads, length, kv_channels])
-    return einsum_ops.einsum([o, wo], x.shape)
+    o = reshape(o, batch_dims + [heads, length, kv_channels])
+    return einsum([o, wo], x.shape)
 
 
 def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
-                                          master_dtype=tf.float32, slice_dtype=tf.float32,
+                                          master_dtype=None, slice_dtype=None,
                                           params=None, name=None):
   """One decoding step of masked_local_attention_1d with a ring-buffer cache.
 
@@ -135,7 +135,9 @@ def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
     prev_k, prev_v: [batch..., heads, window_length, kv_channels]; position
       step_num % window_length is overwritten.
     step_num: int32 scalar mtf Tensor.
-    master_dtype, slice_dtype, params, name: as for masked_local_attention_1d.
+    master_dtype, slice_dtype: variable precisions (default float32; used only when
+      params is None).
+    params, name: as for masked_local_attention_1d.
 
   Returns:
     (y [batch..., io_channels], new_k, new_v).
@@ -146,19 +148,20 @@ def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
   with layer_scope(x.graph, name, "multihead_attention"):
     if params is None:
       params = multihead_attention_vars(x.mesh, heads, io_channels, kv_channels,
-                                        master_dtype, slice_dtype, x.dtype)
+                                        master_dtype or tf.float32,
+                                        slice_dtype or tf.float32, x.dtype)
     wq, wk, wv, wo = params
     qkv_shape = Shape(batch_dims + [heads, kv_channels])
-    q, k, v = [einsum_ops.einsum([x, w], qkv_shape) for w in (wq, wk, wv)]
+    q, k, v = [einsum([x, w], qkv_shape) for w in (wq, wk, wv)]
     current = ew.equal(indexing.mtf_range(x.mesh, window_length, tf.int32),
                        ew.mod(step_num, window_length.size))
     k = ew.where(current, k, prev_k, output_shape=prev_k.shape)
     v = ew.where(current, v, prev_v, output_shape=prev_v.shape)
     o = dot_product_attention(q, k, v, None)
-    return einsum_ops.einsum([o, wo], x.shape), k, v
+    return einsum([o, wo], x.shape), k, v
 
 
-def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
+def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads, is_training,
                                         memory_w_dim=None, mask_right=False,
                                         master_dtype=tf.float32, slice_dtype=tf.float32,
                                         name=None):
@@ -171,6 +174,7 @@ def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   Args:
     query_antecedent: input tensor.
     kv_channels, heads: Dimensions.
+    is_training: accepted as in the original (this layer has no dropout).
     memory_w_dim: unused (the memory dim is "memory_<w_dim name>"); kept for the
       original signature.
     mask_right: causal attention.
@@ -180,6 +184,7 @@ def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   Returns:
     query_antecedent's shape.
   """
+  del is_training
   del memory_w_dim
   if query_antecedent.shape.ndims != 4:
     raise ShapeError("local_self_attention_spatial_blocks: %s %s must be [batch, "
@@ -191,24 +196,25 @@ def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
     wq, wk, wv, wo = multihead_attention_vars(
         query_antecedent.mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
         query_antecedent.dtype)
-    memory = reshape_ops.rename_dimension(query_antecedent, w_dim.name,
+    memory = rename_dimension(query_antecedent, w_dim.name,
                                           "memory_" + w_dim.name)
     memory_w_dim = memory.shape.dims[2]
-    q = einsum_ops.einsum([query_antecedent, wq],
+    q = einsum([query_antecedent, wq],
                           [batch, heads, num_w_blocks, w_dim, kv_channels])
     kv_shape = [batch, heads, num_w_blocks, memory_w_dim, kv_channels]
-    k, v = local_1d_halo_exchange(einsum_ops.einsum([memory, wk], kv_shape),
-                                  einsum_ops.einsum([memory, wv], kv_shape),
+    k, v = local_1d_halo_exchange(einsum([memory, wk], kv_shape),
+                                  einsum([memory, wv], kv_shape),
                                   num_w_blocks, memory_w_dim, mask_right)
     mask = None
     if mask_right:
       mask = attention_bias_local_block(query_antecedent.mesh, w_dim, memory_w_dim)
     o = dot_product_attention(q, k, v, mask)
-    return einsum_ops.einsum([o, wo], query_antecedent.shape)
+    return einsum([o, wo], query_antecedent.shape)
 
 
 def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
-                                           memory_h_dim=None, memory_w_dim=None,
+                                           is_training, memory_h_dim=None,
+                                           memory_w_dim=None,
                                            mask_right=False, master_dtype=tf.float32,
                                            slice_dtype=tf.float32, name=None):
   """Self-attention of each image block to itself and its neighbouring blocks.
@@ -222,6 +228,7 @@ def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   Args:
     query_antecedent: input tensor.
     kv_channels, heads: Dimensions.
+    is_training: accepted as in the original (this layer has no dropout).
     memory_h_dim, memory_w_dim: unused (the memory dims are "memory_<h_dim name>" and
       "memory_<w_dim name>"); kept for the original signature.
     mask_right: causal attention in raster order.
@@ -231,6 +238,7 @@ def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   Returns:
     query_antecedent's shape.
   """
+  del is_training
   del memory_h_dim, memory_w_dim
   x = query_antecedent
   if x.shape.ndims != 6:
@@ -241,25 +249,25 @@ def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
   with layer_scope(x.graph, name, "multihead_attention"):
     wq, wk, wv, wo = multihead_attention_vars(x.mesh, heads, io_channels, kv_channels,
                                               master_dtype, slice_dtype, x.dtype)
-    memory = reshape_ops.rename_dimension(x, h_dim.name, "memory_" + h_dim.name)
-    memory = reshape_ops.rename_dimension(memory, w_dim.name, "memory_" + w_dim.name)
+    memory = rename_dimension(x, h_dim.name, "memory_" + h_dim.name)
+    memory = rename_dimension(memory, w_dim.name, "memory_" + w_dim.name)
     memory_h_dim, memory_w_dim = memory.shape.dims[3:5]
     blocks = [batch, heads, num_h_blocks, num_w_blocks]
-    q = einsum_ops.einsum([x, wq], blocks + [h_dim, w_dim, kv_channels])
+    q = einsum([x, wq], blocks + [h_dim, w_dim, kv_channels])
     kv_shape = blocks + [memory_h_dim, memory_w_dim, kv_channels]
-    k, v = local_2d_halo_exchange(einsum_ops.einsum([memory, wk], kv_shape),
-                                  einsum_ops.einsum([memory, wv], kv_shape),
+    k, v = local_2d_halo_exchange(einsum([memory, wk], kv_shape),
+                                  einsum([memory, wv], kv_shape),
                                   num_h_blocks, memory_h_dim, num_w_blocks, memory_w_dim,
                                   mask_right)
     # dot_product_attention reduces one memory dim, so both memory axes become one.
     memory_dim = Dimension("memory_positions",
                            k.shape.get_dim_by_name(memory_h_dim.name).size *
                            k.shape.get_dim_by_name(memory_w_dim.name).size)
-    k, v = [reshape_ops.reshape(t, blocks + [memory_dim, kv_channels]) for t in (k, v)]
+    k, v = [reshape(t, blocks + [memory_dim, kv_channels]) for t in (k, v)]
     mask = None
     if mask_right:
       mask = attention_bias_local_2d_block(x.mesh, h_dim, w_dim, memory_h_dim,
                                            memory_w_dim)
-      mask = reshape_ops.reshape(mask, [h_dim, w_dim, memory_dim])
+      mask = reshape(mask, [h_dim, w_dim, memory_dim])
     o = dot_product_attention(q, k, v, mask)
-    return einsum_ops.einsum([o, wo], x.shape)
+    return einsum([o, wo], x.shape)

@@ -44,6 +44,6 @@ def sigmoid_cross_entropy_with_logits(logits, targets):
   return ew.relu(logits) - logits * targets + ew.log1p(ew.exp(-ew.abs(logits)))
 
 
-def weights_nonzero(targets, dtype=tf.int32):
+def weights_nonzero(targets, dtype=tf.float32):
   """1 where targets is nonzero (a real token), 0 where it is padding, in dtype."""
   return ew.cast(ew.not_equal(targets, ew.zeros_like(targets)), dtype)

@@ -9,7 +9,7 @@ from mesh_tf.errors import ShapeError
 from mesh_tf.ops import creation
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import indexing
-from mesh_tf.ops import reshape as reshape_ops
+from mesh_tf.ops.reshape import rename_dimension
 from mesh_tf.ops import slicing
 from mesh_tf.shapes import Dimension
 
@@ -19,7 +19,7 @@ NEG_INF = -1e9
 def rename_length_to_memory_length(x, length_name="length",
                                    memory_length_name="memory_length"):
   """x with its length dim renamed to memory_length (keys/values vs queries)."""
-  return reshape_ops.rename_dimension(x, length_name, memory_length_name)
+  return rename_dimension(x, length_name, memory_length_name)
 
 
 def _blocked(condition, dtype):

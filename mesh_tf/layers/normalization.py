@@ -10,7 +10,7 @@ import tensorflow as tf
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import variable_scope
 from mesh_tf.layers.scoping import layer_scope
-from mesh_tf.ops import assign as assign_ops
+from mesh_tf.ops.assign import assign
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import reduce as reduce_ops
 from mesh_tf.ops.variables import get_variable
@@ -104,9 +104,9 @@ def batch_norm(x, is_training, momentum, epsilon=1e-9, dims_idx_start=0,
       variance = reduce_ops.reduce_mean(ew.square(centered), output_shape=stats_shape)
       normalized = centered * ew.rsqrt(variance + epsilon)
       updates = [
-          assign_ops.assign(moving_mean, moving_mean * momentum + mean * (1.0 - momentum),
+          assign(moving_mean, moving_mean * momentum + mean * (1.0 - momentum),
                             name="bn_mean_update"),
-          assign_ops.assign(moving_variance,
+          assign(moving_variance,
                             moving_variance * momentum + variance * (1.0 - momentum),
                             name="bn_var_update")]
     else:

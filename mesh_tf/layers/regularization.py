@@ -38,8 +38,8 @@ def _step_tensor(mesh, global_step):
   return ew.cast(global_step, tf.float32)
 
 
-def annealed_dropout(x, is_training, start_step, end_step, init_rate, final_rate=0.0,
-                     noise_shape=None, global_step=None):
+def annealed_dropout(x, is_training, start_step, end_step, init_rate=None,
+                     noise_shape=None, name=None, final_rate=0.0, global_step=None):
   """Dropout whose rate moves linearly from init_rate to final_rate between two steps.
 
   Before start_step the rate is init_rate, after end_step final_rate.
@@ -48,12 +48,14 @@ def annealed_dropout(x, is_training, start_step, end_step, init_rate, final_rate
     x: mtf Tensor.
     is_training: no dropout when False.
     start_step, end_step: the steps where annealing starts and ends.
-    init_rate, final_rate: rates at those steps.
+    init_rate, final_rate: rates at those steps (no dropout if init_rate is None).
     noise_shape: dims the mask varies over (default x.shape).
+    name: accepted as in the original (the ops get default names).
     global_step: the step: an mtf scalar, a tf.Variable (read at each lowering), or
       None for tf.compat.v1.train.get_or_create_global_step().
   """
-  if not is_training:
+  del name
+  if not is_training or init_rate is None:
     return x
   if end_step <= start_step:
     raise MtfError("annealed_dropout of %s: end_step %d must be after start_step %d"
@@ -126,14 +128,18 @@ class ActivationGradientSummaryOperation(Operation):
         self.outputs[0], impl.slicewise(tf.identity, lowering.tensors[self.inputs[0]]))
 
 
-def summary_for_clip_activation_gradient(t, name, batch_dims):
+def summary_for_clip_activation_gradient(t, name=None, batch_dims=None):
   """t unchanged; in the backward pass, summaries of its gradient dt to tune clipping.
 
   Two scalars are written: "<name>/grad_rms", the RMS of dt over all of t (the quantity
   clip_activation_gradient compares with clip_rms_norm), and
   "<name>/grad_rms_max_example", the largest RMS of dt over the non-batch dims among the
-  examples indexed by batch_dims (Dimensions or names of t's dims).
+  examples indexed by batch_dims (Dimensions or names of t's dims; default t's first
+  dim). name defaults to "clip_activation_gradient".
   """
+  name = name or "clip_activation_gradient"
+  if batch_dims is None:
+    batch_dims = t.shape.dims[:1]
   dims = []
   for d in batch_dims:
     d_name = d if isinstance(d, str) else d.name

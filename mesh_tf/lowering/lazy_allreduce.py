@@ -10,12 +10,23 @@ same mesh axes sums them locally and stays lazy; any other reader forces the all
 
 
 class LazyAllreduceSum:
-  """A laid-out value still owing a SUM allreduce over mesh_axes."""
+  """A laid-out value still owing a SUM allreduce over mesh_axes.
 
-  def __init__(self, mesh_impl, laid_out, mesh_axes, op_name):
+  Args:
+    mesh_impl: the MeshImpl that will run the allreduce.
+    laid_out_input: the laid-out partial sums.
+    mesh_axes: the mesh axes to sum over.
+    add_counter_fn: optional fn(key, value) told about the allreduce when it is emitted
+      (e.g. Lowering.add_counter).
+    op_name: the mtf op the collective is accounted to.
+  """
+
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes, add_counter_fn=None,
+               op_name=None):
     self.mesh_impl = mesh_impl
-    self.laid_out = laid_out
+    self.laid_out = laid_out_input
     self.mesh_axes = tuple(mesh_axes)
+    self.add_counter_fn = add_counter_fn
     self.op_name = op_name  # collectives emitted by force() are accounted to this op
     self._result = None
 
@@ -32,7 +43,49 @@ class LazyAllreduceSum:
         self._result = impl.allreduce(self.laid_out, list(self.mesh_axes), "SUM")
       finally:
         impl.current_op_name = caller
+      if self.add_counter_fn is not None:
+        self.add_counter_fn("allreduce/%s/SUM" % list(self.mesh_axes), 1)
     return self._result
+
+  def to_laid_out_tensor(self):
+    """The original's name for force()."""
+    return self.force()
+
+
+class LazyLaidOutTensor:
+  """A laid-out value computed only when first needed, by to_laid_out_tensor_fn()."""
+
+  def __init__(self, to_laid_out_tensor_fn, slice_shape):
+    self._fn = to_laid_out_tensor_fn
+    self._slice_shape = slice_shape
+    self._result = None
+
+  @property
+  def slice_shape(self):
+    return self._slice_shape
+
+  def to_laid_out_tensor(self):
+    if self._result is None:
+      self._result = self._fn()
+    return self._result
+
+  def force(self):
+    return self.to_laid_out_tensor()
+
+
+def compatible_lazy_allreduce_sums(xs):
+  """Whether xs are all LazyAllreduceSums owing the same allreduce (so their sum may stay
+  lazy)."""
+  if not xs or not all(isinstance(x, LazyAllreduceSum) for x in xs):
+    return False
+  return all(x.mesh_impl is xs[0].mesh_impl and x.mesh_axes == xs[0].mesh_axes
+             for x in xs)
+
+
+def convert_args_to_laid_out_tensors(xs):
+  """xs with every lazy value (LazyAllreduceSum, LazyLaidOutTensor) made concrete."""
+  return [x.to_laid_out_tensor() if isinstance(x, (LazyAllreduceSum, LazyLaidOutTensor))
+          else x for x in xs]
 
 
 class LaidOutTensors(dict):
@@ -40,7 +93,7 @@ class LaidOutTensors(dict):
 
   def __getitem__(self, x):
     value = dict.__getitem__(self, x)
-    return value.force() if isinstance(value, LazyAllreduceSum) else value
+    return value.force() if isinstance(value, (LazyAllreduceSum, LazyLaidOutTensor)) else value
 
   def get(self, x, default=None):
     return self[x] if x in self else default

@@ -44,7 +44,7 @@ class Lowering:
     self.tensors = lazy_allreduce.LaidOutTensors()
     self.operations = {}
     self._lowered = set()
-    self.counters = collections.Counter()
+    self._counters = collections.Counter()
     self.comm_records = []  # CollectiveRecords of the ops this Lowering emitted
     self._check_meshes_and_layouts()
     self.variables = {}
@@ -75,6 +75,7 @@ class Lowering:
           "asks for shape %s and dtype %s" % (v.name, impl, existing.shape.to_string,
                                               existing.slice_dtype.name, v.shape.to_string,
                                               v.slice_dtype.name), tensor=v.name)
+    v.laid_out_variable = existing  # for Variable.get_master / assign_to_master
     return existing
 
   def mesh_impl(self, m):
@@ -147,14 +148,23 @@ class Lowering:
     self._ensure_lowered(op)
     return self.operations.get(op)
 
-  def set_tensor_lowering(self, x, laid_out):
-    """Records the laid-out value of mtf Tensor x, checking its slice shapes."""
+  @property
+  def counters(self):
+    """{key: count} of what add_counter recorded (e.g. by op kind)."""
+    return self._counters
+
+  def set_tensor_lowering(self, tensor, laid_out_tensor):
+    """Records the laid-out value of mtf Tensor `tensor`, checking its slice shapes."""
+    x, laid_out = tensor, laid_out_tensor
     self.verify_slice_shapes(x, laid_out)
-    if not isinstance(laid_out, lazy_allreduce.LazyAllreduceSum):
+    if not isinstance(laid_out, (lazy_allreduce.LazyAllreduceSum,
+                                 lazy_allreduce.LazyLaidOutTensor)):
       laid_out = self.mesh_impl(x).annotate(x, laid_out)
     self.tensors[x] = laid_out
 
-  def verify_slice_shapes(self, x, laid_out):
+  def verify_slice_shapes(self, tensor, laid_out_tensor):
+    """Raises ShapeError unless the laid-out value has the layout's slice shape."""
+    x, laid_out = tensor, laid_out_tensor
     impl = self.mesh_impl(x)
     expected = impl.slice_shape(x.shape)
     actual = laid_out.slice_shape
@@ -162,11 +172,12 @@ class Lowering:
       raise ShapeError("lowering of %s produced slices of shape %s, expected %s on %r"
                        % (x.name, actual, expected, impl), tensor=x.name)
 
-  def laid_out_size(self, x):
-    return self.mesh_impl(x).laid_out_size(x.shape)
+  def laid_out_size(self, tensor):
+    """Elements of `tensor` stored across all processors (counting replicas)."""
+    return self.mesh_impl(tensor).laid_out_size(tensor.shape)
 
   def add_counter(self, key, value):
-    self.counters[key] += int(value)
+    self._counters[key] += int(value)
 
   # The original kept full-size master variables and copied them to and from the slices
   # around checkpoints. Here the slices are the only state and checkpoints assemble full

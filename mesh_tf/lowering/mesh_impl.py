@@ -8,8 +8,11 @@ a list of per-device tf.Tensors). Its *slices* have the shape `slice_shape(tenso
 each dim split over mesh axis m is divided by the size of m.
 """
 import collections
+import types
 
 import tensorflow as tf
+
+from mesh_tf.lowering import mesh_state
 
 from mesh_tf.shapes import (convert_to_layout_rules, convert_to_shape, list_product,
                             pnum_to_processor_coordinates, processor_groups)
@@ -54,10 +57,10 @@ class MeshImpl:
     self._shape = convert_to_shape(shape)
     self._layout_rules = convert_to_layout_rules(layout_rules)
     self._layout_cache = {}
-    # name -> laid-out variable. Lowerings of any graph on this mesh impl share it, so
-    # variables persist across tf.function traces and across train/eval graphs.
-    self.variable_store = {}
-    self._random_steps = None
+    # Set while a tf.function traces: the state is then shared with the MeshImpls of
+    # other traces of that function (see mesh_state).
+    self._trace_owner = mesh_state.current_trace_owner()
+    self._state = None
     # One CollectiveRecord per collective emitted, appended by record_collective.
     self.comm_log = []
     self.current_op_name = None  # set by Lowering while an op lowers
@@ -87,17 +90,44 @@ class MeshImpl:
   def supports_control_dependencies(self):
     return True
 
+  def state_key(self):
+    """What identifies this mesh for sharing state across traces: backend, mesh shape,
+    layout rules and devices."""
+    devices = getattr(self, "devices", None)
+    return (type(self).__name__, self._shape.to_string, str(self._layout_rules),
+            tuple(devices) if devices is not None else None)
+
+  @property
+  def state(self):
+    """The MeshState (variables, random counter) of this mesh."""
+    if self._state is None:
+      self._state = (mesh_state.MeshState() if self._trace_owner is None else
+                     mesh_state.shared_state(self._trace_owner, self.state_key()))
+      # The state's variables refer back to this MeshImpl; holding the tf.function here
+      # too would keep it (a weak key of mesh_state) alive forever.
+      self._trace_owner = None
+    return self._state
+
+  @property
+  def variable_store(self):
+    """name -> laid-out variable. Every Lowering on this MeshImpl shares it, so variables
+    persist across tf.function traces and across train/eval graphs."""
+    return self.state.variables
+
   def next_random_step(self):
     """Advances this mesh's random-op counter; returns its new value (an int64 tensor).
 
     The counter is a variable created once, eagerly, so each run of a tf.function that
     lowers a random op advances it.
     """
-    if self._random_steps is None:
-      with tf.init_scope():
-        self._random_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                         name="random_steps")
-    return tf.convert_to_tensor(self._random_steps.assign_add(1))
+    return self.state.next_random_step()
+
+  def random(self, shape, tf_fn, kwargs):
+    """A laid-out random tensor of mtf `shape`: tf_fn(full shape, **kwargs), cut to the
+    layout, so replicas agree and the values do not depend on the layout."""
+    shape = convert_to_shape(shape)
+    full = tf_fn(shape.to_integer_list, **dict(kwargs))
+    return self.import_tf_tensor(types.SimpleNamespace(shape=shape, name="random"), full)
 
   def record_collective(self, kind, mesh_axes, slice_shape, dtype):
     """Notes one collective a backend emits, for communication accounting.
@@ -263,7 +293,7 @@ class MeshImpl:
     lazy = [x for x in inputs if isinstance(x, LazyAllreduceSum)]
     if lazy and len(lazy) == len(inputs) and len({x.mesh_axes for x in lazy}) == 1:
       return LazyAllreduceSum(self, self.slicewise(fn, *[x.laid_out for x in lazy]),
-                              lazy[0].mesh_axes, self.current_op_name)
+                              lazy[0].mesh_axes, op_name=self.current_op_name)
     return self.slicewise(fn, *[x.force() if isinstance(x, LazyAllreduceSum) else x
                                 for x in inputs])
 

@@ -1,4 +1,11 @@
-"""Writing variables (`assign`, `assign_add`, `assign_sub`) and ordering (`depend`)."""
+"""Writing variables (`assign`, `assign_add`, `assign_sub`) and ordering (`depend`).
+
+An assign function has the original's contract `assign_fn(variable, slice_var, value)`:
+`variable` is the mtf Variable, `slice_var` the TF variable holding one processor's slice
+(for the SIMD emulation: all slices at once) and `value` the new value of that slice.
+"""
+import inspect
+
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
@@ -6,19 +13,44 @@ from mesh_tf.graph import Operation
 from mesh_tf.ops.variables import as_variable
 
 
-def assign_slice(variable, slice_var):
-  """Per-slice writer: variable := value."""
-  return variable.assign(slice_var)
+def assign_slice(variable, slice_var, val):
+  """Per-slice writer: slice_var := val (variable is the mtf Variable, unused)."""
+  del variable
+  return slice_var.assign(val)
 
 
-def assign_add_slice(variable, slice_var):
-  """Per-slice writer: variable += value."""
-  return variable.assign_add(slice_var)
+def assign_add_slice(variable, slice_var, val):
+  """Per-slice writer: slice_var += val."""
+  del variable
+  return slice_var.assign_add(val)
 
 
-def assign_sub_slice(variable, slice_var):
-  """Per-slice writer: variable -= value."""
-  return variable.assign_sub(slice_var)
+def assign_sub_slice(variable, slice_var, val):
+  """Per-slice writer: slice_var -= val."""
+  del variable
+  return slice_var.assign_sub(val)
+
+
+def _takes_three_arguments(fn):
+  try:
+    params = inspect.signature(fn).parameters.values()
+  except (TypeError, ValueError):
+    return True
+  if any(p.kind == p.VAR_POSITIONAL for p in params):
+    return True
+  return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+              and p.default is p.empty]) >= 3
+
+
+def slice_writer(assign_fn, variable):
+  """The backends' per-slice writer (slice_var, value) for assign_fn and mtf variable.
+
+  Two-argument functions `fn(slice_var, value)`, which earlier versions of this port
+  took, are still accepted.
+  """
+  if _takes_three_arguments(assign_fn):
+    return lambda slice_var, val: assign_fn(variable, slice_var, val)
+  return assign_fn
 
 
 def _group(ops):
@@ -46,14 +78,19 @@ class Assign(Operation):
     return self._variables
 
   @property
+  def assign_fn(self):
+    """The per-slice writer, assign_fn(variable, slice_var, value)."""
+    return self._assign_fn
+
+  @property
   def has_gradient(self):
     return False
 
   def lower(self, lowering):
     ops = []
     for v, x in zip(self._variables, self.inputs):
-      ops.extend(lowering.variables[v].assign_to_slices(self._assign_fn,
-                                                        lowering.tensors[x]))
+      ops.extend(lowering.variables[v].assign_to_slices(
+          slice_writer(self._assign_fn, v), lowering.tensors[x]))
     lowering.operations[self] = _group(ops)
 
 

@@ -40,7 +40,7 @@ class WhileLoopOperation(Operation):
   """
 
   def __init__(self, cond_fn, body_fn, inputs, tf_kwargs=None, has_accumulators=False,
-               name=None):
+               name="while_loop"):
     inputs = _as_tensor_list(inputs, "input", name or "while_loop")
     if not inputs:
       raise ShapeError("while_loop needs at least one loop variable")

@@ -15,7 +15,8 @@ class ImportOperation(Operation):
   placeholder, whose value each Lowering takes from its `feeds`.
   """
 
-  def __init__(self, mesh, tf_value, shape, name=None):
+  def __init__(self, mesh, tf_tensor, shape, name=None):
+    tf_value = tf_tensor
     super().__init__([], mesh=mesh, name=name or "import")
     shape = convert_to_shape(shape)
     static = getattr(tf_value, "shape", None)

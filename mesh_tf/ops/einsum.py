@@ -99,7 +99,7 @@ class EinsumOperation(Operation):
       ins.append(laid)
     out = impl.slicewise(lambda *slices: impl.einsum(equation, *slices), *ins)
     if reduced_axes:  # allreduced when first read, after any add_n of partial sums
-      out = LazyAllreduceSum(impl, out, reduced_axes, self.name)
+      out = LazyAllreduceSum(impl, out, reduced_axes, op_name=self.name)
     all_dims = shape_union([x.shape for x in self.inputs])
     lowering.add_counter("einsum", list_product(all_dims.to_integer_list))
     lowering.set_tensor_lowering(y, out)

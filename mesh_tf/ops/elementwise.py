@@ -15,6 +15,12 @@ from mesh_tf.shapes import Shape, convert_to_shape, is_subsequence, shape_union
 
 
 # ---------------------------------------------------------------- unary ops, one row each
+# Unary ops whose `name` parameter defaults to the op's name in the original.
+_NAMED_BY_DEFAULT = frozenset([
+    "identity", "negative", "exp", "log", "sqrt", "rsqrt", "square", "reciprocal",
+    "sigmoid", "tanh", "sin", "cos", "relu", "sign", "logical_not"])
+
+
 def _unary(op_name, tf_fn, grad=None, output_dtype=None):
   """Makes the public function for one elementwise unary op.
 
@@ -35,6 +41,9 @@ def _unary(op_name, tf_fn, grad=None, output_dtype=None):
     return cwise(tf_fn, [x], output_dtype=output_dtype, grad_function=grad_fn,
                  name=name or op_name)
   public_fn.__name__ = op_name
+  public_fn.__qualname__ = op_name
+  if op_name in _NAMED_BY_DEFAULT:
+    public_fn.__defaults__ = (op_name,)
   public_fn.__doc__ = "Elementwise %s of an mtf Tensor." % op_name
   return public_fn
 
@@ -69,13 +78,13 @@ gelu = _unary("gelu", lambda t: 0.5 * t * (1.0 + tf.tanh(
 mtf_abs = abs
 
 
-def leaky_relu(x, alpha=0.2, name=None):
+def leaky_relu(x, alpha=0.2, name="leaky_relu"):
   """max(x, alpha * x), elementwise."""
   return cwise(lambda t: tf.nn.leaky_relu(t, alpha), [x], grad_function=generic_gradient,
                name=name or "leaky_relu")
 
 
-def cast(x, dtype, name=None):
+def cast(x, dtype, name="cast"):
   """Casts x to dtype; the gradient is cast back when both are floating."""
   dtype = tf.as_dtype(dtype)
   if x.dtype == dtype:
@@ -167,8 +176,8 @@ def broadcasting_op(tf_fn, xs, output_shape=None, output_dtype=None, grad_functi
                 output_dtype=output_dtype or xs[0].dtype, grad_function=grad_function,
                 name=name)
   if compute_shape != out_shape:
-    from mesh_tf.ops import reshape as reshape_ops  # pylint: disable=g-import-not-at-top
-    y = reshape_ops.broadcast(y, out_shape)
+    from mesh_tf.ops.reshape import broadcast  # pylint: disable=g-import-not-at-top
+    y = broadcast(y, out_shape)
   return y
 
 
@@ -192,6 +201,9 @@ def _binary(op_name, tf_fn, grads=None, output_dtype=None):
                            grad_function=grad_function if grads else None,
                            name=name or op_name)
   public_fn.__name__ = op_name
+  public_fn.__qualname__ = op_name
+  if op_name in _NAMED_BY_DEFAULT:
+    public_fn.__defaults__ = (op_name,)
   public_fn.__doc__ = "Elementwise %s, broadcasting by dimension name." % op_name
   return public_fn
 
@@ -204,8 +216,16 @@ minimum = _binary("minimum", tf.minimum, lambda a, b, y, dy: (
     dy * cast(less_equal(a, b), dy.dtype), dy * cast(greater(a, b), dy.dtype)))
 maximum = _binary("maximum", tf.maximum, lambda a, b, y, dy: (
     dy * cast(greater_equal(a, b), dy.dtype), dy * cast(less(a, b), dy.dtype)))
-pow = _binary("pow", tf.pow, lambda a, b, y, dy: (  # pylint: disable=redefined-builtin
-    dy * b * pow(a, b - 1.0), dy * y * log(where(greater(a, 0.0), a, ones_like(a)))))
+_binary_pow = _binary("pow", tf.pow, lambda a, b, y, dy: (
+    dy * b * _binary_pow(a, b - 1.0),
+    dy * y * log(where(greater(a, 0.0), a, ones_like(a)))))
+
+
+def pow(x, y, output_shape=None, name=None):  # pylint: disable=redefined-builtin
+  """x ** y, elementwise, broadcasting by dim name (either may be a Python number)."""
+  return _binary_pow(x, y, output_shape=output_shape, name=name)
+
+
 mtf_pow = pow
 floordiv = _binary("floordiv", tf.math.floordiv)
 mod = _binary("mod", tf.math.floormod)
@@ -237,7 +257,7 @@ class AddNOperation(Operation):
     axes = {r.mesh_axes if isinstance(r, LazyAllreduceSum) else None for r in raw}
     if len(axes) == 1 and None not in axes:
       summed = impl.slicewise(lambda *s: tf.add_n(list(s)), *[r.laid_out for r in raw])
-      out = LazyAllreduceSum(impl, summed, axes.pop(), self.name)
+      out = LazyAllreduceSum(impl, summed, axes.pop(), op_name=self.name)
     else:
       out = impl.slicewise(lambda *s: tf.add_n(list(s)),
                            *[lowering.tensors[x] for x in self.inputs])
@@ -257,14 +277,21 @@ def add_n(xs, name=None):
   return total
 
 
-def ones_like(x):
+def ones_like(t):
+  """Ones of t's shape and dtype."""
   from mesh_tf.ops import creation  # pylint: disable=g-import-not-at-top
-  return creation.ones(x.mesh, x.shape, dtype=x.dtype)
+  return creation.ones(t.mesh, t.shape, dtype=t.dtype)
 
 
-def zeros_like(x):
+def zeros_like(t):
+  """Zeros of t's shape and dtype."""
   from mesh_tf.ops import creation  # pylint: disable=g-import-not-at-top
-  return creation.zeros(x.mesh, x.shape, dtype=x.dtype)
+  return creation.zeros(t.mesh, t.shape, dtype=t.dtype)
+
+
+def squared_relu(x):
+  """relu(x) squared, elementwise."""
+  return square(relu(x))
 
 
 def where(condition, if_true, if_false, output_shape=None, name=None):

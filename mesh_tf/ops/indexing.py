@@ -102,10 +102,11 @@ def cumsum(x, dim, exclusive=False, reverse=False):
   return reshape(out, x.shape)
 
 
-def top_1(x, reduced_dim, dtype=tf.int32, name=None):
+def top_1(x, reduced_dim, name=None, dtype=tf.int32):
   """(argmax, max) of x over reduced_dim, as in the original: `index, value = top_1(...)`.
 
-  On ties the index is the last position holding the max (the original's choice).
+  On ties the index is the last position holding the max (the original's choice). The
+  index has dtype `dtype` (int32, the original's).
   """
   reduced_dim = convert_to_dimension(reduced_dim)
   max_val = reduce_max(x, reduced_dim=reduced_dim, name=name)
@@ -114,6 +115,6 @@ def top_1(x, reduced_dim, dtype=tf.int32, name=None):
   return reduce_max(index, reduced_dim=reduced_dim), max_val
 
 
-def argmax(x, reduced_dim):
-  """Index of the max of x over reduced_dim."""
-  return top_1(x, reduced_dim)[0]
+def argmax(x, reduced_dim, name=None):
+  """Index (int32) of the max of x over reduced_dim."""
+  return top_1(x, reduced_dim, name=name)[0]

@@ -39,6 +39,9 @@ class BinaryOpWithBroadcasting(SlicewiseOperation):
     super().__init__(fn, [x1, x2], output_shape, output_dtype, grad_function=grad_function,
                      name=name or "binary_op")
 
+  def gradient(self, unused_grad_ys):
+    return super().gradient(unused_grad_ys)
+
 
 class AddOperation(BinaryOpWithBroadcasting):
   """x1 + x2 broadcast to output_shape; each gradient is summed back to its input shape."""
@@ -47,6 +50,9 @@ class AddOperation(BinaryOpWithBroadcasting):
     super().__init__(tf.add, x1, x2, output_shape, x1.dtype, name=name or "add",
                      grad_function=lambda op, dys: [
                          _sum_to_shape(dys[0], x.shape) for x in op.inputs])
+
+  def gradient(self, grad_ys):
+    return SlicewiseOperation.gradient(self, grad_ys)
 
 
 def _min_max_gradient(op, grad_ys):
@@ -64,6 +70,9 @@ class MinMaxOperation(BinaryOpWithBroadcasting):
   def __init__(self, tf_fn, x1, x2, output_shape, name=None):
     super().__init__(tf_fn, x1, x2, output_shape, x1.dtype, name=name or "min_max",
                      grad_function=_min_max_gradient)
+
+  def gradient(self, grad_ys):
+    return SlicewiseOperation.gradient(self, grad_ys)
 
 
 class ScalarMultiplyOperation(SlicewiseOperation):

@@ -106,7 +106,7 @@ class PoolOperation(_PoolBase):
     self._add_output(self._pooled_shape, x.dtype)
 
   def gradient(self, grad_ys):
-    return [PoolBackPropOperation(grad_ys[0], self.inputs[0], self.outputs[0], self._ksize,
+    return [PoolBackPropOperation(self.inputs[0], self.outputs[0], grad_ys[0], self._ksize,
                                   self._strides, self._pool_fn_string).outputs[0]]
 
   def lower(self, lowering):
@@ -122,7 +122,7 @@ class PoolOperation(_PoolBase):
 class PoolBackPropOperation(_PoolBase):
   """Gradient of PoolOperation: dx from dy, the pooled input x and its output y."""
 
-  def __init__(self, dy, x, y, ksize, strides, pool_fn_string, name=None):
+  def __init__(self, x, y, dy, ksize, strides, pool_fn_string, name=None):
     what = name or "pool_backprop"
     super().__init__([dy, x, y], name=what)
     self._setup(x, ksize, strides, pool_fn_string, what)
@@ -175,7 +175,7 @@ class PoolBackPropOperation(_PoolBase):
     self._lower_with(lowering, fn)
 
 
-def pool_backprop(dy, x, y, ksize, strides, pool_fn_string, name=None):
+def pool_backprop(x, y, dy, ksize, strides, pool_fn_string, name=None):
   """Gradient of pooling w.r.t. its input x, given y = pool(x) and dy."""
-  return PoolBackPropOperation(dy, x, y, ksize, strides, pool_fn_string,
+  return PoolBackPropOperation(x, y, dy, ksize, strides, pool_fn_string,
                                name=name).outputs[0]

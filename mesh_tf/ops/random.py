@@ -62,19 +62,51 @@ def global_flat_index(slice_shape, begin, full_shape):
   return index
 
 
-class RandomOperation(Operation):
-  """Uniform or normal random values of a given shape."""
+# TF samplers the counter-based generator reproduces: fn -> (distribution, its kwargs
+# with defaults).
+_COUNTER_BASED = {
+    tf.random.uniform: ("uniform", {"minval": 0.0, "maxval": 1.0}),
+    tf.random.normal: ("normal", {"mean": 0.0, "stddev": 1.0}),
+    tf.compat.v1.random_uniform: ("uniform", {"minval": 0.0, "maxval": 1.0}),
+    tf.compat.v1.random_normal: ("normal", {"mean": 0.0, "stddev": 1.0}),
+}
 
-  def __init__(self, mesh, shape, distribution, params, dtype, seed=None, name=None):
-    super().__init__([], mesh=mesh, name=name or "random_" + distribution)
-    self._distribution = distribution
-    self._params = params
+
+class RandomOperation(Operation):
+  """Random values of `shape` drawn as `tf_fn(shape, **kwargs)` would draw them.
+
+  For tf.random.uniform and tf.random.normal (what random_uniform/random_normal use) the
+  values come from the layout-independent counter-based generator, with `minval`,
+  `maxval` / `mean`, `stddev`, `dtype` and `seed` taken from kwargs. Any other sampler
+  (e.g. tf.random.truncated_normal) is called on the full shape by `MeshImpl.random` and
+  the result cut to the layout.
+  """
+
+  def __init__(self, mesh, shape, tf_fn, **kwargs):
+    kwargs = dict(kwargs)
+    name = kwargs.pop("name", None)
+    dtype = tf.as_dtype(kwargs.get("dtype", tf.float32))
+    known = _COUNTER_BASED.get(tf_fn)
+    super().__init__([], mesh=mesh,
+                     name=name or "random_" + (known[0] if known else "values"))
+    self._tf_fn, self._kwargs = tf_fn, kwargs
+    self._distribution = known[0] if known else None
+    if known:
+      extra = set(kwargs) - set(known[1]) - {"dtype", "seed"}
+      if extra:
+        raise ShapeError("random op %r: %s takes no argument(s) %s" % (
+            self.name, getattr(tf_fn, "__name__", tf_fn), sorted(extra)), op=self.name)
+      self._params = {k: kwargs.get(k, v) for k, v in known[1].items()}
+    seed = kwargs.get("seed")
     self._seed = zlib.crc32(self.name.encode()) if seed is None else int(seed)
     self._add_output(convert_to_shape(shape), dtype)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     y = self.outputs[0]
+    if self._distribution is None:
+      lowering.set_tensor_lowering(y, impl.random(y.shape, self._tf_fn, self._kwargs))
+      return
     sizes = impl.slice_shape(y.shape)
     full = y.shape.to_integer_list
     if 2 * y.shape.size >= 2 ** 32:
@@ -98,18 +130,16 @@ class RandomOperation(Operation):
     lowering.set_tensor_lowering(y, impl.slicewise(fn, impl.laid_out_slice_begin(y.shape)))
 
 
-def random_uniform(mesh, shape, minval=0.0, maxval=1.0, dtype=tf.float32, seed=None,
-                   name=None):
-  """Uniform random values in [minval, maxval)."""
-  return RandomOperation(mesh, shape, "uniform", {"minval": minval, "maxval": maxval},
-                         tf.as_dtype(dtype), seed=seed, name=name).outputs[0]
+def random_uniform(mesh, shape, **kwargs):
+  """Uniform random values in [minval, maxval) (kwargs of tf.random.uniform: minval=0,
+  maxval=1, dtype=float32, seed, name)."""
+  return RandomOperation(mesh, shape, tf.random.uniform, **kwargs).outputs[0]
 
 
-def random_normal(mesh, shape, mean=0.0, stddev=1.0, dtype=tf.float32, seed=None,
-                  name=None):
-  """Normally distributed random values."""
-  return RandomOperation(mesh, shape, "normal", {"mean": mean, "stddev": stddev},
-                         tf.as_dtype(dtype), seed=seed, name=name).outputs[0]
+def random_normal(mesh, shape, **kwargs):
+  """Normally distributed random values (kwargs of tf.random.normal: mean=0, stddev=1,
+  dtype=float32, seed, name)."""
+  return RandomOperation(mesh, shape, tf.random.normal, **kwargs).outputs[0]
 
 
 def dropout(x, is_training=True, keep_prob=None, rate=None, noise_shape=None, name=None):

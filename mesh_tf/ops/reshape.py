@@ -78,9 +78,9 @@ def reshape(x, new_shape, name="reshape"):
 class BroadcastOperation(Operation):
   """Expands x to new_shape, a superset of its dims (any order)."""
 
-  def __init__(self, x, new_shape, name=None):
+  def __init__(self, x, output_shape, name=None):
     super().__init__([x], name=name or "broadcast")
-    new_shape = convert_to_shape(new_shape)
+    new_shape = convert_to_shape(output_shape)
     missing = [str(d) for d in x.shape.dims if d not in new_shape.dims]
     if missing:
       raise ShapeError("cannot broadcast %s %s to %s: dims %s are missing from the target"
@@ -137,7 +137,7 @@ def replace_dimensions(tensor_or_shape, old_dim_or_dims, new_dim_or_dims):
   return Shape(dims[:start] + new + dims[start + len(old):])
 
 
-def transpose(x, new_shape, name=None):
+def transpose(x, new_shape, name="transpose"):
   """x with its dims reordered to new_shape."""
   from mesh_tf.ops.einsum import einsum  # pylint: disable=g-import-not-at-top
   new_shape = convert_to_shape(new_shape)

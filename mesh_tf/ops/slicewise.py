@@ -36,15 +36,16 @@ class SlicewiseOperation(Operation):
     tf_fn: function of per-slice tf.Tensors returning a tf.Tensor (or a tuple when
       output_shape is a list of shapes).
     inputs: mtf Tensors.
-    output_shape: a Shape, or a list of Shapes for several outputs.
-    output_dtype: a dtype, or a list of them.
+    output_shapes: a Shape, or a list of Shapes for several outputs.
+    output_dtypes: a dtype, or a list of them.
     splittable_dims: names of dims tf_fn may see partially; others are gathered whole.
       None means all dims are splittable.
     grad_function: fn(op, grad_ys) -> list of input gradients, or None for no gradient.
   """
 
-  def __init__(self, tf_fn, inputs, output_shape, output_dtype, splittable_dims=None,
+  def __init__(self, tf_fn, inputs, output_shapes, output_dtypes, splittable_dims=None,
                grad_function=None, name=None):
+    output_shape, output_dtype = output_shapes, output_dtypes
     super().__init__(inputs, name=name or "slicewise")
     self._tf_fn = tf_fn
     self._grad_function = grad_function

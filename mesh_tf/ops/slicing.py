@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
-from mesh_tf.ops.slicewise import slicewise
+from mesh_tf.ops.slicewise import SlicewiseOperation
 from mesh_tf.shapes import Dimension, Shape
 
 
@@ -24,127 +24,171 @@ def _others(shape, name):
   return [n for n in shape.dimension_names if n != name]
 
 
+class SliceOperation(SlicewiseOperation):
+  """x[begin:begin+size] along slice_dim_name (the dim keeps its name, with the new size)."""
+
+  def __init__(self, x, begin, size, slice_dim_name, name=None):
+    axis, dim_name = _dim_index(x, slice_dim_name, "slice")
+    full = x.shape[axis].size
+    if not (0 <= begin and size >= 0 and begin + size <= full):
+      raise ShapeError("slice of %s: [%d, %d) is outside dim %s=%d" % (
+          x.name, begin, begin + size, dim_name, full), tensor=x.name, dim=dim_name)
+
+    def fn(t):
+      b = [0] * t.shape.rank
+      b[axis] = begin
+      s = [-1] * t.shape.rank
+      s[axis] = size
+      return tf.slice(t, b, s)
+
+    def grad(op, grad_ys):
+      del op
+      return [pad(grad_ys[0], [begin, full - begin - size], dim_name)]
+    super().__init__(fn, [x], x.shape.resize_dimension(dim_name, size), x.dtype,
+                     _others(x.shape, dim_name), grad, name=name or "slice")
+
+
 def slice(x, begin, size, slice_dim_name, name=None):  # pylint: disable=redefined-builtin
   """x[begin:begin+size] along slice_dim_name (the dim keeps its name, with the new size)."""
-  axis, dim_name = _dim_index(x, slice_dim_name, "slice")
-  full = x.shape[axis].size
-  if not (0 <= begin and size >= 0 and begin + size <= full):
-    raise ShapeError("slice of %s: [%d, %d) is outside dim %s=%d" % (
-        x.name, begin, begin + size, dim_name, full), tensor=x.name, dim=dim_name)
-  out_shape = x.shape.resize_dimension(dim_name, size)
-
-  def fn(t):
-    b = [0] * t.shape.rank
-    b[axis] = begin
-    s = [-1] * t.shape.rank
-    s[axis] = size
-    return tf.slice(t, b, s)
-
-  def grad(op, grad_ys):
-    return [pad(grad_ys[0], [begin, full - begin - size], dim_name)]
-  return slicewise(fn, [x], out_shape, x.dtype, _others(x.shape, dim_name), grad,
-                   name=name or "slice")
+  return SliceOperation(x, begin, size, slice_dim_name, name=name).outputs[0]
 
 
 mtf_slice = slice
 
 
+class PadOperation(SlicewiseOperation):
+  """Zero-pads x by paddings = [before, after] along pad_dim_name."""
+
+  def __init__(self, x, paddings, pad_dim_name, name=None):
+    axis, dim_name = _dim_index(x, pad_dim_name, "pad")
+    before, after = paddings
+    size = x.shape[axis].size
+
+    def fn(t):
+      p = [[0, 0]] * t.shape.rank
+      p[axis] = [before, after]
+      return tf.pad(t, p)
+
+    def grad(op, grad_ys):
+      del op
+      return [slice(grad_ys[0], before, size, dim_name)]
+    super().__init__(fn, [x], x.shape.resize_dimension(dim_name, size + before + after),
+                     x.dtype, _others(x.shape, dim_name), grad, name=name or "pad")
+
+
 def pad(x, paddings, dim_name, name=None):
   """Zero-pads x by paddings = [before, after] along dim_name."""
-  axis, dim_name = _dim_index(x, dim_name, "pad")
-  before, after = paddings
-  size = x.shape[axis].size
-  out_shape = x.shape.resize_dimension(dim_name, size + before + after)
+  return PadOperation(x, paddings, dim_name, name=name).outputs[0]
 
-  def fn(t):
-    p = [[0, 0]] * t.shape.rank
-    p[axis] = [before, after]
-    return tf.pad(t, p)
 
-  def grad(op, grad_ys):
-    return [slice(grad_ys[0], before, size, dim_name)]
-  return slicewise(fn, [x], out_shape, x.dtype, _others(x.shape, dim_name), grad,
-                   name=name or "pad")
+class ConcatOperation(SlicewiseOperation):
+  """Concatenates xs (identical but for concat_dim_name) along that dim."""
+
+  def __init__(self, xs, concat_dim_name, name=None):
+    xs = list(xs)
+    axis, dim_name = _dim_index(xs[0], concat_dim_name, "concat")
+    rest = xs[0].shape - [dim_name]
+    for x in xs[1:]:
+      if x.dtype != xs[0].dtype:
+        raise ShapeError("concat: dtype mismatch between %s (%s) and %s (%s)" % (
+            xs[0].name, xs[0].dtype.name, x.name, x.dtype.name), tensor=x.name)
+      if x.shape - [dim_name] != rest or _dim_index(x, dim_name, "concat")[0] != axis:
+        raise ShapeError("concat along %r: %s %s does not match %s %s apart from that dim"
+                         % (dim_name, x.name, x.shape, xs[0].name, xs[0].shape),
+                         tensor=x.name, dim=dim_name)
+    sizes = [x.shape[axis].size for x in xs]
+    out_shape = xs[0].shape.resize_dimension(dim_name, sum(sizes))
+
+    def grad(op, grad_ys):
+      del op
+      return list(split(grad_ys[0], out_shape[axis], sizes))
+    super().__init__(lambda *ts: tf.concat(ts, axis), xs, out_shape, xs[0].dtype,
+                     _others(xs[0].shape, dim_name), grad, name=name or "concat")
 
 
 def concat(xs, concat_dim_name, name=None):
   """Concatenates xs (identical but for concat_dim_name) along that dim."""
-  xs = list(xs)
-  axis, dim_name = _dim_index(xs[0], concat_dim_name, "concat")
-  rest = xs[0].shape - [dim_name]
-  for x in xs[1:]:
-    if x.dtype != xs[0].dtype:
-      raise ShapeError("concat: dtype mismatch between %s (%s) and %s (%s)" % (
-          xs[0].name, xs[0].dtype.name, x.name, x.dtype.name), tensor=x.name)
-    if x.shape - [dim_name] != rest or _dim_index(x, dim_name, "concat")[0] != axis:
-      raise ShapeError("concat along %r: %s %s does not match %s %s apart from that dim"
-                       % (dim_name, x.name, x.shape, xs[0].name, xs[0].shape),
-                       tensor=x.name, dim=dim_name)
-  sizes = [x.shape[axis].size for x in xs]
-  out_shape = xs[0].shape.resize_dimension(dim_name, sum(sizes))
+  return ConcatOperation(xs, concat_dim_name, name=name).outputs[0]
 
-  def grad(op, grad_ys):
-    return list(split(grad_ys[0], out_shape[axis], sizes))
-  return slicewise(lambda *ts: tf.concat(ts, axis), xs, out_shape, xs[0].dtype,
-                   _others(xs[0].shape, dim_name), grad, name=name or "concat")
+
+def _parts_or_zeros(op, grad_ys):
+  from mesh_tf.ops.elementwise import zeros_like  # pylint: disable=g-import-not-at-top
+  return [g if g is not None else zeros_like(y) for g, y in zip(grad_ys, op.outputs)]
+
+
+class SplitOperation(SlicewiseOperation):
+  """Splits x along split_dim into equal parts (an int) or parts of the given sizes."""
+
+  def __init__(self, x, split_dim, num_or_size_splits, name=None):
+    axis, dim_name = _dim_index(x, split_dim, "split")
+    size = x.shape[axis].size
+    if isinstance(num_or_size_splits, int):
+      if size % num_or_size_splits:
+        raise ShapeError("split of %s: dim %s=%d is not divisible into %d parts" % (
+            x.name, dim_name, size, num_or_size_splits), tensor=x.name, dim=dim_name)
+      sizes = [size // num_or_size_splits] * num_or_size_splits
+    else:
+      sizes = list(num_or_size_splits)
+      if sum(sizes) != size:
+        raise ShapeError("split of %s: sizes %s do not add up to dim %s=%d" % (
+            x.name, sizes, dim_name, size), tensor=x.name, dim=dim_name)
+    shapes = [x.shape.resize_dimension(dim_name, s) for s in sizes]
+
+    def grad(op, grad_ys):
+      return [concat(_parts_or_zeros(op, grad_ys), dim_name)]
+    super().__init__(lambda t: tuple(tf.split(t, sizes, axis)), [x], shapes,
+                     [x.dtype] * len(sizes), _others(x.shape, dim_name), grad,
+                     name=name or "split")
 
 
 def split(x, split_dim, num_or_size_splits, name=None):
   """Splits x along split_dim into equal parts (an int) or parts of the given sizes."""
-  axis, dim_name = _dim_index(x, split_dim, "split")
-  size = x.shape[axis].size
-  if isinstance(num_or_size_splits, int):
-    if size % num_or_size_splits:
-      raise ShapeError("split of %s: dim %s=%d is not divisible into %d parts" % (
-          x.name, dim_name, size, num_or_size_splits), tensor=x.name, dim=dim_name)
-    sizes = [size // num_or_size_splits] * num_or_size_splits
-  else:
-    sizes = list(num_or_size_splits)
-    if sum(sizes) != size:
-      raise ShapeError("split of %s: sizes %s do not add up to dim %s=%d" % (
-          x.name, sizes, dim_name, size), tensor=x.name, dim=dim_name)
-  shapes = [x.shape.resize_dimension(dim_name, s) for s in sizes]
+  return list(SplitOperation(x, split_dim, num_or_size_splits, name=name).outputs)
 
-  def grad(op, grad_ys):
-    from mesh_tf.ops.elementwise import zeros_like  # pylint: disable=g-import-not-at-top
-    parts = [g if g is not None else zeros_like(y) for g, y in zip(grad_ys, op.outputs)]
-    return [concat(parts, dim_name)]
-  out = slicewise(lambda t: tuple(tf.split(t, sizes, axis)), [x], shapes,
-                  [x.dtype] * len(sizes), _others(x.shape, dim_name), grad,
-                  name=name or "split")
-  return list(out) if isinstance(out, tuple) else [out]
+
+class StackOperation(SlicewiseOperation):
+  """Stacks same-shaped xs along a new dim `dim_name` (of size len(xs)) at position axis."""
+
+  def __init__(self, xs, dim_name, axis, name=None):
+    xs = list(xs)
+    for x in xs[1:]:
+      if x.shape != xs[0].shape or x.dtype != xs[0].dtype:
+        raise ShapeError("stack: %s %s differs from %s %s" % (
+            x.name, x.shape, xs[0].name, xs[0].shape), tensor=x.name)
+    new_dim = Dimension(dim_name, len(xs))
+    dims = xs[0].shape.dims
+    out_shape = Shape(dims[:axis] + [new_dim] + dims[axis:])
+
+    def grad(op, grad_ys):
+      del op
+      return unstack(grad_ys[0], new_dim)
+    super().__init__(lambda *ts: tf.stack(ts, axis), xs, out_shape, xs[0].dtype,
+                     xs[0].shape.dimension_names, grad, name=name or "stack")
 
 
 def stack(xs, dim_name, axis=0, name=None):
   """Stacks same-shaped xs along a new dim `dim_name` (of size len(xs)) at position axis."""
-  xs = list(xs)
-  for x in xs[1:]:
-    if x.shape != xs[0].shape or x.dtype != xs[0].dtype:
-      raise ShapeError("stack: %s %s differs from %s %s" % (
-          x.name, x.shape, xs[0].name, xs[0].shape), tensor=x.name)
-  new_dim = Dimension(dim_name, len(xs))
-  dims = xs[0].shape.dims
-  out_shape = Shape(dims[:axis] + [new_dim] + dims[axis:])
+  return StackOperation(xs, dim_name, axis, name=name).outputs[0]
 
-  def grad(op, grad_ys):
-    return unstack(grad_ys[0], new_dim)
-  return slicewise(lambda *ts: tf.stack(ts, axis), xs, out_shape, xs[0].dtype,
-                   xs[0].shape.dimension_names, grad, name=name or "stack")
+
+class UnstackOperation(SlicewiseOperation):
+  """The list of slices of x along dim (which is removed)."""
+
+  def __init__(self, x, dim, name=None):
+    axis, dim_name = _dim_index(x, dim, "unstack")
+    n = x.shape[axis].size
+    out_shape = x.shape - [dim_name]
+
+    def grad(op, grad_ys):
+      return [stack(_parts_or_zeros(op, grad_ys), dim_name, axis)]
+    super().__init__(lambda t: tuple(tf.unstack(t, n, axis)), [x], [out_shape] * n,
+                     [x.dtype] * n, out_shape.dimension_names, grad,
+                     name=name or "unstack")
 
 
 def unstack(x, dim, name=None):
   """The list of slices of x along dim (which is removed)."""
-  axis, dim_name = _dim_index(x, dim, "unstack")
-  n = x.shape[axis].size
-  out_shape = x.shape - [dim_name]
-
-  def grad(op, grad_ys):
-    from mesh_tf.ops.elementwise import zeros_like  # pylint: disable=g-import-not-at-top
-    parts = [g if g is not None else zeros_like(y) for g, y in zip(grad_ys, op.outputs)]
-    return [stack(parts, dim_name, axis)]
-  out = slicewise(lambda t: tuple(tf.unstack(t, n, axis)), [x], [out_shape] * n,
-                  [x.dtype] * n, out_shape.dimension_names, grad, name=name or "unstack")
-  return list(out) if isinstance(out, tuple) else [out]
+  return list(UnstackOperation(x, dim, name=name).outputs)
 
 
 def _local_shift(t, offset, axis, size, wrap):
@@ -181,7 +225,8 @@ class ShiftOperation(Operation):
   edge it needs, so the cost is one slice per processor rather than gathering the dim.
   """
 
-  def __init__(self, x, offset, dim_name, wrap, name=None):
+  def __init__(self, x, offset, dim, wrap, name=None):
+    _, dim_name = _dim_index(x, dim, "shift")
     super().__init__([x], name=name or "shift")
     self._axis = x.shape.dimension_names.index(dim_name)
     self._offset, self._dim_name, self._wrap = offset, dim_name, wrap
@@ -224,5 +269,4 @@ class ShiftOperation(Operation):
 
 def shift(x, offset, dim, wrap, name=None):
   """Moves x by offset positions along dim: zero-filled, or rotated if wrap."""
-  _, dim_name = _dim_index(x, dim, "shift")
-  return ShiftOperation(x, offset, dim_name, wrap, name=name).outputs[0]
+  return ShiftOperation(x, offset, dim, wrap, name=name).outputs[0]

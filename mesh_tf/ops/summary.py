@@ -10,6 +10,31 @@ from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.graph import Operation
 
 _LOG = logging.getLogger("mesh_tf")
+
+# The TF 2 stand-in for the TF1 graph's summaries collection: per TF graph (the eager
+# context's global graph, or each tf.function trace), the (tag, tf value) of every
+# scalar_summary lowered there. mtf.utils.create_host_call reads it; remove_summaries
+# clears it.
+_LOWERED_SUMMARIES = collections.defaultdict(list)
+
+
+def write_scalar(tag, value, step=None):
+  """Writes value as scalar summary `tag` under the default writer (what
+  tf.summary.scalar writes, without needing TensorBoard installed)."""
+  return tf.summary.write(tag, tf.cast(value, tf.float32), step=step,
+                          metadata=_SCALAR_METADATA)
+
+
+def lowered_summaries(graph=None):
+  """The [(tag, tf value)] of scalar summaries lowered in graph (default: current)."""
+  graph = graph or tf.compat.v1.get_default_graph()
+  return _LOWERED_SUMMARIES[id(graph)]
+
+
+def clear_lowered_summaries(graph=None):
+  """Forgets the scalar summaries lowered in graph (default: the current one)."""
+  graph = graph or tf.compat.v1.get_default_graph()
+  _LOWERED_SUMMARIES.pop(id(graph), None)
 # Marks the summary as a scalar for TensorBoard (what tf.summary.scalar would write).
 _SCALAR_METADATA = summary_pb2.SummaryMetadata(
     plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
@@ -34,6 +59,10 @@ class ScalarSummaryOperation(Operation):
   def has_gradient(self):
     return False
 
+  def gradient(self, grad_ys):
+    del grad_ys
+    return [None]
+
   def lower(self, lowering):
     x = self.inputs[0]
     value = lowering.mesh_impl(self).export_to_tf_tensor(x, lowering.tensors[x])
@@ -44,6 +73,7 @@ class ScalarSummaryOperation(Operation):
                      "tf.summary.experimental.set_step(step)" % (self._tag, e),
                      op=self.name) from e
     lowering.operations[self] = value
+    lowered_summaries().append((self._tag, value))
 
 
 def scalar_summary(name, x):

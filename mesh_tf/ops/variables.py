@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation, current_scope_name, reuse_variables
-from mesh_tf.shapes import convert_to_shape, list_product
+from mesh_tf.shapes import Dimension, Shape, convert_to_shape, list_product
 
 
 class VariableDType:
@@ -23,9 +23,21 @@ class VariableDType:
   """
 
   def __init__(self, master_dtype=tf.float32, slice_dtype=None, activation_dtype=None):
-    self.master_dtype = tf.as_dtype(master_dtype)
-    self.slice_dtype = tf.as_dtype(slice_dtype or self.master_dtype)
-    self.activation_dtype = tf.as_dtype(activation_dtype or self.slice_dtype)
+    self._master_dtype = tf.as_dtype(master_dtype)
+    self._slice_dtype = tf.as_dtype(slice_dtype or self._master_dtype)
+    self._activation_dtype = tf.as_dtype(activation_dtype or self._slice_dtype)
+
+  @property
+  def master_dtype(self):
+    return self._master_dtype
+
+  @property
+  def slice_dtype(self):
+    return self._slice_dtype
+
+  @property
+  def activation_dtype(self):
+    return self._activation_dtype
 
   def __repr__(self):
     return "VariableDType(master=%s, slice=%s, activation=%s)" % (
@@ -81,14 +93,51 @@ class Variable(Operation):
     self._trainable = trainable
     self._add_output(convert_to_shape(shape), dtype.activation_dtype)
     mesh.graph.add_variable(self)
+    # The mesh's variable placer (e.g. mtf.utils.BalancedVariablePlacer) picks where the
+    # full value is assembled, as it placed the original's master variable.
+    placer = mesh.variable_placer_fn
+    self._master_device = placer(self) if callable(placer) else placer
 
   @property
   def shape(self):
     return self.outputs[0].shape
 
   @property
+  def size(self):
+    return self.shape.size
+
+  @property
+  def dtype(self):
+    """The dtype of the variable's value (its activation dtype)."""
+    return self.outputs[0].dtype
+
+  @property
   def value(self):
     return self.outputs[0]
+
+  @property
+  def master_device(self):
+    """The device where the full (master) value is assembled by get_master and
+    checkpoints: chosen by the mesh's variable placer ("cpu:0" without one)."""
+    return self._master_device
+
+  def _laid_out_variable(self):
+    laid_out = getattr(self, "laid_out_variable", None)
+    if laid_out is None:
+      raise ShapeError("variable %r has no state yet: lower its graph with mtf.Lowering "
+                       "first (its state is created then)" % self.name, tensor=self.name)
+    return laid_out
+
+  def get_master(self):
+    """The full value (a tf.Tensor in the master dtype), read from the slices of the
+    MeshImpl that last lowered this variable."""
+    with tf.device(self._master_device):
+      return tf.identity(self._laid_out_variable().read_full())
+
+  def assign_to_master(self, val):
+    """Sets the full value: every slice of the MeshImpl that last lowered it."""
+    value = tf.cast(tf.convert_to_tensor(val), self.master_dtype)
+    return self._laid_out_variable().assign_full(value)
 
   @property
   def master_dtype(self):
@@ -150,8 +199,9 @@ def get_variable(mesh, name, shape, dtype=tf.float32, master_dtype=None, slice_d
 
 
 def read_variable(var):
-  """The value of a Variable op (or the tensor it produced)."""
-  return var.outputs[0] if isinstance(var, Variable) else var
+  """The value of a variable (a Variable op, or the tensor it produced), read through a
+  ReadVariable op."""
+  return ReadVariable(var).outputs[0]
 
 
 def as_variable(var):
@@ -163,3 +213,59 @@ def as_variable(var):
     return op
   raise ShapeError("%r is not a variable (nor the value of one); assign needs the result "
                    "of mtf.get_variable" % (var,), tensor=getattr(var, "name", None))
+
+
+class StackedVariable(Variable):
+  """One variable holding several same-shaped variables, stacked on a new first dim
+  "stacked" (the original made these when it stacked variables; see
+  `Graph.rewrite_stack_variables`). Its initial value stacks theirs."""
+
+  def __init__(self, vs):
+    vs = list(vs)
+    if not vs:
+      raise ShapeError("StackedVariable needs at least one variable")
+    for v in vs[1:]:
+      if v.shape != vs[0].shape or v.master_dtype != vs[0].master_dtype:
+        raise ShapeError("StackedVariable: %r %s (%s) differs from %r %s (%s)" % (
+            v.name, v.shape, v.master_dtype.name, vs[0].name, vs[0].shape,
+            vs[0].master_dtype.name), tensor=v.name)
+    self._original_names = [v.name for v in vs]
+    shape = Shape([Dimension("stacked", len(vs))] + vs[0].shape.dims)
+    initial = lambda dims, dtype=None: tf.stack([v.initial_value() for v in vs])
+    super().__init__(vs[0].mesh, "stacked/" + vs[0].name, shape,
+                     VariableDType(vs[0].master_dtype, vs[0].slice_dtype,
+                                   vs[0].activation_dtype),
+                     initial, vs[0].trainable)
+
+  @property
+  def original_names(self):
+    """Names of the stacked variables, in stacking order."""
+    return list(self._original_names)
+
+  @property
+  def master_device(self):
+    return self._master_device
+
+  def get_master(self):
+    """The full stacked value (see Variable.get_master)."""
+    return super().get_master()
+
+  def assign_to_master(self, val):
+    """Sets the full stacked value (see Variable.assign_to_master)."""
+    return super().assign_to_master(val)
+
+
+class ReadVariable(Operation):
+  """A read of a variable: its value as a new tensor; the gradient passes through."""
+
+  def __init__(self, var, name=None):
+    var = as_variable(var)
+    super().__init__([var.outputs[0]], name=name or "read_variable")
+    self._var = var
+    self._add_output(var.shape, var.dtype)
+
+  def gradient(self, grad_ys):
+    return grad_ys
+
+  def lower(self, lowering):
+    lowering.set_tensor_lowering(self.outputs[0], lowering.tensors[self.inputs[0]])

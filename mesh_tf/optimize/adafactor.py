@@ -24,7 +24,7 @@ import gin
 import tensorflow as tf
 
 from mesh_tf.errors import MtfError
-from mesh_tf.ops import assign as assign_ops
+from mesh_tf.ops.assign import assign, assign_sub
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import reduce as reduce_ops
 from mesh_tf.optimize import lowering_time
@@ -53,7 +53,7 @@ def adafactor_decay_rate_adam(beta2):
 
 
 @gin.configurable(module="mesh_tf.optimize")
-def adafactor_decay_rate_pow(exponent, offset=0):
+def adafactor_decay_rate_pow(exponent=0.8, offset=0):
   """Second-moment decay 1 - (step - offset + 1)^-exponent: memory grows as step^exponent.
 
   Returns a zero-argument callable reading the global step when called.
@@ -180,7 +180,7 @@ class AdafactorOptimizer(Optimizer):
     if factored is None:
       v = make_slot(var, "_slot_v")
       new_v = v * decay + grad_squared * mixing
-      return [assign_ops.assign(v, new_v)], grad * ew.rsqrt(new_v)
+      return [assign(v, new_v)], grad * ew.rsqrt(new_v)
     d0, d1 = factored
     vr_shape, vc_shape = var.shape - d0, var.shape - d1
     vr = make_slot(var, "_slot_vr", vr_shape)
@@ -191,7 +191,7 @@ class AdafactorOptimizer(Optimizer):
     r_factor = ew.rsqrt(new_vr / row_mean)
     c_factor = ew.rsqrt(new_vc)
     x = grad * r_factor * c_factor
-    return [assign_ops.assign(vr, new_vr), assign_ops.assign(vc, new_vc)], x
+    return [assign(vr, new_vr), assign(vc, new_vc)], x
 
   def apply_grad(self, grad, var):
     mesh = var.mesh
@@ -210,8 +210,8 @@ class AdafactorOptimizer(Optimizer):
       m = make_slot(var, "_slot_m")
       beta1 = self._scalar(mesh, self._beta1, tf.float32, "beta1")
       step = m * beta1 + step * (1.0 - beta1)
-      updates.append(assign_ops.assign(m, step))
-    updates.append(assign_ops.assign_sub(var, step))
+      updates.append(assign(m, step))
+    updates.append(assign_sub(var, step))
     return updates
 
 

@@ -2,7 +2,7 @@
 import gin
 import tensorflow as tf
 
-from mesh_tf.ops import assign as assign_ops
+from mesh_tf.ops.assign import assign, assign_sub
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.optimize import lowering_time
 from mesh_tf.optimize.base import Optimizer, make_slot, name_matches
@@ -59,6 +59,6 @@ class AdamWeightDecayOptimizer(Optimizer):
       decay = self._scalar(mesh, self.weight_decay_rate, tf.float32, "weight_decay_rate")
       update += ew.to_float(var.value) * decay
     lr = self._scalar(mesh, self._learning_rate_for(var), tf.float32, "learning_rate")
-    return [assign_ops.assign_sub(var, update * lr),
-            assign_ops.assign(m, next_m),
-            assign_ops.assign(v, next_v)]
+    return [assign_sub(var, update * lr),
+            assign(m, next_m),
+            assign(v, next_v)]

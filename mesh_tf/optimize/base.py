@@ -136,9 +136,10 @@ def _order_reads_before_writes(ops, grads, variables):
     op.control_inputs = list(getattr(op, "control_inputs", ())) + [barrier]
 
 
-def reduce_rms(x):
-  """Root mean square of all elements of mtf Tensor x (a scalar)."""
-  return ew.sqrt(reduce_ops.reduce_mean(ew.square(x)))
+def reduce_rms(x, **kwargs):
+  """Root mean square of the elements of mtf Tensor x: a scalar, or over the dims that
+  kwargs (those of mtf.reduce_mean: reduced_dim=, output_shape=, name=) select."""
+  return ew.sqrt(reduce_ops.reduce_mean(ew.square(x), **kwargs))
 
 
 def clip_by_global_norm(grads, clip_norm):

@@ -69,8 +69,8 @@ class AdafactorWithMultiLRSchedule(_MultiScheduleMixin, AdafactorOptimizer):
   """AdafactorOptimizer whose variables matching variable_search[i] follow
   alt_lr_schedules[i]; **kwargs go to AdafactorOptimizer."""
 
-  def __init__(self, variable_search=None, alt_lr_schedules=None, train_steps=524288,
-               **kwargs):
+  def __init__(self, variable_search=None, alt_lr_schedules=None, **kwargs):
+    train_steps = kwargs.pop("train_steps", 524288)
     AdafactorOptimizer.__init__(self, **kwargs)
     self._init_schedules(variable_search, alt_lr_schedules, self.learning_rate,
                          train_steps)
@@ -81,8 +81,8 @@ class AdamWithMultiLRSchedule(_MultiScheduleMixin, AdamWeightDecayOptimizer):
   """AdamWeightDecayOptimizer whose variables matching variable_search[i] follow
   alt_lr_schedules[i]; **kwargs go to AdamWeightDecayOptimizer."""
 
-  def __init__(self, variable_search=None, alt_lr_schedules=None, train_steps=524288,
-               **kwargs):
+  def __init__(self, variable_search=None, alt_lr_schedules=None, **kwargs):
+    train_steps = kwargs.pop("train_steps", 524288)
     AdamWeightDecayOptimizer.__init__(self, **kwargs)
     self._init_schedules(variable_search, alt_lr_schedules, self.learning_rate,
                          train_steps)

@@ -1,7 +1,7 @@
 """Plain and momentum stochastic gradient descent."""
 import gin
 
-from mesh_tf.ops import assign as assign_ops
+from mesh_tf.ops.assign import assign, assign_sub
 from mesh_tf.ops.variables import VariableDType
 from mesh_tf.optimize import lowering_time
 from mesh_tf.optimize.base import Optimizer, cast_to, make_slot
@@ -28,7 +28,7 @@ class SgdOptimizer(Optimizer):
 
   def apply_grad(self, grad, var):
     lr = self._scalar(var.mesh, self._lr, grad.dtype, "learning_rate")
-    return [assign_ops.assign_sub(var, grad * lr)]
+    return [assign_sub(var, grad * lr)]
 
 
 @gin.configurable(module="mesh_tf.optimize")
@@ -66,5 +66,5 @@ class MomentumOptimizer(Optimizer):
     lr = self._scalar(var.mesh, self._lr, dtype, "learning_rate")
     momentum = self._scalar(var.mesh, self._momentum, dtype, "momentum")
     new_velocity = velocity * momentum + cast_to(grad, dtype) * lr
-    return [assign_ops.assign(velocity, new_velocity),
-            assign_ops.assign_sub(var, new_velocity)]
+    return [assign(velocity, new_velocity),
+            assign_sub(var, new_velocity)]

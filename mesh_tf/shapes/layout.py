@@ -202,6 +202,11 @@ class TensorLayout(object):
   def __reduce__(self):
     return (TensorLayout, (self._axes,))
 
+  @property
+  def tensor_axis_to_mesh_axis(self):
+    """For each tensor axis, the mesh axis splitting it, or None (a tuple)."""
+    return self._axes
+
   def __len__(self):
     return len(self._axes)
 

@@ -114,17 +114,17 @@ def processor_groups(mesh_shape, group_dims):
   return groups
 
 
-def tensor_dim_to_mesh_dim_size(layout_rules, mesh_shape, tensor_dim):
-  """The size of the mesh dim splitting `tensor_dim`, or 1 if none does."""
-  layout_rules = convert_to_layout_rules(layout_rules)
+def tensor_dim_to_mesh_dim_size(layout, mesh_shape, tensor_dim):
+  """The size of the mesh dim splitting `tensor_dim` under layout rules `layout`, or 1."""
+  layout_rules = convert_to_layout_rules(layout)
   mesh_shape = convert_to_shape(mesh_shape)
   axis = layout_rules.tensor_dimension_to_mesh_axis(tensor_dim, mesh_shape)
   return 1 if axis is None else mesh_shape[axis].size
 
 
-def tensor_dim_to_size_per_split(layout_rules, mesh_shape, tensor_dim):
-  """The size of each slice of `tensor_dim` once split over the mesh."""
-  layout_rules = convert_to_layout_rules(layout_rules)
+def tensor_dim_to_size_per_split(layout, mesh_shape, tensor_dim):
+  """The size of each slice of `tensor_dim` once split over the mesh by rules `layout`."""
+  layout_rules = convert_to_layout_rules(layout)
   mesh_shape = convert_to_shape(mesh_shape)
   tensor_dim = convert_to_dimension(tensor_dim)
   axis = layout_rules.tensor_dimension_to_mesh_axis(tensor_dim, mesh_shape)

@@ -227,10 +227,10 @@ def convert_to_shape(x):
       % (x, type(x).__name__))
 
 
-def list_product(xs):
-  """The product of the numbers in `xs` (1 if empty)."""
+def list_product(l):
+  """The product of the numbers in `l` (1 if empty)."""
   result = 1
-  for x in xs:
+  for x in l:
     result *= x
   return result
 

@@ -76,8 +76,9 @@ def _tf_local_2d_attention(x, w, mask_right):
 def test_local_2d_self_attention_spatial_blocks(make_mesh_impl, mesh_shape, layout,
                                                 mask_right):
   def build(x):
-    return mtf.layers.local_2d_self_attention_spatial_blocks(x, KV, HEADS,
-                                                             mask_right=mask_right)
+    # The original's positional order: (..., heads, is_training, memory dims, mask_right)
+    return mtf.layers.local_2d_self_attention_spatial_blocks(x, KV, HEADS, True, None,
+                                                             None, mask_right)
 
   def reference(xs, p):
     return _tf_local_2d_attention(xs[0], p["multihead_attention/qkvo"], mask_right)
@@ -136,7 +137,7 @@ def test_local_2d_bad_inputs_name_the_dim():
   x = mtf.zeros(mesh, IMAGE_SHAPE)
   with pytest.raises(mtf.ShapeError, match="must be \\[batch, num_h_blocks"):
     mtf.layers.local_2d_self_attention_spatial_blocks(mtf.reduce_sum(x, reduced_dim=H),
-                                                      KV, HEADS)
+                                                      KV, HEADS, True)
   with pytest.raises(mtf.ShapeError, match="no dim depth:3") as info:
     mtf.layers.local_2d_halo_exchange(x, x, H_BLOCKS, H, W_BLOCKS,
                                       mtf.Dimension("depth", 3), False)

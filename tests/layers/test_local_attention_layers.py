@@ -156,8 +156,9 @@ def test_local_self_attention_spatial_blocks(make_mesh_impl, mask_right):
   shape = [BATCH, mtf.Dimension("num_blocks", 4), mtf.Dimension("w", 3), HIDDEN]
 
   def build(x):
-    return mtf.layers.local_self_attention_spatial_blocks(x, KV, HEADS,
-                                                          mask_right=mask_right)
+    # The original's positional order: (..., heads, is_training, memory_w_dim, mask_right)
+    return mtf.layers.local_self_attention_spatial_blocks(x, KV, HEADS, False, None,
+                                                          mask_right)
 
   def reference(xs, p):
     return _tf_spatial_blocks(xs[0], p["multihead_attention/qkvo"], mask_right)

@@ -70,7 +70,8 @@ def test_assign_errors():
 
 
 def test_custom_assign_fn_and_read_variable(mesh_impl):
-  """assign with an explicit per-slice writer; read_variable gives the variable's value."""
+  """assign with an explicit per-slice writer; read_variable reads the variable (a
+  ReadVariable op, as in the original, whose gradient passes through)."""
   v0, d = random_array(X_SHAPE, 3), random_array(X_SHAPE, 4)
   graph, mesh = new_mesh()
   v = mtf.get_variable(mesh, "v", X_SHAPE, initializer=tf.constant_initializer(v0))
@@ -79,7 +80,10 @@ def test_custom_assign_fn_and_read_variable(mesh_impl):
              (mtf.assign_sub_slice, d)]
   ops = [mtf.assign(v, delta, assign_fn=fn) for fn, _ in writers]
   read = mtf.read_variable(v.operation)
-  assert read is v
+  assert isinstance(read.operation, mtf.ReadVariable) and read.shape == v.shape
+  grad, = mtf.gradients([mtf.reduce_sum(read * 3.0)], [v])
+  np.testing.assert_allclose(_read(graph, mesh, mesh_impl, [grad])[0],
+                             np.full(v0.shape, 3.0, np.float32))
   for op, (_, expected) in zip(ops, writers):
     _run(graph, mesh, mesh_impl, op)
     np.testing.assert_allclose(_read(graph, mesh, mesh_impl, [read])[0], expected,

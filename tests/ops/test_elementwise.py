@@ -33,6 +33,7 @@ SMOOTH_UNARY = [
     ("abs", mtf.abs, tf.abs, "nonzero"),
     ("mtf_abs", mtf.mtf_abs, tf.abs, "nonzero"),
     ("relu", mtf.relu, tf.nn.relu, "nonzero"),
+    ("squared_relu", mtf.squared_relu, lambda t: tf.square(tf.nn.relu(t)), "nonzero"),
     ("softplus", mtf.softplus, tf.nn.softplus, "any"),
     ("elu", mtf.elu, tf.nn.elu, "nonzero"),
     ("selu", mtf.selu, tf.nn.selu, "nonzero"),

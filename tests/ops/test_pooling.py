@@ -46,7 +46,7 @@ def test_pool_backprop_op_and_its_gradient(mesh_impl, kind):
 
   def mtf_fn(a, g):
     y = _pool(a, [2, 2], None, kind + "_2D")
-    return [mtf.pool_backprop(g, a, y, [2, 2], [2, 2], kind + "_2D")]
+    return [mtf.pool_backprop(a, y, g, [2, 2], [2, 2], kind + "_2D")]
 
   def tf_fn(a, g):
     if kind == "AVG":
@@ -111,4 +111,4 @@ def test_bad_pool_arguments_raise():
           None, "AVG_2D")
   y = _pool(x, [2, 2], None, "MAX_2D")
   with pytest.raises(mtf.ShapeError, match="pooling .* gives"):
-    mtf.pool_backprop(x, x, y, [2, 2], None, "MAX_2D")
+    mtf.pool_backprop(x, y, x, [2, 2], None, "MAX_2D")

@@ -85,7 +85,7 @@ def test_slicewise_delay_allreduce_keeps_partial_sums_owing_one_allreduce():
   impl = mtf.PlacementMeshImpl("all:4", "", ["/cpu:%d" % i for i in range(4)])
   parts = [impl.LaidOutTensor([tf.constant([float(p + k)]) for p in range(4)])
            for k in (0, 10)]
-  lazy = [LazyAllreduceSum(impl, p, [0], "einsum") for p in parts]
+  lazy = [LazyAllreduceSum(impl, p, [0], op_name="einsum") for p in parts]
   out = impl.slicewise_delay_allreduce(tf.add, *lazy)
   assert isinstance(out, LazyAllreduceSum) and not impl.comm_log
   # Sum over processors of (p + p + 10) = 2 * 6 + 40.

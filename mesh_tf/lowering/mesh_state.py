@@ -1,0 +1,76 @@
+"""The TF state of a mesh -- its laid-out variables and its random-op step counter.
+
+Usually a MeshImpl owns its state. The original's pattern of building the graph, the
+MeshImpl and the Lowering inside the model function breaks that under `tf.function`:
+each trace (TF traces a function twice on its first call when it creates variables)
+makes a new MeshImpl, and new variables on a later trace are an error. So a MeshImpl
+constructed *while a tf.function traces* shares its state with every other MeshImpl
+built in a trace of the same tf.function object, with the same backend, mesh shape,
+layout and devices: the variables are created once, on the first trace, and every later
+trace reuses them (like the tf.Variables a tf.function creates on its first call). A
+new tf.function object starts afresh. MeshImpls built eagerly keep state of their own.
+"""
+import sys
+import weakref
+
+import tensorflow as tf
+
+# tf.function object -> {backend key: MeshState}, for MeshImpls built inside its traces.
+_STATES_BY_FUNCTION = weakref.WeakKeyDictionary()
+# FuncGraph name -> {backend key: MeshState}, for traces with no tf.function object.
+_TRACED_STATES = {}
+
+
+class MeshState:
+  """Variables by mtf name, plus the counter random ops draw their step from."""
+
+  def __init__(self):
+    self.variables = {}
+    self.random_steps = None
+
+  def next_random_step(self):
+    """Advances the counter (created once, eagerly) and returns its new value."""
+    if self.random_steps is None:
+      with tf.init_scope():
+        self.random_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                        name="random_steps")
+    return tf.convert_to_tensor(self.random_steps.assign_add(1))
+
+
+def _outermost_tracing_function():
+  """The outermost tf.function object whose call is on the Python stack, or None."""
+  found = None
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None:
+    owner = frame.f_locals.get("self")
+    if (type(owner).__name__ == "Function" and hasattr(owner, "python_function") and
+        hasattr(owner, "get_concrete_function")):
+      found = owner
+    frame = frame.f_back
+  return found
+
+
+def current_trace_owner():
+  """What identifies the trace in progress: the outermost tf.function object being
+  traced (or, lacking one, the outermost FuncGraph's name); None when eager."""
+  if not tf.inside_function():
+    return None
+  function = _outermost_tracing_function()
+  if function is not None:
+    return function
+  graph = tf.compat.v1.get_default_graph()
+  # A FuncGraph has an outer_graph; the outermost one's outer graph is a plain tf.Graph.
+  while hasattr(getattr(graph, "outer_graph", None), "outer_graph"):
+    graph = graph.outer_graph
+  return getattr(graph, "name", "tf.function")
+
+
+def shared_state(owner, backend_key):
+  """The MeshState every MeshImpl with this backend key built in owner's traces shares."""
+  if isinstance(owner, str):
+    states = _TRACED_STATES.setdefault(owner, {})
+  else:
+    states = _STATES_BY_FUNCTION.setdefault(owner, {})
+  if backend_key not in states:
+    states[backend_key] = MeshState()
+  return states[backend_key]

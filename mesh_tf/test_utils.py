@@ -1,0 +1,67 @@
+"""The original's `mesh_tensorflow.test_utils`: converting between numpy and mtf.
+
+`NumpyConverter` owns a Graph and a single-processor mesh; it imports numpy arrays as
+mtf Tensors and evaluates mtf Tensors back to numpy, so a user's test can check an mtf
+computation against numpy in a few lines. TF 2: evaluation runs eagerly through a
+Lowering on a one-device PlacementMeshImpl; `session` is a small stand-in whose `run`
+turns TF values into numpy.
+"""
+import numpy as np
+import tensorflow as tf
+
+from mesh_tf.backends.placement import PlacementMeshImpl
+from mesh_tf.graph import Graph, Mesh
+from mesh_tf.lowering import Lowering
+from mesh_tf.ops.creation import import_tf_tensor
+from mesh_tf.shapes import Dimension, Shape
+
+
+class EagerSession:
+  """What `NumpyConverter.session` returns in TF 2: `run(fetches)` gives numpy values."""
+
+  def run(self, fetches):
+    """Evaluates a TF value, or a (nested) list/tuple/dict of them, to numpy."""
+    return tf.nest.map_structure(
+        lambda t: t.numpy() if hasattr(t, "numpy") else np.asarray(t), fetches)
+
+
+class NumpyConverter:
+  """Converts numpy arrays to mtf Tensors on its own mesh, and mtf Tensors back."""
+
+  def __init__(self):
+    self._graph = Graph()
+    self._mesh = Mesh(self._graph, "mesh")
+    self._mesh_impl = PlacementMeshImpl(shape=[], layout={}, devices=[""])
+    self._session = EagerSession()
+
+  @property
+  def graph(self):
+    return self._graph
+
+  @property
+  def mesh(self):
+    return self._mesh
+
+  @property
+  def session(self):
+    return self._session
+
+  def convert_np_array_to_mtf_tensor(self, x, dim_names=None, dtype=tf.int32):
+    """Imports numpy array x; dims are named dim_names (default "dim0", "dim1", ...)."""
+    x = np.asarray(x)
+    if dim_names is None:
+      dim_names = ["dim%d" % i for i in range(x.ndim)]
+    if len(dim_names) != x.ndim:
+      raise ValueError("convert_np_array_to_mtf_tensor: %d dim names %s for an array of "
+                       "rank %d" % (len(dim_names), list(dim_names), x.ndim))
+    shape = Shape([Dimension(n, s) for n, s in zip(dim_names, x.shape)])
+    return import_tf_tensor(self._mesh, tf.convert_to_tensor(x, dtype=dtype), shape)
+
+  def convert_mtf_tensor_to_tf_tensor(self, mtf_tensor):
+    """Lowers the graph up to mtf_tensor and returns its full value as a tf.Tensor."""
+    lowering = Lowering(self._graph, {self._mesh: self._mesh_impl})
+    return lowering.export_to_tf_tensor(mtf_tensor)
+
+  def convert_mtf_tensor_to_np_array(self, x_mtf):
+    """The value of mtf Tensor x_mtf as a numpy array."""
+    return self._session.run(self.convert_mtf_tensor_to_tf_tensor(x_mtf))
