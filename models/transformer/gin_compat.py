@@ -229,3 +229,12 @@ def format_skipped(filename, skipped):
       filename, len(skipped))
   return "\n".join([head] + ["  line %d: %s (%s)" % (s.line, s.binding, s.reason)
                              for s in skipped])
+
+
+def supported_bindings(text, filename=None):
+  """The "scope/selector.param" of every binding of an original config that this port
+  binds (translated, unsupported ones left out)."""
+  kept, _ = filter_supported(translate_text(text), filename)
+  statements = config_parser.ConfigParser(kept, _RecordingDelegate())
+  return [_binding_text(s) for s in statements
+          if isinstance(s, config_parser.BindingStatement) and s.arg_name]

@@ -110,3 +110,20 @@ def _parse_original_config_file(path):
   if skipped:
     print(gin_compat.format_skipped(path, skipped), flush=True)
   return True
+
+
+def parse_gin_file(path):
+  """Parses one gin file as parse_gin does (an original Mesh-TensorFlow config through
+  gin_compat) and returns the gin_compat.SkippedBinding list of what it left out."""
+  from models.transformer import gin_compat  # pylint: disable=g-import-not-at-top
+  import_configurables()
+  with open(path) as f:
+    text = f.read()
+  if gin_compat.is_original_config(text):
+    return gin_compat.parse_original_config(text, path)
+  try:
+    with _quiet_include_probes():
+      gin.parse_config_file(path)
+  except (ValueError, KeyError, TypeError, SyntaxError, IOError) as e:
+    raise MtfError("gin file %s: %s" % (path, e), file=path) from e
+  return []
