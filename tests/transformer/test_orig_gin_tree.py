@@ -67,6 +67,6 @@ def test_lm1b_binds_pack_dataset_and_the_tfds_vocabulary():
   gin_setup.parse_gin_file(str(ORIG_GIN / "problems" / "lm1b.gin"))
   assert gin.query_parameter("dataset.pack_dataset.use_custom_ops") is False
   macro = gin.query_parameter("vocabulary.get_tfds_vocabulary.dataset_name")
-  assert macro.name == "dataset_name"
+  assert str(macro) == "%dataset_name"
   assert gin.query_parameter("%dataset_name") == "lm1b/subwords32k"
   assert gin.query_parameter("pretokenized_tfds_dataset.text2self") is True
