@@ -42,8 +42,7 @@ NOT_YET_PORTED = frozenset("""
     ProductKeyValueMemory FunnelTransformerLayerStack BitransformerFunnel UTLayerStack
     StudentTeacher make_bi_student_teacher DecoderAttentionLayer
     DecoderConvolutionalLayer EncoderConvolutionalLayer GatedLinearUnitLayer
-    SelfAttentionFixup EncDecAttentionFixup DenseReluDenseFixup T2tVocabulary
-    get_t2t_vocabulary""".split())
+    SelfAttentionFixup EncDecAttentionFixup DenseReluDenseFixup""".split())
 
 # Selectors the original's own gin files use that name a configurable by another module
 # than the one registering it (e.g. problems/lm1b.gin binds

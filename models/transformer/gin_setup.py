@@ -19,6 +19,7 @@ CONFIGURABLE_MODULES = (
     "models.transformer.layer_stack", "models.transformer.vocab_embeddings",
     "models.transformer.transformer_layers", "models.transformer.attention",
     "models.transformer.moe", "models.transformer.vocabulary",
+    "models.transformer.t2t_vocabulary", "models.transformer.learning_rate_schedules",
     "models.transformer.dataset", "models.transformer.default_corpus",
     "models.transformer.synthetic_tasks", "models.transformer.decoding",
     "models.transformer.decode_io")

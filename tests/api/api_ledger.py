@@ -348,14 +348,11 @@ _BY_REASON = {
         # mesh_tensorflow
         mesh_tensorflow.zeros_like
         """,
-    'tensor2tensor vocabulary: not ported yet': """
-        # mesh_tensorflow.transformer.t2t_vocabulary
-        mesh_tensorflow.transformer.t2t_vocabulary.T2tVocabulary
-        mesh_tensorflow.transformer.t2t_vocabulary.get_t2t_vocabulary
+    'deliberate: Unitransformer gives input_vocab_size, output_vocab_size, autoregressive and max_length defaults (None, None, False, 512) where the original requires them (gin.REQUIRED); calls that pass them behave the same': """
+        # mesh_tensorflow.transformer.transformer
+        mesh_tensorflow.transformer.transformer.Unitransformer
         """,
     'trainer entry points: issue 18': """
-        # mesh_tensorflow.transformer.main
-        mesh_tensorflow.transformer.main.main
         # mesh_tensorflow.transformer.utils
         mesh_tensorflow.transformer.utils.compute_log_likelihoods
         mesh_tensorflow.transformer.utils.decode
@@ -368,7 +365,6 @@ _BY_REASON = {
         mesh_tensorflow.transformer.utils.flexible_ckpt_init_mapping
         mesh_tensorflow.transformer.utils.get_checkpoint_iterator
         mesh_tensorflow.transformer.utils.get_estimator
-        mesh_tensorflow.transformer.utils.get_variable_dtype
         mesh_tensorflow.transformer.utils.infer_model
         mesh_tensorflow.transformer.utils.parse_gin_defaults_and_flags
         mesh_tensorflow.transformer.utils.run
@@ -380,6 +376,10 @@ _BY_REASON = {
         mesh_tensorflow.transformer.utils.score_with_estimator_lazy
         mesh_tensorflow.transformer.utils.tpu_estimator_model_fn
         mesh_tensorflow.transformer.utils.train_model
+        """,
+    'trainer entry points: issue 18 (main.main takes `argv`, the original `_`)': """
+        # mesh_tensorflow.transformer.main
+        mesh_tensorflow.transformer.main.main
         """,
     'transformer layer zoo: issue 19 (not ported yet)': """
         # mesh_tensorflow.transformer.adaptive_softmax
@@ -424,7 +424,6 @@ _BY_REASON = {
         mesh_tensorflow.transformer.moe.transformer_moe_layer_v2
         # mesh_tensorflow.transformer.transformer
         mesh_tensorflow.transformer.transformer.StudentTeacher
-        mesh_tensorflow.transformer.transformer.Unitransformer
         mesh_tensorflow.transformer.transformer.make_bi_student_teacher
         # mesh_tensorflow.transformer.transformer_layers
         mesh_tensorflow.transformer.transformer_layers.BranchedEncDecAttention
@@ -456,6 +455,10 @@ _BY_REASON = {
         mesh_tensorflow.transformer.vocab_embeddings.AdaptiveVocabEmbedding
         mesh_tensorflow.transformer.vocab_embeddings.Mixtape
         mesh_tensorflow.transformer.vocab_embeddings.MixtureOfSoftmaxes
+        """,
+    "utils.get_variable_dtype defaults are dtype names ('bfloat16', 'float32') where the original has tf.bfloat16/tf.float32 (both accepted); utils.py is being edited for issue 18": """
+        # mesh_tensorflow.transformer.utils
+        mesh_tensorflow.transformer.utils.get_variable_dtype
         """,
 }
 

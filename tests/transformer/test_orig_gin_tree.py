@@ -23,10 +23,6 @@ ORIG_GIN = pathlib.Path(os.environ.get("MESH_TF_SHARED", _REPO.parent / "shared"
 EXPECTED_SKIPPED_BINDINGS = {
     "defaults.gin": {"TalkingHeadsSelfAttention", "GeneralBilinearSelfAttention"},
     "transparent_attention.gin": {"TransparentEncDecAttention"},
-    "problems/lm1b_untok.gin": {"get_t2t_vocabulary"},
-    "problems/t2t_ende.gin": {"get_t2t_vocabulary"},
-    "problems/t2t_enfr.gin": {"get_t2t_vocabulary"},
-    "problems/t2t_lm1b.gin": {"get_t2t_vocabulary"},
 }
 
 

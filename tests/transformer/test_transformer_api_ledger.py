@@ -32,14 +32,22 @@ OFFERED = {
         pad_dataset_with_zeroed_out_examples encode_dataset encode_all_features
         supervised_to_dict pretokenized_tfds_dataset untokenized_tfds_dataset
         make_text_line_dataset simple_text_line_dataset sample_from_text_line_datasets
-        EvalDataset""",
+        EvalDataset packed_parallel_tsv_dataset pretokenized_tfrecord_dataset
+        pretokenized_t2t_dataset""",
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
+    "t2t_vocabulary": "T2tVocabulary get_t2t_vocabulary",
+    "learning_rate_schedules": """product_learning_rate linear_decay linear_warmup
+        truncated_rsqrt constant constant_learning_rate linear_decay_learning_rate
+        learning_rate_schedule_noam slanted_triangular""",
     "mesh_tf.learning_rate_schedules": """product_learning_rate linear_decay
         linear_warmup truncated_rsqrt constant constant_learning_rate
         linear_decay_learning_rate learning_rate_schedule_noam slanted_triangular""",
     "utils": """get_variable_dtype build_model tpu_mesh_shape clean_decodes
         get_inputs_from_file write_lines_to_file get_step_from_checkpoint_path
-        compute_batch_size auto_train_steps run""",
+        compute_batch_size auto_train_steps run inputs_vocabulary targets_vocabulary
+        separate_vocabularies metric_max metric_sum variable_filter_max_size
+        init_checkpoint_variable_mapping should_load_variable
+        serialize_num_microbatches""",
 }
 
 _TPU_ESTIMATOR = "TPUEstimator-only; the TF 2 trainer (utils.run) has its own loop"
@@ -92,14 +100,7 @@ NOT_OFFERED = {
     "evolved_transformer": _LATER,
     "fixup_layers": _LATER,
     # 10.7
-    "dataset.pretokenized_t2t_dataset": "tensor2tensor-only (T2T data generators)",
-    "dataset.pretokenized_tfrecord_dataset": "not offered yet; read TFRecords with "
-                                             "tf.data and pass them as a dataset_fn",
-    "dataset.packed_parallel_tsv_dataset": "not offered yet; "
-                                           "dataset.text_line_dataset reads text",
     # 10.8
-    "t2t_vocabulary.T2tVocabulary": "tensor2tensor-only",
-    "t2t_vocabulary.get_t2t_vocabulary": "tensor2tensor-only",
     # 10.9
     "utils.parse_gin_defaults_and_flags": "gin_setup.parse_gin (main.py's flags)",
     "utils.tpu_estimator_model_fn": _TPU_ESTIMATOR,
@@ -119,20 +120,9 @@ NOT_OFFERED = {
     "utils.save_scores": "scoring modes " + _LATER,
     "utils.encode_inputs": "decode_io.encode_prompts",
     "utils.encode_delimited_lm": "delimited_lm model type " + _LATER,
-    "utils.init_checkpoint_variable_mapping": "utils.run.init_checkpoint restores by "
-                                              "name (mtf.restore_checkpoint)",
-    "utils.should_load_variable": "mtf.restore_checkpoint restores by name",
     "utils.flexible_ckpt_init_mapping": _LATER,
-    "utils.variable_filter_max_size": _TPU_ESTIMATOR + " (variable_filter)",
     "utils.get_checkpoint_iterator": "the trainer picks checkpoints itself "
                                      "(eval_checkpoint_step)",
-    "utils.serialize_num_microbatches": "utils.run.num_microbatches",
-    "utils.metric_sum": _TPU_ESTIMATOR + " (eval metrics)",
-    "utils.metric_max": _TPU_ESTIMATOR + " (eval metrics)",
-    "utils.inputs_vocabulary": "dataset.inputs_vocabulary",
-    "utils.targets_vocabulary": "dataset.targets_vocabulary",
-    "utils.separate_vocabularies": "pass an (inputs, targets) pair of vocabularies, which "
-                                   "dataset.inputs_vocabulary/targets_vocabulary read",
 }
 
 
