@@ -67,12 +67,9 @@ def _port_default_repr(value):
 
 def default_matches(original, port_value):
   """Whether the port's default means what the original's repr says."""
-  if original is None or original == "<object object at 0x" or re.fullmatch(
-      r"<object object at 0x[0-9a-f]+>", original):
-    required_orig = original is not None
-    if port_value is _EMPTY:
-      return True  # both required (gin.REQUIRED and a missing default mean the same)
-    return required_orig and port_value is gin.REQUIRED
+  if original is None or re.fullmatch(r"<object object at 0x[0-9a-f]+>", original):
+    # No default and gin.REQUIRED both mean "the caller must give it".
+    return port_value is _EMPTY or port_value is gin.REQUIRED
   if port_value is _EMPTY:
     return False
   try:
@@ -80,13 +77,13 @@ def default_matches(original, port_value):
   except (ValueError, SyntaxError):
     literal = _EMPTY
   if literal is not _EMPTY:
-    if isinstance(literal, bool) or isinstance(port_value, bool):
-      return type(literal) is type(port_value) and literal == port_value
+    numbers = (int, float)
+    if (isinstance(literal, numbers) and isinstance(port_value, numbers) and
+        not isinstance(literal, bool) and not isinstance(port_value, bool)):
+      return literal == port_value  # 0 and 0.0 mean the same default
     try:
-      return bool(literal == port_value) and type(literal) is type(port_value) or (
-          isinstance(literal, (int, float)) and isinstance(port_value, (int, float)) and
-          literal == port_value)
-    except Exception:  # pylint: disable=broad-except
+      return type(literal) is type(port_value) and bool(literal == port_value)
+    except (TypeError, ValueError):  # e.g. an array default
       return False
   want = _normalize_repr(original)
   instance_of = re.fullmatch(r"<(\w+) object>", want)
@@ -116,9 +113,6 @@ def compare_params(original_params, signature):
     orig = orig[:-1]
   if port_var_kw:
     port = port[:-1]  # a **kwargs the original lacks only widens what calls accept
-  if len(port) < len(orig):
-    problems.append("has %d parameters before **kwargs, the original %d" %
-                    (len(port), len(orig)))
   for i, (name, kind, default) in enumerate(orig):
     if i >= len(port):
       problems.append("lacks parameter %r" % name)
