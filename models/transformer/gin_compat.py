@@ -26,6 +26,15 @@ OMITTED_CONFIGURABLES = {
     "tpu_estimator_model_fn": "TPUEstimator-only; the TF 2 trainer has its own loop",
     "get_estimator": "TPUEstimator-only; the TF 2 trainer has its own loop",
     "get_checkpoint_iterator": "the trainer picks checkpoints itself",
+    "serialize_num_microbatches": "microbatches are set by utils.run.num_microbatches",
+    "separate_vocabularies": "utils.run takes one vocabulary (utils.separate_vocabularies "
+                             "is offered as a function)",
+    "variable_filter_max_size": "utils.run trains every variable (utils."
+                                "variable_filter_max_size is offered as a function)",
+    "init_checkpoint_variable_mapping": "utils.run.init_checkpoint restores by name "
+                                        "(the function is offered in utils)",
+    "should_load_variable": "utils.run.init_checkpoint restores every variable it finds "
+                            "(the function is offered in utils)",
 }
 
 # Configurables of the original that this port does not offer yet (the Transformer
@@ -161,6 +170,10 @@ def _skip_reason(statement):
     missing = _not_yet_ported(selector)
     if missing:
       return "%s is not ported yet" % missing
+  for selector in _references(statement.value):
+    name = selector.split(".")[-1]
+    if name in OMITTED_CONFIGURABLES and _configurable(selector) is None:
+      return "configurable %s is not offered: %s" % (name, OMITTED_CONFIGURABLES[name])
   if not statement.arg_name:
     return None  # a macro
   name = statement.selector.split(".")[-1]

@@ -328,7 +328,9 @@ def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
 
 # ------------------------------------------------------------------------------------
 # Small helpers of the original's utils module (vocabulary pairs, eval metrics,
-# variable filters, checkpoint-restore hooks).
+# variable filters, checkpoint-restore hooks, checkpoint choice). They are plain
+# functions, not gin configurables, until utils.run consults them: gin_compat reports a
+# binding of one as skipped (OMITTED_CONFIGURABLES) instead of binding it to no effect.
 
 
 def inputs_vocabulary(vocabulary):
@@ -347,9 +349,12 @@ def targets_vocabulary(vocabulary):
   return vocabulary
 
 
-@gin.configurable(module="utils")
 def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
-  """An (inputs, targets) vocabulary pair, for `run.vocabulary` in gin."""
+  """An (inputs, targets) vocabulary pair (what inputs_vocabulary/targets_vocabulary
+  and the dataset functions read)."""
+  if inputs is gin.REQUIRED or targets is gin.REQUIRED:
+    raise MtfError("separate_vocabularies: give both the inputs and the targets "
+                   "vocabulary")
   return (inputs, targets)
 
 
@@ -376,14 +381,12 @@ def metric_sum(values, name=None, **kwargs):
       values, name, "metric_sum", lambda accum, v: accum.assign_add(tf.reduce_sum(v)))
 
 
-@gin.configurable(module="utils")
 def variable_filter_max_size(v, max_size=1e7):
   """Whether mtf.Variable v has at most max_size elements (a `variable_filter` that
   leaves the largest variables untrained)."""
   return v.shape.size <= max_size
 
 
-@gin.configurable(module="utils")
 def init_checkpoint_variable_mapping(name, mapping_fn=None):
   """The checkpoint name to restore variable `name` from: mapping_fn(name) when given,
   else name."""
@@ -392,7 +395,6 @@ def init_checkpoint_variable_mapping(name, mapping_fn=None):
   return name
 
 
-@gin.configurable(module="utils")
 def should_load_variable(name, filter_fn=None):
   """Whether variable `name` is restored from the init checkpoint: filter_fn(name) when
   given, else True."""
@@ -401,7 +403,6 @@ def should_load_variable(name, filter_fn=None):
   return True
 
 
-@gin.configurable(module="utils")
 def serialize_num_microbatches(batch_dim, sequence_length, mesh_shape, layout_rules,
                                tokens_per_microbatch_per_replica=None):
   """Microbatches per step so each replica handles about
@@ -417,3 +418,61 @@ def serialize_num_microbatches(batch_dim, sequence_length, mesh_shape, layout_ru
   while batch_per_replica % microbatch_size:
     microbatch_size -= 1
   return batch_per_replica // microbatch_size
+
+
+def _checkpoint_steps(model_dir):
+  """Steps of the complete "model.ckpt-N" checkpoints in model_dir, ascending."""
+  steps = set()
+  for path in tf.io.gfile.glob(os.path.join(model_dir, "model.ckpt-*.index")):
+    step = step_from_prefix(path[:-len(".index")])
+    if step is not None:
+      steps.add(step)
+  return sorted(steps)
+
+
+def _closest_step(target, model_dir):
+  steps = _checkpoint_steps(model_dir)
+  if not steps:
+    raise MtfError("no checkpoint model.ckpt-N in %s" % model_dir, file=model_dir)
+  return min(steps, key=lambda s: (abs(s - target), s))
+
+
+def _all_checkpoints(model_dir, skip_until, stop_after, poll_secs=1.0):
+  """Checkpoint paths in step order as they appear (waiting for new ones), from the
+  first after skip_until, ending with the first at or after stop_after (or never)."""
+  import time  # pylint: disable=g-import-not-at-top
+  last = skip_until
+  while True:
+    new = [s for s in _checkpoint_steps(model_dir) if s > last]
+    for step in new:
+      yield os.path.join(model_dir, "model.ckpt-%d" % step)
+      if stop_after is not None and step >= stop_after:
+        return
+      last = step
+    if not new:
+      time.sleep(poll_secs)
+
+
+def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after=None,
+                            find_closest=True):
+  """Checkpoint paths of model_dir to evaluate or decode, as the original chose them.
+
+  checkpoint_step: an int (that step's checkpoint, or the closest one when
+  find_closest), a list of ints (each), None (the latest, if after skip_until) or "all"
+  (every checkpoint after skip_until in step order, waiting for new ones until one at or
+  after stop_after has been given).
+  """
+  def path(step):
+    return os.path.join(model_dir, "model.ckpt-%d" % step)
+  if checkpoint_step == "all":
+    return _all_checkpoints(model_dir, skip_until, stop_after)
+  if checkpoint_step is None:
+    steps = _checkpoint_steps(model_dir)
+    if not steps:
+      raise MtfError("no checkpoint model.ckpt-N in %s" % model_dir, file=model_dir)
+    return [path(steps[-1])] if steps[-1] > skip_until else []
+  single = isinstance(checkpoint_step, int)
+  wanted = [checkpoint_step] if single else list(checkpoint_step)
+  if find_closest:
+    wanted = [_closest_step(int(s), model_dir) for s in wanted]
+  return [path(int(s)) for s in wanted]

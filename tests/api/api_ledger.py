@@ -363,7 +363,6 @@ _BY_REASON = {
         mesh_tensorflow.transformer.utils.eval_model
         mesh_tensorflow.transformer.utils.export_model
         mesh_tensorflow.transformer.utils.flexible_ckpt_init_mapping
-        mesh_tensorflow.transformer.utils.get_checkpoint_iterator
         mesh_tensorflow.transformer.utils.get_estimator
         mesh_tensorflow.transformer.utils.infer_model
         mesh_tensorflow.transformer.utils.parse_gin_defaults_and_flags

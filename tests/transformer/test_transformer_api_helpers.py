@@ -66,9 +66,7 @@ def test_compute_batch_size_refuses_partial_sequences_and_unknown_methods():
 
 def test_vocabulary_pairs():
   inputs, targets = vocabulary.ByteVocabulary(), vocabulary.ByteVocabulary(extra_ids=3)
-  with gin.unlock_config():
-    gin.parse_config("utils.separate_vocabularies.targets = 'T'")
-  assert utils.separate_vocabularies(inputs="I") == ("I", "T")
+  assert utils.separate_vocabularies(inputs="I", targets="T") == ("I", "T")
   pair = utils.separate_vocabularies(inputs=inputs, targets=targets)
   assert utils.inputs_vocabulary(pair) is inputs
   assert utils.targets_vocabulary(pair) is targets
@@ -170,3 +168,25 @@ def test_make_layer_stack_named_entries_from_gin():
   assert [l.name for l in stack.layers] == ["block_000/att", "block_000/ffn"]
   assert stack.layers[0].num_heads == 2 and stack.layers[1].hidden_size == 12
   np.testing.assert_equal(type(stack.layers[0]).__name__, "SelfAttention")
+
+
+def test_get_checkpoint_iterator_picks_steps_as_the_original(tmp_path):
+  for step in (100, 200, 300):
+    (tmp_path / ("model.ckpt-%d.index" % step)).write_text("")
+  (tmp_path / "model.ckpt-250.data-00000-of-00001").write_text("")  # no index: incomplete
+  model_dir = str(tmp_path)
+
+  def steps(paths):
+    return [utils.get_step_from_checkpoint_path(p) for p in paths]
+  assert steps(utils.get_checkpoint_iterator(200, model_dir)) == [200]
+  assert steps(utils.get_checkpoint_iterator(240, model_dir)) == [200]  # the closest
+  assert steps(utils.get_checkpoint_iterator([90, 260, 300], model_dir)) == [100, 300, 300]
+  assert utils.get_checkpoint_iterator(240, model_dir, find_closest=False) == [
+      str(tmp_path / "model.ckpt-240")]
+  assert steps(utils.get_checkpoint_iterator(None, model_dir)) == [300]
+  assert utils.get_checkpoint_iterator(None, model_dir, skip_until=300) == []
+  # "all": in step order after skip_until, ending at the first one >= stop_after.
+  assert steps(utils.get_checkpoint_iterator("all", model_dir, skip_until=100,
+                                             stop_after=250)) == [200, 300]
+  with pytest.raises(mtf.MtfError, match="no checkpoint model.ckpt-N in"):
+    utils.get_checkpoint_iterator(5, str(tmp_path / "empty"))

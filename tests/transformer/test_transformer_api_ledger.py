@@ -47,7 +47,7 @@ OFFERED = {
         compute_batch_size auto_train_steps run inputs_vocabulary targets_vocabulary
         separate_vocabularies metric_max metric_sum variable_filter_max_size
         init_checkpoint_variable_mapping should_load_variable
-        serialize_num_microbatches""",
+        serialize_num_microbatches get_checkpoint_iterator""",
 }
 
 _TPU_ESTIMATOR = "TPUEstimator-only; the TF 2 trainer (utils.run) has its own loop"
@@ -121,8 +121,6 @@ NOT_OFFERED = {
     "utils.encode_inputs": "decode_io.encode_prompts",
     "utils.encode_delimited_lm": "delimited_lm model type " + _LATER,
     "utils.flexible_ckpt_init_mapping": _LATER,
-    "utils.get_checkpoint_iterator": "the trainer picks checkpoints itself "
-                                     "(eval_checkpoint_step)",
 }
 
 
