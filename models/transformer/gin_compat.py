@@ -215,15 +215,16 @@ def filter_supported(text, filename=None):
   return "\n".join(kept), skipped
 
 
-def parse_original_config(text, filename=None):
+def parse_original_config(text, filename=None, skip_unknown=False):
   """Translates an original gin config, binds what this port supports and returns the
   list of SkippedBinding (binding, line, reason) left out.
 
-  Raises MtfError naming the file and gin's complaint (e.g. an unknown configurable).
+  Raises MtfError naming the file and gin's complaint (e.g. an unknown configurable),
+  unless gin's skip_unknown option lets gin skip it.
   """
   translated, skipped = filter_supported(translate_text(text), filename)
   try:
-    gin.parse_config(translated)
+    gin.parse_config(translated, skip_unknown=skip_unknown)
   except (ValueError, KeyError, TypeError, SyntaxError, ImportError) as e:
     raise MtfError("gin file %s (original Mesh-TensorFlow config): %s"
                    % (filename or "<string>", e), file=filename) from e

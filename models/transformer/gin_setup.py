@@ -68,11 +68,13 @@ def _quiet_include_probes():
     logging.getLogger().removeFilter(probe_filter)
 
 
-def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True):
+def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True,
+              skip_unknown=False):
   """Parses defaults.gin (if the first prefix has one), gin_files and gin_params.
 
   Raises MtfError naming the file (or binding) and gin's complaint, e.g. an unknown
-  configurable or parameter.
+  configurable or parameter, unless skip_unknown (gin's option: True, or a list of
+  configurable names) lets gin skip bindings of unknown configurables.
   """
   import_configurables()
   prefixes = list(prefixes or [DEFAULT_GIN_LOCATION])
@@ -83,22 +85,22 @@ def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True):
   if with_defaults and os.path.isfile(defaults):
     files = [defaults] + [f for f in files if os.path.abspath(f) != defaults]
   for path in files:
-    if _parse_original_config_file(path):
+    if _parse_original_config_file(path, skip_unknown):
       continue
     try:
       with _quiet_include_probes():
-        gin.parse_config_file(path)
+        gin.parse_config_file(path, skip_unknown=skip_unknown)
     except (ValueError, KeyError, TypeError, SyntaxError, IOError) as e:
       raise MtfError("gin file %s: %s" % (path, e), file=path) from e
   for binding in gin_params:
     try:
-      gin.parse_config(binding)
+      gin.parse_config(binding, skip_unknown=skip_unknown)
     except (ValueError, KeyError, TypeError, SyntaxError) as e:
       raise MtfError("gin binding %r: %s" % (binding, e)) from e
   return files
 
 
-def _parse_original_config_file(path):
+def _parse_original_config_file(path, skip_unknown=False):
   """Parses path through gin_compat if it is an original Mesh-TensorFlow config (it
   names mesh_tensorflow modules), printing the bindings it skipped; returns whether
   it did."""
@@ -107,7 +109,7 @@ def _parse_original_config_file(path):
     text = f.read()
   if not gin_compat.is_original_config(text):
     return False
-  skipped = gin_compat.parse_original_config(text, path)
+  skipped = gin_compat.parse_original_config(text, path, skip_unknown=skip_unknown)
   if skipped:
     print(gin_compat.format_skipped(path, skipped), flush=True)
   return True

@@ -476,3 +476,22 @@ def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after
   if find_closest:
     wanted = [_closest_step(int(s), model_dir) for s in wanted]
   return [path(int(s)) for s in wanted]
+
+
+def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
+  """Parses gin as the trainer's command line does: defaults.gin, then the files of
+  --gin_file (found under --gin_location_prefix) and the bindings of --gin_param, from
+  the absl flags that main.py defines (absent flags count as empty); then locks the
+  config unless finalize_config is False. skip_unknown is gin's option."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+  flag_values = flags.FLAGS
+
+  def flag(name):
+    if name in flag_values and flag_values.is_parsed():
+      return list(flag_values[name].value or [])
+    return []
+  gin_setup.parse_gin(flag("gin_file"), flag("gin_param"),
+                      flag("gin_location_prefix") or None, skip_unknown=skip_unknown)
+  if finalize_config:
+    gin.finalize()

@@ -365,7 +365,6 @@ _BY_REASON = {
         mesh_tensorflow.transformer.utils.flexible_ckpt_init_mapping
         mesh_tensorflow.transformer.utils.get_estimator
         mesh_tensorflow.transformer.utils.infer_model
-        mesh_tensorflow.transformer.utils.parse_gin_defaults_and_flags
         mesh_tensorflow.transformer.utils.run
         mesh_tensorflow.transformer.utils.save_scores
         mesh_tensorflow.transformer.utils.save_scores_to_tfrecords

@@ -190,3 +190,26 @@ def test_get_checkpoint_iterator_picks_steps_as_the_original(tmp_path):
                                              stop_after=250)) == [200, 300]
   with pytest.raises(mtf.MtfError, match="no checkpoint model.ckpt-N in"):
     utils.get_checkpoint_iterator(5, str(tmp_path / "empty"))
+
+
+def test_parse_gin_defaults_and_flags_reads_the_trainer_flags(tmp_path):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from models.transformer import main  # pylint: disable=g-import-not-at-top,unused-import
+  (tmp_path / "defaults.gin").write_text("utils.run.train_steps = 3\n"
+                                         "utils.run.iterations_per_loop = 5\n")
+  (tmp_path / "mine.gin").write_text("utils.run.train_steps = 4\n")
+  flag_values = flags.FLAGS
+  flag_values(["prog", "--gin_location_prefix=%s" % tmp_path, "--gin_file=mine.gin",
+               "--gin_param=utils.run.save_checkpoints_steps = 6",
+               "--gin_param=nowhere.unknown = 1"])
+  try:
+    with pytest.raises(mtf.MtfError, match="nowhere"):
+      utils.parse_gin_defaults_and_flags()
+    gin.clear_config()
+    utils.parse_gin_defaults_and_flags(skip_unknown=True)
+    assert gin.config_is_locked()
+    assert gin.query_parameter("utils.run.train_steps") == 4  # the file after defaults
+    assert gin.query_parameter("utils.run.iterations_per_loop") == 5
+    assert gin.query_parameter("utils.run.save_checkpoints_steps") == 6
+  finally:
+    flag_values.unparse_flags()

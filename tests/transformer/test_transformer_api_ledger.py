@@ -47,7 +47,8 @@ OFFERED = {
         compute_batch_size auto_train_steps run inputs_vocabulary targets_vocabulary
         separate_vocabularies metric_max metric_sum variable_filter_max_size
         init_checkpoint_variable_mapping should_load_variable
-        serialize_num_microbatches get_checkpoint_iterator""",
+        serialize_num_microbatches get_checkpoint_iterator
+        parse_gin_defaults_and_flags""",
 }
 
 _TPU_ESTIMATOR = "TPUEstimator-only; the TF 2 trainer (utils.run) has its own loop"
@@ -102,7 +103,6 @@ NOT_OFFERED = {
     # 10.7
     # 10.8
     # 10.9
-    "utils.parse_gin_defaults_and_flags": "gin_setup.parse_gin (main.py's flags)",
     "utils.tpu_estimator_model_fn": _TPU_ESTIMATOR,
     "utils.get_estimator": _TPU_ESTIMATOR,
     "utils.train_model": _TPU_ESTIMATOR + " (train_loop.run_train)",
