@@ -372,6 +372,7 @@ class Unitransformer:
     return (mtf.reduce_sum(loss * weights)
             / self.loss_denominator(targets, context.num_microbatches))
 
+  @gin.configurable(module="Unitransformer")
   def sample_autoregressive(self, partial_sequences, stop_at_token=1, max_steps=None,
                             temperature=0.0, variable_dtype=mtf.VariableDType(tf.float32),
                             encoder_output=None, encoder_sequence_id=None,
@@ -391,6 +392,7 @@ class Unitransformer:
         remove_partial_sequences=remove_partial_sequences,
         sampling_keep_top_k=sampling_keep_top_k, bos_id=bos_id)
 
+  @gin.configurable(module="Unitransformer")
   def beam_search(self, inputs, decode_length, variable_dtype=mtf.VariableDType(tf.float32),
                   encoder_output=None, encoder_sequence_id=None, encoder_inputs=None,
                   alpha=0.6, shared_params=None, encoder_layer_outputs=None, bos_id=0):
@@ -508,6 +510,7 @@ class Bitransformer:
       loss = mtf.add_n([loss] + list(encoder_losses))
     return logits, loss
 
+  @gin.configurable(module="Bitransformer")
   def decode(self, inputs, variable_dtype=mtf.VariableDType(tf.float32), beam_size=1,
              alpha=0.6, temperature=0.0, sampling_keep_top_k=-1,
              decode_length_multiplier=1.5, decode_length_constant=10,

@@ -213,3 +213,30 @@ def test_parse_gin_defaults_and_flags_reads_the_trainer_flags(tmp_path):
     assert gin.query_parameter("utils.run.save_checkpoints_steps") == 6
   finally:
     flag_values.unparse_flags()
+
+
+def test_decoding_methods_take_their_options_from_gin(monkeypatch):
+  """`Bitransformer.decode.beam_size = ...` and the Unitransformer.sample_autoregressive
+  / beam_search bindings of the original's gin files reach the decoding functions."""
+  from models.transformer import decoding  # pylint: disable=g-import-not-at-top
+  gin_setup.import_configurables()
+  with gin.unlock_config():
+    gin.parse_config("Bitransformer.decode.beam_size = 3\n"
+                     "Bitransformer.decode.alpha = 0.25\n"
+                     "Unitransformer.sample_autoregressive.sampling_keep_top_k = 5\n"
+                     "Unitransformer.beam_search.alpha = 0.5")
+  seen = {}
+  monkeypatch.setattr(decoding, "bitransformer_decode",
+                      lambda model, inputs, **kw: seen.update(decode=kw))
+  monkeypatch.setattr(decoding, "sample_autoregressive",
+                      lambda model, ids, **kw: seen.update(sample=kw))
+  monkeypatch.setattr(decoding, "beam_search",
+                      lambda model, ids, length, **kw: seen.update(beam=kw))
+  transformer.Bitransformer(None, None).decode("inputs", temperature=0.5)
+  uni = transformer.Unitransformer(layer_stack=None)
+  uni.sample_autoregressive("ids")
+  uni.beam_search("ids", 4)
+  assert (seen["decode"]["beam_size"], seen["decode"]["alpha"],
+          seen["decode"]["temperature"]) == (3, 0.25, 0.5)
+  assert seen["sample"]["sampling_keep_top_k"] == 5
+  assert seen["beam"]["alpha"] == 0.5
