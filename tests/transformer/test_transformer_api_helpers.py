@@ -39,6 +39,9 @@ def test_tpu_mesh_shape_slice_names_and_size_one_dims():
   assert _dims(utils.tpu_mesh_shape("v2-8", 2, ensemble_parallelism=4)) == [
       ("ensemble", 4), ("model", 2)]
   assert utils.tpu_mesh_shape("v2-8", 8).size == 8
+  # A list model_parallelism is a HierarchicalTiling spec: None takes what is left.
+  assert _dims(utils.tpu_mesh_shape("v3-32", [("batch", None), ("model", [2, 4])])) == [
+      ("batch", 4), ("model", 8)]
   with pytest.raises(mtf.MtfError, match="tpu_topology 'tpu'"):
     utils.tpu_mesh_shape("tpu", 1)
 
