@@ -7,8 +7,11 @@ kinds and defaults; the port may append parameters that have defaults. A class p
 every member listed for it passes too.
 
 Defaults compare by meaning: the dump holds `repr`s, so `<function assign_slice at 0x..>`
-matches any function named `assign_slice`, `<object object at 0x..>` (gin.REQUIRED) matches
-gin.REQUIRED or no default, class reprs match by class name, literals by value.
+matches any function named `assign_slice`, class reprs match by class name, literals by
+value. A parameter the original requires (no default, or gin.REQUIRED,
+`<object object at 0x..>`) may have a default here: code written for the original always
+passes it, so the default never changes what that code does. `required_with_default`
+lists those parameters, so the departures stay visible.
 """
 import ast
 import importlib
@@ -65,11 +68,17 @@ def _port_default_repr(value):
   return _normalize_repr(repr(value))
 
 
+def _is_required(original_default):
+  """Whether the original's parameter has no default or defaults to gin.REQUIRED."""
+  return original_default is None or bool(
+      re.fullmatch(r"<object object at 0x[0-9a-f]+>", original_default))
+
+
 def default_matches(original, port_value):
   """Whether the port's default means what the original's repr says."""
-  if original is None or re.fullmatch(r"<object object at 0x[0-9a-f]+>", original):
-    # No default and gin.REQUIRED both mean "the caller must give it".
-    return port_value is _EMPTY or port_value is gin.REQUIRED
+  if _is_required(original):
+    # The original's callers always pass it; any port default (or none) is compatible.
+    return True
   if port_value is _EMPTY:
     return False
   try:
@@ -212,4 +221,40 @@ def failures(reference=None):
     problems = check_name(module, name, entry)
     if problems:
       out["%s.%s" % (module, name)] = problems
+  return out
+
+
+def _callables(module, name, entry):
+  """(label, port callable, reference entry) of a name and its methods, where present."""
+  try:
+    obj = getattr(importlib.import_module(port_module_name(module)), name)
+  except (ImportError, AttributeError):
+    return []
+  if entry["kind"] != "class":
+    return [("%s.%s" % (module, name), obj, entry)]
+  out = []
+  for member, member_entry in entry.get("members", {}).items():
+    if member_entry["kind"] != "property" and hasattr(obj, member):
+      static = inspect.getattr_static(obj, member)
+      fn = static.__func__ if isinstance(static, classmethod) else getattr(obj, member)
+      out.append(("%s.%s.%s" % (module, name, member), fn, member_entry))
+  return out
+
+
+def required_with_default(reference=None):
+  """["module.name(.member): param", ...] where the original requires a parameter
+  that the port gives a default (gin.REQUIRED counts as requiring it)."""
+  out = []
+  for module, name, entry in all_names(reference):
+    for label, fn, fn_entry in _callables(module, name, entry):
+      sig = _signature(fn)
+      if sig is None:
+        continue
+      port = {p.name: p for p in sig.parameters.values()}
+      for param, kind, default in fn_entry.get("params") or []:
+        p = port.get(param)
+        if (p is not None and kind not in ("VAR_POSITIONAL", "VAR_KEYWORD") and
+            _is_required(default) and p.default is not _EMPTY and
+            p.default is not gin.REQUIRED):
+          out.append("%s: %s" % (label, param))
   return out

@@ -30,7 +30,6 @@ _BY_REASON = {
         mesh_tensorflow.ConcatOperation
         mesh_tensorflow.Graph
         mesh_tensorflow.ImportOperation
-        mesh_tensorflow.LayoutRules
         mesh_tensorflow.LazyAllreduceSum
         mesh_tensorflow.LazyLaidOutTensor
         mesh_tensorflow.Lowering
@@ -41,7 +40,6 @@ _BY_REASON = {
         mesh_tensorflow.PoolBackPropOperation
         mesh_tensorflow.RandomOperation
         mesh_tensorflow.ReadVariable
-        mesh_tensorflow.Shape
         mesh_tensorflow.ShiftOperation
         mesh_tensorflow.SliceOperation
         mesh_tensorflow.SlicewiseOperation
@@ -61,7 +59,6 @@ _BY_REASON = {
         mesh_tensorflow.compatible_lazy_allreduce_sums
         mesh_tensorflow.convert_args_to_laid_out_tensors
         mesh_tensorflow.cos
-        mesh_tensorflow.dropout
         mesh_tensorflow.exp
         mesh_tensorflow.identity
         # mesh_tensorflow.layers
@@ -72,14 +69,9 @@ _BY_REASON = {
         mesh_tensorflow.layers.conv3d_transpose_with_blocks
         mesh_tensorflow.layers.conv3d_with_blocks
         mesh_tensorflow.layers.corr
-        mesh_tensorflow.layers.dot_product_attention
         mesh_tensorflow.layers.local_2d_self_attention_spatial_blocks
         mesh_tensorflow.layers.local_self_attention_spatial_blocks
-        mesh_tensorflow.layers.masked_local_attention_1d
         mesh_tensorflow.layers.masked_local_attention_1d_incremental
-        mesh_tensorflow.layers.multihead_attention
-        mesh_tensorflow.layers.multihead_self_attention_incremental
-        mesh_tensorflow.layers.multihead_self_attention_memory_compressed
         mesh_tensorflow.layers.separable_conv1d
         mesh_tensorflow.layers.summary_for_clip_activation_gradient
         mesh_tensorflow.layers.weights_nonzero
@@ -87,7 +79,6 @@ _BY_REASON = {
         mesh_tensorflow.leaky_relu
         mesh_tensorflow.list_product
         mesh_tensorflow.log
-        mesh_tensorflow.log_variable_sizes
         mesh_tensorflow.logical_not
         mesh_tensorflow.mtf_pow
         mesh_tensorflow.negative
@@ -347,10 +338,6 @@ _BY_REASON = {
         mesh_tensorflow.utils.topology_rank
         # mesh_tensorflow
         mesh_tensorflow.zeros_like
-        """,
-    'deliberate: Unitransformer gives input_vocab_size, output_vocab_size, autoregressive and max_length defaults (None, None, False, 512) where the original requires them (gin.REQUIRED); calls that pass them behave the same': """
-        # mesh_tensorflow.transformer.transformer
-        mesh_tensorflow.transformer.transformer.Unitransformer
         """,
     'trainer entry points: issue 18': """
         # mesh_tensorflow.transformer.utils

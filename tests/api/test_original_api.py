@@ -12,7 +12,7 @@ import api_ledger
 
 # The share of the original's names that conform on this branch; raise it as names are
 # ported (the target of issue 13 is 97%).
-FLOOR_PERCENT = 42.0
+FLOOR_PERCENT = 43.5
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,10 @@ def failing():
 def test_conforming_share_reaches_the_floor(failing):
   total = len(api_conformance.all_names())
   percent = 100.0 * (total - len(failing)) / total
-  print("original API: %d of %d names conform (%.1f%%)" % (
-      total - len(failing), total, percent))
+  defaulted = api_conformance.required_with_default()
+  print("original API: %d of %d names conform (%.1f%%); %d parameters the original "
+        "requires have a default here: %s" % (
+            total - len(failing), total, percent, len(defaulted), ", ".join(defaulted)))
   assert percent >= FLOOR_PERCENT
 
 
@@ -74,9 +76,14 @@ def test_checker_accepts_appended_defaults_and_equivalent_defaults():
     del x, dim, name, fn, dtype, req, extra, kwargs
   assert api_conformance.check_callable(port, {"params": params}) == []
 
-  def port_no_default(x, dim, name=None, fn=assign_slice, dtype=tf.float32, req=None):
+  # A default where the original requires the argument is compatible (and listed).
+  def port_defaulted(x, dim=0, name=None, fn=assign_slice, dtype=tf.float32, req=None):
     del x, dim, name, fn, dtype, req
-  assert api_conformance.check_callable(port_no_default, {"params": params})
+  assert api_conformance.check_callable(port_defaulted, {"params": params}) == []
+
+  def port_other_default(x, dim, name="x", fn=assign_slice, dtype=tf.float32, req=None):
+    del x, dim, name, fn, dtype, req
+  assert api_conformance.check_callable(port_other_default, {"params": params})
 
 
 @pytest.mark.parametrize("port_src,problem", [
