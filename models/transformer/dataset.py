@@ -19,6 +19,7 @@ import gin
 import tensorflow as tf
 
 from mesh_tf import errors
+from models.transformer import dataset_readers
 from models.transformer import packing
 from models.transformer import tfds_loading
 
@@ -27,6 +28,10 @@ pack_dataset = packing.pack_dataset
 pack_or_pad = packing.pack_or_pad
 trim_and_pad_dataset = packing.trim_and_pad_dataset
 ensure_dataset_eos = packing.ensure_dataset_eos
+# The original's file readers live in dataset_readers.py.
+packed_parallel_tsv_dataset = dataset_readers.packed_parallel_tsv_dataset
+pretokenized_tfrecord_dataset = dataset_readers.pretokenized_tfrecord_dataset
+pretokenized_t2t_dataset = dataset_readers.pretokenized_t2t_dataset
 
 EOS_ID = 1
 
@@ -88,11 +93,11 @@ def supervised_to_dict(dataset, text2self):
   return dataset.map(lambda x, y: {"inputs": x, "targets": y})
 
 
-def pad_dataset_with_zeroed_out_examples(dataset):
+def pad_dataset_with_zeroed_out_examples(ds):
   """The dataset followed by an unlimited stream of all-zero examples like its own."""
-  zeros = dataset.take(1).map(
+  zeros = ds.take(1).map(
       lambda features: {k: tf.zeros_like(v) for k, v in features.items()})
-  return dataset.concatenate(zeros.repeat())
+  return ds.concatenate(zeros.repeat())
 
 
 def batch_dataset(dataset, batch_size, repeat=True):
@@ -223,7 +228,7 @@ def _tfds_features(dataset_name, text2self, tfds_data_dir, dataset_split):
 
 @gin.configurable(module="dataset")
 def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED, text2self=gin.REQUIRED,
-                              tfds_data_dir=gin.REQUIRED, dataset_split="train",
+                              tfds_data_dir=gin.REQUIRED, dataset_split=gin.REQUIRED,
                               batch_size=None, sequence_length=gin.REQUIRED,
                               vocabulary=None, pack=True):
   """A TFDS dataset whose features are already token ids; EOS appended, packed.
@@ -246,9 +251,9 @@ def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED, text2self=gin.REQUIRED,
 
 @gin.configurable(module="dataset")
 def untokenized_tfds_dataset(dataset_name=gin.REQUIRED, text2self=gin.REQUIRED,
-                             tfds_data_dir=gin.REQUIRED, dataset_split="train",
+                             tfds_data_dir=gin.REQUIRED, dataset_split=gin.REQUIRED,
                              batch_size=None, sequence_length=gin.REQUIRED,
-                             vocabulary=gin.REQUIRED, pack=True):
+                             vocabulary=gin.REQUIRED, pack=gin.REQUIRED):
   """A TFDS text dataset, encoded with `vocabulary`, EOS appended, packed or padded.
 
   Unbatched (the dataset-function contract) unless batch_size is given.

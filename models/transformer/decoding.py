@@ -132,7 +132,7 @@ def _with_beam(x, beam_dim):
 def beam_search(model, inputs, decode_length,
                 variable_dtype=mtf.VariableDType(tf.float32), encoder_output=None,
                 encoder_sequence_id=None, encoder_inputs=None, alpha=0.6,
-                shared_params=None, encoder_layer_outputs=None):
+                shared_params=None, encoder_layer_outputs=None, bos_id=0):
   """Beam search with a Unitransformer; returns the best beam, [batch..., length].
 
   Args:
@@ -144,6 +144,7 @@ def beam_search(model, inputs, decode_length,
       encoder_layer_outputs: passed to the model (a Bitransformer's decoder); tensors
       without the beam dim are broadcast over it.
     alpha: the length-penalty exponent.
+    bos_id: the input id read at the first position.
   """
   _check_decoder(model, "beam_search")
   if inputs.shape.ndims < 2 or inputs.shape.dims[-2].name != BEAM_DIM_NAME:
@@ -162,10 +163,11 @@ def beam_search(model, inputs, decode_length,
     encoder_inputs = mtf.broadcast(encoder_inputs, dims[:-1] + [beam_dim] + dims[-1:])
   kwargs = _model_kwargs(encoder_output, encoder_sequence_id, encoder_inputs,
                          shared_params, encoder_layer_outputs)
-  model.call_simple(inputs=_decoder_inputs(inputs, 0), targets=None, compute_loss=False,
-                    mode=ModeKeys.PREDICT, variable_dtype=variable_dtype, **kwargs)
+  model.call_simple(inputs=_decoder_inputs(inputs, bos_id), targets=None,
+                    compute_loss=False, mode=ModeKeys.PREDICT,
+                    variable_dtype=variable_dtype, **kwargs)
   beams, _ = mtf_beam_search.beam_search(
-      _logits_fn(model, variable_dtype, 0, kwargs), inputs, alpha,
+      _logits_fn(model, variable_dtype, bos_id, kwargs), inputs, alpha,
       decode_length=decode_length)
   return mtf.gather(beams, mtf.constant(inputs.mesh, 0, dtype=tf.int32), beam_dim)
 

@@ -14,7 +14,6 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf.checkpoint import discovery
 from mesh_tf.errors import MtfError
 from models.transformer import evaluation
 from models.transformer import model_graph
@@ -23,9 +22,9 @@ from models.transformer import run_setup
 
 def _vocab(vocabulary, key):
   """The inputs or targets vocabulary of a vocabulary or an (inputs, targets) pair."""
-  if isinstance(vocabulary, (tuple, list)):
-    return vocabulary[0 if key == "inputs" else 1]
-  return vocabulary
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  pick = utils.inputs_vocabulary if key == "inputs" else utils.targets_vocabulary
+  return pick(tuple(vocabulary) if isinstance(vocabulary, list) else vocabulary)
 
 
 def _length(sequence_length, key):
@@ -131,32 +130,9 @@ def encode_delimited_lm(inputs, targets, vocabulary, batch_size, sequence_length
   return _rows(rows, length, batch_size), _rows(masks, length, batch_size)
 
 
-def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after=None,
-                            find_closest=True):
-  """The checkpoint paths to evaluate: checkpoint_step None -> the latest; "all" ->
-  every complete checkpoint after step skip_until (up to stop_after); an int or a list
-  of ints -> those steps (or the closest existing ones with find_closest)."""
-  found = discovery.find_checkpoints(model_dir).checkpoints
-  if not found:
-    raise MtfError("no checkpoint in %s" % model_dir, file=model_dir)
-  steps = {mtf.checkpoint.step_from_prefix(p): p for p in found}
-  if checkpoint_step is None:
-    return [found[-1]]
-  if checkpoint_step == "all":
-    return [p for s, p in sorted(steps.items())
-            if s > skip_until and (stop_after is None or s <= stop_after)]
-  wanted = checkpoint_step if isinstance(checkpoint_step, (list, tuple)) else [
-      checkpoint_step]
-  paths = []
-  for step in wanted:
-    step = int(step)
-    if step not in steps:
-      if not find_closest:
-        raise MtfError("no checkpoint of step %d in %s (it has steps %s)"
-                       % (step, model_dir, sorted(steps)), file=model_dir)
-      step = min(steps, key=lambda s: (abs(s - step), s))
-    paths.append(steps[step])
-  return paths
+def _checkpoints(checkpoint_step, model_dir):
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  return utils.get_checkpoint_iterator(checkpoint_step, model_dir)
 
 
 def train_model(estimator, vocabulary, sequence_length, batch_size, train_dataset_fn,
@@ -204,7 +180,7 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size, dataset_split
   data = eval_dataset_fn(sequence_length=sequence_length, vocabulary=vocabulary,
                          dataset_split=dataset_split)
   results = {}
-  for path in get_checkpoint_iterator(eval_checkpoint_step, model_dir):
+  for path in _checkpoints(eval_checkpoint_step, model_dir):
     if isinstance(data, tf.data.Dataset):
       dataset = run_setup.batched_dataset(lambda **unused: data, sequence_length,
                                           vocabulary, dataset_split, batch_size,
@@ -311,7 +287,7 @@ def decode_from_dataset(estimator, vocabulary, model_type, batch_size, sequence_
 def infer_model(estimator, vocabulary, sequence_length, batch_size, model_type, model_dir,
                 eval_checkpoint_step, checkpoint_paths=None, decode_fn=decode_from_file):
   """Runs decode_fn for each checkpoint (default: get_checkpoint_iterator's)."""
-  paths = checkpoint_paths or get_checkpoint_iterator(eval_checkpoint_step, model_dir)
+  paths = checkpoint_paths or _checkpoints(eval_checkpoint_step, model_dir)
   return [decode_fn(estimator, vocabulary, model_type, batch_size, sequence_length,
                     checkpoint_path=path) for path in paths]
 
@@ -369,7 +345,7 @@ def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir, v
                          score_postprocess_fn=save_scores, num_examples=None):
   """Scores input_fn's examples with the eval_checkpoint_step checkpoint; returns
   score_postprocess_fn(results, vocabulary)."""
-  path = get_checkpoint_iterator(eval_checkpoint_step, model_dir)[0]
+  path = _checkpoints(eval_checkpoint_step, model_dir)[0]
   results = list(estimator.score(input_fn, path))
   if num_examples is not None:
     results = results[:num_examples]
@@ -382,7 +358,7 @@ def score_with_estimator_lazy(estimator, input_fn, eval_checkpoint_step, model_d
                               num_examples=None, num_examples_per_shard=100000):
   """Like score_with_estimator, streaming: calls score_postprocess_fn(results,
   vocabulary, shard_idx=i) for every num_examples_per_shard results."""
-  path = get_checkpoint_iterator(eval_checkpoint_step, model_dir)[0]
+  path = _checkpoints(eval_checkpoint_step, model_dir)[0]
   shard, index, outputs = [], 0, []
   for count, row in enumerate(estimator.score(input_fn, path)):
     if num_examples is not None and count >= num_examples:
@@ -444,13 +420,6 @@ def export_model(estimator, export_dir, vocabulary, sequence_length, model_type,
 
 
 @gin.configurable(module="utils")
-def init_checkpoint_variable_mapping(name, mapping_fn=None):
-  """The init_checkpoint key that variable `name` is loaded from (mapping_fn(name), or
-  name itself); None means not loaded."""
-  return mapping_fn(name) if mapping_fn else name
-
-
-@gin.configurable(module="utils")
 def flexible_ckpt_init_mapping(ckpt_path="", new_layers=None, return_mapping_fn=True):
   """Maps this model's layer_NNN variables to the checkpoint's when layers were
   inserted: new_layers lists the indices of layers the checkpoint lacks (they are not
@@ -472,42 +441,3 @@ def flexible_ckpt_init_mapping(ckpt_path="", new_layers=None, return_mapping_fn=
     return mapping_fn
   names = [n for n, _ in tf.train.list_variables(ckpt_path)] if ckpt_path else []
   return {n: mapping_fn(n) for n in names}
-
-
-def serialize_num_microbatches(batch_dim, sequence_length, mesh_shape, layout_rules,
-                               tokens_per_microbatch_per_replica=None):
-  """How many microbatches keep each replica at or under
-  tokens_per_microbatch_per_replica tokens (None: 1); always divides the per-replica
-  batch."""
-  if not tokens_per_microbatch_per_replica:
-    return 1
-  from models.transformer import utils  # pylint: disable=g-import-not-at-top
-  replicas = utils.batch_replicas(mtf.convert_to_shape(mesh_shape),
-                                  mtf.convert_to_layout_rules(layout_rules))
-  length = max(sequence_length.values()) if isinstance(sequence_length, dict) else int(
-      sequence_length)
-  per_replica = batch_dim.size // replicas
-  wanted = max(1, -(-per_replica * length // int(tokens_per_microbatch_per_replica)))
-  return min(n for n in range(wanted, per_replica + 1) if per_replica % n == 0)
-
-
-def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
-  """Parses gin_configs/defaults.gin, then the --gin_file / --gin_param flags (of
-  models.transformer.main); skip_unknown skips unknown configurables."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
-  values = flags.FLAGS
-  files = values["gin_file"].value if "gin_file" in values else []
-  params = values["gin_param"].value if "gin_param" in values else []
-  prefixes = values["gin_location_prefix"].value if "gin_location_prefix" in values else []
-  if skip_unknown:
-    gin_setup.import_configurables()
-    for path in files:
-      gin.parse_config_file(gin_setup.find_gin_file(path, prefixes or None),
-                            skip_unknown=True)
-    gin.parse_config(params, skip_unknown=True)
-  else:
-    gin_setup.parse_gin(files, params, prefixes or None)
-  if finalize_config:
-    gin.finalize()
-

@@ -24,9 +24,39 @@ from mesh_tf.errors import MtfError
 OMITTED_CONFIGURABLES = {
     "rewrite_stack_variables": "autostacking: this port keeps variables unstacked",
     "tpu_estimator_model_fn": "TPUEstimator-only; the TF 2 trainer has its own loop",
-    "get_estimator": "TPUEstimator-only; the TF 2 trainer has its own loop",
-    "serialize_num_microbatches": "microbatches are set by utils.run.num_microbatches",
     "get_checkpoint_iterator": "the trainer picks checkpoints itself",
+    "serialize_num_microbatches": "microbatches are set by utils.run.num_microbatches",
+    "separate_vocabularies": "utils.run takes one vocabulary (utils.separate_vocabularies "
+                             "is offered as a function)",
+    "variable_filter_max_size": "utils.run trains every variable (utils."
+                                "variable_filter_max_size is offered as a function)",
+    "init_checkpoint_variable_mapping": "utils.run.init_checkpoint restores by name "
+                                        "(the function is offered in utils)",
+    "should_load_variable": "utils.run.init_checkpoint restores every variable it finds "
+                            "(the function is offered in utils)",
+}
+
+# Configurables of the original that this port does not offer yet (the Transformer
+# layer zoo and research variants, being ported). A binding of one, or one whose value
+# names one, is skipped and reported while it is not registered here; once it is, the
+# binding applies.
+NOT_YET_PORTED = frozenset("""
+    TalkingHeadsSelfAttention TalkingHeadsEncDecAttention TransparentEncDecAttention
+    GeneralBilinearSelfAttention GeneralBilinearEncDecAttention BranchedSelfAttention
+    BranchedEncDecAttention Synthesizer ExpertsSelfAttention ExpertsEncDecAttention
+    LightweightConv1DLocalAttn DynamicConv1DLocalAttn LocalConvAttnBlock Conv1D
+    Conv1DLayer SeparableConv1DLayer Conv1DLocalAttn MoE2D HeterogeneousMoE1D
+    AdaptiveVocabEmbedding MixtureOfSoftmaxes Mixtape AdaptiveSoftmaxVocabEmbedding
+    ProductKeyValueMemory FunnelTransformerLayerStack BitransformerFunnel UTLayerStack
+    StudentTeacher make_bi_student_teacher DecoderAttentionLayer
+    DecoderConvolutionalLayer EncoderConvolutionalLayer GatedLinearUnitLayer
+    SelfAttentionFixup EncDecAttentionFixup DenseReluDenseFixup""".split())
+
+# Selectors the original's own gin files use that name a configurable by another module
+# than the one registering it (e.g. problems/lm1b.gin binds
+# `dataset.get_tfds_vocabulary`, which lives in the vocabulary module).
+SELECTOR_ALIASES = {
+    "dataset.get_tfds_vocabulary": "vocabulary.get_tfds_vocabulary",
 }
 
 # `mesh_tensorflow.<module>.` -> the gin module prefix used here ("" = bare name).
@@ -80,6 +110,8 @@ def translate_text(text):
     return _port_prefix(match.group(0)[:-1])
   text = re.sub(r"(?<![\w.])mesh_tensorflow\.transformer\.\w+\.", replace, text)
   text = re.sub(r"(?<![\w.])mesh_tensorflow\.\w+\.", replace, text)
+  for selector, port_selector in SELECTOR_ALIASES.items():
+    text = re.sub(r"(?<![\w.])%s\b" % re.escape(selector), port_selector, text)
   return text
 
 
@@ -112,8 +144,35 @@ def _accepts(fn_or_cls, arg_name):
   return arg_name in params
 
 
+def _references(value):
+  """The configurable names referenced (`@name`) anywhere in a parsed binding value."""
+  if isinstance(value, tuple) and len(value) == 3 and value[0] == "@":
+    return [value[1]]
+  if isinstance(value, dict):
+    value = list(value.keys()) + list(value.values())
+  if isinstance(value, (list, tuple)):
+    return [name for v in value for name in _references(v)]
+  return []
+
+
+def _not_yet_ported(selector):
+  """The name if selector names an original configurable not registered here yet."""
+  name = selector.split("/")[-1].split(".")[-1]
+  if name in NOT_YET_PORTED and _configurable(selector.split("/")[-1]) is None:
+    return name
+  return None
+
+
 def _skip_reason(statement):
   """Why a binding statement is skipped here, or None to keep it."""
+  for selector in [statement.selector] + _references(statement.value):
+    missing = _not_yet_ported(selector)
+    if missing:
+      return "%s is not ported yet" % missing
+  for selector in _references(statement.value):
+    name = selector.split(".")[-1]
+    if name in OMITTED_CONFIGURABLES and _configurable(selector) is None:
+      return "configurable %s is not offered: %s" % (name, OMITTED_CONFIGURABLES[name])
   if not statement.arg_name:
     return None  # a macro
   name = statement.selector.split(".")[-1]
@@ -155,15 +214,16 @@ def filter_supported(text, filename=None):
   return "\n".join(kept), skipped
 
 
-def parse_original_config(text, filename=None):
+def parse_original_config(text, filename=None, skip_unknown=False):
   """Translates an original gin config, binds what this port supports and returns the
   list of SkippedBinding (binding, line, reason) left out.
 
-  Raises MtfError naming the file and gin's complaint (e.g. an unknown configurable).
+  Raises MtfError naming the file and gin's complaint (e.g. an unknown configurable),
+  unless gin's skip_unknown option lets gin skip it.
   """
   translated, skipped = filter_supported(translate_text(text), filename)
   try:
-    gin.parse_config(translated)
+    gin.parse_config(translated, skip_unknown=skip_unknown)
   except (ValueError, KeyError, TypeError, SyntaxError, ImportError) as e:
     raise MtfError("gin file %s (original Mesh-TensorFlow config): %s"
                    % (filename or "<string>", e), file=filename) from e
@@ -181,3 +241,12 @@ def format_skipped(filename, skipped):
       filename, len(skipped))
   return "\n".join([head] + ["  line %d: %s (%s)" % (s.line, s.binding, s.reason)
                              for s in skipped])
+
+
+def supported_bindings(text, filename=None):
+  """The "scope/selector.param" of every binding of an original config that this port
+  binds (translated, unsupported ones left out)."""
+  kept, _ = filter_supported(translate_text(text), filename)
+  statements = config_parser.ConfigParser(kept, _RecordingDelegate())
+  return [_binding_text(s) for s in statements
+          if isinstance(s, config_parser.BindingStatement) and s.arg_name]

@@ -19,6 +19,7 @@ CONFIGURABLE_MODULES = (
     "models.transformer.layer_stack", "models.transformer.vocab_embeddings",
     "models.transformer.transformer_layers", "models.transformer.attention",
     "models.transformer.moe", "models.transformer.vocabulary",
+    "models.transformer.t2t_vocabulary", "models.transformer.learning_rate_schedules",
     "models.transformer.dataset", "models.transformer.default_corpus",
     "models.transformer.synthetic_tasks", "models.transformer.decoding",
     "models.transformer.decode_io")
@@ -67,11 +68,13 @@ def _quiet_include_probes():
     logging.getLogger().removeFilter(probe_filter)
 
 
-def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True):
+def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True,
+              skip_unknown=False):
   """Parses defaults.gin (if the first prefix has one), gin_files and gin_params.
 
   Raises MtfError naming the file (or binding) and gin's complaint, e.g. an unknown
-  configurable or parameter.
+  configurable or parameter, unless skip_unknown (gin's option: True, or a list of
+  configurable names) lets gin skip bindings of unknown configurables.
   """
   import_configurables()
   prefixes = list(prefixes or [DEFAULT_GIN_LOCATION])
@@ -82,22 +85,22 @@ def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True):
   if with_defaults and os.path.isfile(defaults):
     files = [defaults] + [f for f in files if os.path.abspath(f) != defaults]
   for path in files:
-    if _parse_original_config_file(path):
+    if _parse_original_config_file(path, skip_unknown):
       continue
     try:
       with _quiet_include_probes():
-        gin.parse_config_file(path)
+        gin.parse_config_file(path, skip_unknown=skip_unknown)
     except (ValueError, KeyError, TypeError, SyntaxError, IOError) as e:
       raise MtfError("gin file %s: %s" % (path, e), file=path) from e
   for binding in gin_params:
     try:
-      gin.parse_config(binding)
+      gin.parse_config(binding, skip_unknown=skip_unknown)
     except (ValueError, KeyError, TypeError, SyntaxError) as e:
       raise MtfError("gin binding %r: %s" % (binding, e)) from e
   return files
 
 
-def _parse_original_config_file(path):
+def _parse_original_config_file(path, skip_unknown=False):
   """Parses path through gin_compat if it is an original Mesh-TensorFlow config (it
   names mesh_tensorflow modules), printing the bindings it skipped; returns whether
   it did."""
@@ -106,7 +109,24 @@ def _parse_original_config_file(path):
     text = f.read()
   if not gin_compat.is_original_config(text):
     return False
-  skipped = gin_compat.parse_original_config(text, path)
+  skipped = gin_compat.parse_original_config(text, path, skip_unknown=skip_unknown)
   if skipped:
     print(gin_compat.format_skipped(path, skipped), flush=True)
   return True
+
+
+def parse_gin_file(path):
+  """Parses one gin file as parse_gin does (an original Mesh-TensorFlow config through
+  gin_compat) and returns the gin_compat.SkippedBinding list of what it left out."""
+  from models.transformer import gin_compat  # pylint: disable=g-import-not-at-top
+  import_configurables()
+  with open(path) as f:
+    text = f.read()
+  if gin_compat.is_original_config(text):
+    return gin_compat.parse_original_config(text, path)
+  try:
+    with _quiet_include_probes():
+      gin.parse_config_file(path)
+  except (ValueError, KeyError, TypeError, SyntaxError, IOError) as e:
+    raise MtfError("gin file %s: %s" % (path, e), file=path) from e
+  return []

@@ -265,22 +265,45 @@ def _layer_instance(layer_cls):
   return layer_cls()
 
 
+def _layer_spec(entry):
+  """(class or factory or instance, name or None, kwargs) from an entry of `layers`:
+  a layer class (or instance), or a list/tuple [cls, "name"] or [cls, "name", {kwargs}].
+  """
+  if not isinstance(entry, (list, tuple)):
+    return entry, None, {}
+  if len(entry) not in (2, 3) or not isinstance(entry[1], str) or (
+      len(entry) == 3 and not isinstance(entry[2], dict)):
+    raise mtf.MtfError("make_layer_stack: a layers entry must be a layer class or "
+                       "[cls, \"name\"] or [cls, \"name\", {kwargs}], got %r" % (entry,))
+  cls, name = entry[0], entry[1]
+  kwargs = dict(entry[2]) if len(entry) == 3 else {}
+  if kwargs and isinstance(cls, TransformerLayer):
+    raise mtf.MtfError("make_layer_stack: entry %r gives kwargs to a layer instance; "
+                       "give its class" % (entry,))
+  return cls, name, kwargs
+
+
 @gin.configurable(module="transformer")
 def make_layer_stack(layers=gin.REQUIRED, layer_stack_cls=LayerStack, num_layers=6,
                      block_scope=True):
-  """A layer_stack_cls of num_layers blocks, each a fresh instance of every layer class.
+  """A layer_stack_cls of num_layers blocks, each a fresh instance of every layer.
 
-  With block_scope the layers are named "block_%03d/layer_%03d" (block, index in the
-  block), as in the original; without it "layer_%03d" numbered through the stack.
+  Each entry of `layers` is a layer class (or factory, or an instance, which is copied),
+  or, as in the original, `[cls, "name"]` or `[cls, "name", {kwargs}]`: the layer is
+  `cls(**kwargs)` named "name". With block_scope the layers are named
+  "block_%03d/<name>" where an unnamed layer's name is "layer_%03d" (its index in the
+  block); without block_scope a named layer is "<name>" and an unnamed one "layer_%03d"
+  numbered through the stack.
   """
+  specs = [_layer_spec(entry) for entry in layers]
   stack = []
   for block in range(num_layers):
-    for n, cls in enumerate(layers):
-      layer = _layer_instance(cls)
+    for n, (cls, name, kwargs) in enumerate(specs):
+      layer = cls(**kwargs) if kwargs else _layer_instance(cls)
       if block_scope:
-        layer.set_name("block_%03d/layer_%03d" % (block, n))
+        layer.set_name("block_%03d/%s" % (block, name or "layer_%03d" % n))
       else:
-        layer.set_name("layer_%03d" % (block * len(layers) + n))
+        layer.set_name(name or "layer_%03d" % len(stack))
       stack.append(layer)
   return layer_stack_cls(stack)
 

@@ -7,6 +7,7 @@ gets `k_segmentation` (1, 2, ... for the examples of a row, 0 on padding) and
 `k_position` (0, 1, ... within each example). It is a `tf.data` scan, so it streams
 (works on unlimited datasets) and needs no custom ops.
 """
+import gin
 import tensorflow as tf
 
 from mesh_tf import errors
@@ -41,14 +42,18 @@ def _feature_keys(dataset, feature_keys):
 
 
 def trim_and_pad_to_length(x, length):
-  """x[:length] padded with 0 to exactly [length]."""
+  """x[:length] padded with 0 to exactly `length` along its first axis (any rank >= 1:
+  on a batched feature this trims or pads the batch)."""
   x = x[:length]
-  x = tf.pad(x, [[0, length - tf.size(x)]])
-  return tf.ensure_shape(x, [length])
+  pad = [[0, length - tf.shape(x)[0]]] + [[0, 0]] * (x.shape.rank - 1)
+  x = tf.pad(x, pad)
+  return tf.ensure_shape(x, [length] + x.shape.as_list()[1:])
 
 
 def trim_and_pad_dataset(dataset, length, feature_keys=None):
-  """Cuts each listed feature to `length` (int or {key: n}) and pads it with 0."""
+  """Cuts each listed feature to `length` (int or {key: n}) along its first axis and
+  pads it with 0; features not listed pass through unchanged. On a batched dataset
+  this pads the batch dimension (e.g. a short last eval batch)."""
   keys = _feature_keys(dataset, feature_keys)
   lengths = lengths_per_key(length, keys)
 
@@ -91,18 +96,25 @@ def _trim_keeping_eos(dataset, lengths):
   return dataset.map(trim, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def pack_dataset(dataset, length, keys=None):
+@gin.configurable(module="dataset")
+def pack_dataset(dataset, length, keys=None, use_custom_ops=False):
   """Greedily packs examples into rows of `length` tokens (int or {key: n}).
 
   Args:
     dataset: unbatched dataset of dicts of 1-D integer features.
     length: row length, an int or a dict {key: length}.
     keys: the features to pack (default: all); other features are dropped.
+    use_custom_ops: the original's switch to its C++ packing ops. Accepted for
+      compatibility (gin files set it); both values pack the same way here, with the
+      streaming tf.data scan, which gives the same rows.
   Returns:
     a dataset of dicts with, for each key k, `k`, `k_segmentation` and `k_position`,
     each of shape [length[k]] (segmentation and position int32). Examples longer than
     the row are cut; examples empty in every key are dropped.
   """
+  if not isinstance(use_custom_ops, bool):
+    raise errors.MtfError("pack_dataset: use_custom_ops must be True or False, got %r"
+                          % (use_custom_ops,))
   keys = _feature_keys(dataset, keys)
   lengths = lengths_per_key(length, keys)
   spec = dataset.element_spec
@@ -171,16 +183,18 @@ def pack_or_pad(dataset, length, pack=True, feature_keys=None, ensure_eos=False)
     dataset: unbatched dataset of dicts of 1-D integer features.
     length: an int, or a dict {key: length}.
     pack: pack several examples per row (adds *_segmentation / *_position).
-    feature_keys: the features to keep (default: all).
+    feature_keys: the features to pack, or to trim and pad (default: all). Packing
+      keeps only these; without packing, other features pass through unchanged (as
+      in the original, e.g. "inputs_pretokenized" strings).
     ensure_eos: examples cut at the length end in EOS instead of a mid-text token.
   Returns:
     an unbatched dataset of fixed-length features.
   """
   keys = _feature_keys(dataset, feature_keys)
   lengths = lengths_per_key(length, keys)
-  dataset = dataset.map(lambda ex: {k: ex[k] for k in keys})
   if ensure_eos:
     dataset = _trim_keeping_eos(dataset, lengths)
   if pack:
+    dataset = dataset.map(lambda ex: {k: ex[k] for k in keys})
     return pack_dataset(dataset, lengths, keys)
   return trim_and_pad_dataset(dataset, lengths, keys)

@@ -24,13 +24,14 @@ class ReversibleLayerStack(layer_stack_lib.LayerStack):
   """A LayerStack of reversible residual blocks (see the module docstring).
 
   Args: those of LayerStack; sublayers_per_layer defaults to rms_norm, call_layer,
-  dropout, and may not contain sublayer_residual. recompute_grads (default True here)
-  rebuilds activations in the backward pass; False keeps them (same numbers).
+  dropout, and may not contain sublayer_residual. recompute_grads (default False, as
+  in the original) rebuilds activations in the backward pass to save memory; False
+  keeps them (same numbers).
   """
 
   def __init__(self, layers, sublayers_initial=None, sublayers_per_layer=None,
                sublayers_final=None, dropout_rate=None, norm_epsilon=None,
-               recompute_grads=True):
+               recompute_grads=False):
     if sublayers_per_layer is None and dropout_rate is None:
       sublayers_per_layer = reversible_default_sublayers_per_layer()
     super().__init__(layers, sublayers_initial, sublayers_per_layer, sublayers_final,

@@ -372,15 +372,37 @@ class Unitransformer:
     return (mtf.reduce_sum(loss * weights)
             / self.loss_denominator(targets, context.num_microbatches))
 
-  def sample_autoregressive(self, partial_sequences, **kwargs):
+  @gin.configurable(module="Unitransformer")
+  def sample_autoregressive(self, partial_sequences, stop_at_token=1, max_steps=None,
+                            temperature=0.0, variable_dtype=mtf.VariableDType(tf.float32),
+                            encoder_output=None, encoder_sequence_id=None,
+                            encoder_inputs=None, shared_params=None,
+                            has_partial_sequences=True, encoder_layer_outputs=None,
+                            never_end=False, remove_partial_sequences=False,
+                            sampling_keep_top_k=-1, bos_id=0):
     """Samples continuations (greedy at temperature 0); see decoding.sample_autoregressive."""
     from models.transformer import decoding  # pylint: disable=g-import-not-at-top
-    return decoding.sample_autoregressive(self, partial_sequences, **kwargs)
+    return decoding.sample_autoregressive(
+        self, partial_sequences, stop_at_token=stop_at_token, max_steps=max_steps,
+        temperature=temperature, variable_dtype=variable_dtype,
+        encoder_output=encoder_output, encoder_sequence_id=encoder_sequence_id,
+        encoder_inputs=encoder_inputs, shared_params=shared_params,
+        has_partial_sequences=has_partial_sequences,
+        encoder_layer_outputs=encoder_layer_outputs, never_end=never_end,
+        remove_partial_sequences=remove_partial_sequences,
+        sampling_keep_top_k=sampling_keep_top_k, bos_id=bos_id)
 
-  def beam_search(self, inputs, decode_length, **kwargs):
+  @gin.configurable(module="Unitransformer")
+  def beam_search(self, inputs, decode_length, variable_dtype=mtf.VariableDType(tf.float32),
+                  encoder_output=None, encoder_sequence_id=None, encoder_inputs=None,
+                  alpha=0.6, shared_params=None, encoder_layer_outputs=None, bos_id=0):
     """Beam-search decoding; see decoding.beam_search."""
     from models.transformer import decoding  # pylint: disable=g-import-not-at-top
-    return decoding.beam_search(self, inputs, decode_length, **kwargs)
+    return decoding.beam_search(
+        self, inputs, decode_length, variable_dtype=variable_dtype,
+        encoder_output=encoder_output, encoder_sequence_id=encoder_sequence_id,
+        encoder_inputs=encoder_inputs, alpha=alpha, shared_params=shared_params,
+        encoder_layer_outputs=encoder_layer_outputs, bos_id=bos_id)
 
 
 @gin.configurable(module="transformer")
@@ -488,12 +510,20 @@ class Bitransformer:
       loss = mtf.add_n([loss] + list(encoder_losses))
     return logits, loss
 
-  def decode(self, inputs, variable_dtype=mtf.VariableDType(tf.float32), **kwargs):
+  @gin.configurable(module="Bitransformer")
+  def decode(self, inputs, variable_dtype=mtf.VariableDType(tf.float32), beam_size=1,
+             alpha=0.6, temperature=0.0, sampling_keep_top_k=-1,
+             decode_length_multiplier=1.5, decode_length_constant=10,
+             max_decode_length=None):
     """Decodes outputs for inputs (greedy, sampling or beam); see
     decoding.bitransformer_decode."""
     from models.transformer import decoding  # pylint: disable=g-import-not-at-top
-    return decoding.bitransformer_decode(self, inputs, variable_dtype=variable_dtype,
-                                         **kwargs)
+    return decoding.bitransformer_decode(
+        self, inputs, variable_dtype=variable_dtype, beam_size=beam_size, alpha=alpha,
+        temperature=temperature, sampling_keep_top_k=sampling_keep_top_k,
+        decode_length_multiplier=decode_length_multiplier,
+        decode_length_constant=decode_length_constant,
+        max_decode_length=max_decode_length)
 
 
 def _gin_bound(key):

@@ -12,7 +12,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf.checkpoint import step_from_prefix
+from mesh_tf.checkpoint import discovery, step_from_prefix
 from mesh_tf.errors import MtfError
 from models.transformer import decode_io
 from models.transformer import model_dir_guard
@@ -66,26 +66,47 @@ def batch_replicas(mesh_shape, layout_rules):
 
 @gin.configurable(module="utils")
 def compute_batch_size(sequence_length, mesh_shape, layout_rules, method_and_value):
-  """Sequences per batch from ("sequences_per_batch" | "tokens_per_batch" |
-  "sequences_per_replica" | "tokens_per_replica", value)."""
-  method, value = method_and_value
-  replicas = batch_replicas(mesh_shape, layout_rules)
-  length = _max_length(sequence_length)
+  """Sequences per batch, as the original computes it.
+
+  method_and_value is (method, value): "sequences_per_batch" (value sequences),
+  "tokens_per_batch" (value tokens of targets), "sequences_per_replica" or
+  "tokens_per_replica" (the same per data-parallel replica: times the size of the mesh
+  dim that the "batch" layout rule splits over). Tokens count the targets length
+  (sequence_length["targets"] for a dict) and must divide evenly.
+  """
+  try:
+    method, value = method_and_value
+  except (TypeError, ValueError):
+    raise MtfError("batch_size %r is not a (method, value) pair" % (method_and_value,))
+  replicas = mtf.tensor_dim_to_mesh_dim_size(layout_rules, mesh_shape,
+                                             mtf.Dimension("batch", 0))
+  if isinstance(sequence_length, dict):
+    if "targets" not in sequence_length:
+      raise MtfError("sequence_length %r has no \"targets\" length" % (sequence_length,))
+    length = int(sequence_length["targets"])
+  else:
+    length = int(sequence_length)
+
+  def tokens_to_sequences(tokens):
+    if tokens % length:
+      raise MtfError("batch_size %r: %d tokens is not a whole number of sequences of "
+                     "length %d" % (method_and_value, tokens, length))
+    return tokens // length
+
   if method == "sequences_per_batch":
-    size = int(value)
+    size = value
   elif method == "tokens_per_batch":
-    size = int(value) // length
+    size = tokens_to_sequences(value)
   elif method == "sequences_per_replica":
-    size = int(value) * replicas
+    size = value * replicas
   elif method == "tokens_per_replica":
-    size = int(value) // length * replicas
+    size = tokens_to_sequences(value) * replicas
   else:
     raise MtfError("unknown batch size method %r; use sequences_per_batch, "
                    "tokens_per_batch, sequences_per_replica or tokens_per_replica"
                    % (method,))
   if size < 1:
-    raise MtfError("batch_size %r gives %d sequences of length %d per batch"
-                   % (method_and_value, size, length))
+    raise MtfError("batch_size %r gives %d sequences per batch" % (method_and_value, size))
   return size
 
 
@@ -278,43 +299,217 @@ def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
                    ensemble_parallelism=None):
   """The mesh shape the original trainer used on a TPU slice, as an mtf.Shape.
 
-  tpu_topology is "AxB" (chips; 2 cores each, as on TPU v2/v3) or "AxBxC" (one core
-  per entry). The cores are split into "model" (model_parallelism) and "batch" (the
-  rest); with ensemble_parallelism, an "ensemble" dim comes first and takes its share
-  of the batch. E.g. ("4x4", 8) -> batch:4, model:8 (32 cores). This port runs the
-  result on any backend, e.g. SIMD emulation on CPU.
+  tpu_topology is a slice name "v2-8" / "v3-32" (the number is cores), a chip grid
+  "AxB" (2 cores per chip, as on TPU v2/v3; a "_twisted" suffix is ignored) or, in this
+  port, "AxBxC" (one core per entry). The cores are split into "ensemble"
+  (ensemble_parallelism), "batch" (what is left) and "model" (model_parallelism), and,
+  as in the original, dims of size 1 are left out: ("v2-8", 8) -> model:8. A list
+  model_parallelism is a HierarchicalTiling spec. The result runs on any backend here,
+  e.g. SIMD emulation on CPU.
   """
+  topology = str(tpu_topology)
   try:
-    sizes = [int(s) for s in str(tpu_topology).split("x")]
+    if topology.startswith("v"):
+      num_cores = int(topology.split("-")[-1])
+    else:
+      sizes = [int(s) for s in topology.split("_twisted")[0].split("x")]
+      if len(sizes) not in (2, 3):
+        raise ValueError(topology)
+      num_cores = 1
+      for size in sizes:
+        num_cores *= size
+      if len(sizes) == 2:
+        num_cores *= 2
   except ValueError:
-    sizes = []
-  if len(sizes) not in (2, 3) or min(sizes) < 1:
-    raise MtfError("tpu_mesh_shape: tpu_topology %r is not of the form AxB or AxBxC"
-                   % (tpu_topology,))
-  num_cores = 1
-  for s in sizes:
-    num_cores *= s
-  if len(sizes) == 2:
-    num_cores *= 2
+    num_cores = 0
+  if num_cores < 1:
+    raise MtfError("tpu_mesh_shape: tpu_topology %r is not of the form vN-CORES, AxB "
+                   "or AxBxC" % (tpu_topology,))
+  if isinstance(model_parallelism, list):
+    return mtf.simd_mesh_impl.HierarchicalTiling.spec_to_mesh_shape(
+        model_parallelism, num_cores)
   model_parallelism = int(model_parallelism)
   ensemble = int(ensemble_parallelism or 1)
   if model_parallelism < 1 or num_cores % (model_parallelism * ensemble):
     raise MtfError("tpu_mesh_shape: model_parallelism %d x ensemble_parallelism %d does "
                    "not divide the %d cores of topology %s"
                    % (model_parallelism, ensemble, num_cores, tpu_topology))
-  dims = [mtf.Dimension("batch", num_cores // (model_parallelism * ensemble)),
-          mtf.Dimension("model", model_parallelism)]
-  if ensemble_parallelism:
-    dims.insert(0, mtf.Dimension("ensemble", ensemble))
-  return mtf.Shape(dims)
+  sizes = [("ensemble", ensemble),
+           ("batch", num_cores // (model_parallelism * ensemble)),
+           ("model", model_parallelism)]
+  return mtf.Shape([mtf.Dimension(name, size) for name, size in sizes if size > 1])
+
+
+# ------------------------------------------------------------------------------------
+# Small helpers of the original's utils module (vocabulary pairs, eval metrics,
+# variable filters, checkpoint-restore hooks, checkpoint choice). They are plain
+# functions, not gin configurables, until utils.run consults them: gin_compat reports a
+# binding of one as skipped (OMITTED_CONFIGURABLES) instead of binding it to no effect.
+
+
+def inputs_vocabulary(vocabulary):
+  """The vocabulary of the inputs: the first of an (inputs, targets) tuple, else the
+  vocabulary itself."""
+  if isinstance(vocabulary, tuple):
+    return vocabulary[0]
+  return vocabulary
+
+
+def targets_vocabulary(vocabulary):
+  """The vocabulary of the targets: the second of an (inputs, targets) tuple, else the
+  vocabulary itself."""
+  if isinstance(vocabulary, tuple):
+    return vocabulary[1]
+  return vocabulary
+
+
+def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
+  """An (inputs, targets) vocabulary pair (what inputs_vocabulary/targets_vocabulary
+  and the dataset functions read)."""
+  if inputs is gin.REQUIRED or targets is gin.REQUIRED:
+    raise MtfError("separate_vocabularies: give both the inputs and the targets "
+                   "vocabulary")
+  return (inputs, targets)
+
+
+def _metric_accumulator(values, name, default_name, update):
+  values = tf.cast(tf.convert_to_tensor(values), tf.float32)
+  accum = tf.Variable(0.0, trainable=False, name=name or default_name)
+  return accum, update(accum, values)
+
+
+def metric_max(values, name=None, **kwargs):
+  """(max so far, update): a running maximum of `values`, starting at 0, as an eval
+  metric of the original (its TF 1 metric contract). `update` is the assign op (run
+  eagerly at once in eager mode); kwargs (e.g. weights) are ignored, as there."""
+  del kwargs
+  return _metric_accumulator(
+      values, name, "metric_max",
+      lambda accum, v: accum.assign(tf.maximum(accum, tf.reduce_max(v))))
+
+
+def metric_sum(values, name=None, **kwargs):
+  """(sum so far, update): a running sum of `values`, starting at 0 (see metric_max)."""
+  del kwargs
+  return _metric_accumulator(
+      values, name, "metric_sum", lambda accum, v: accum.assign_add(tf.reduce_sum(v)))
+
+
+def variable_filter_max_size(v, max_size=1e7):
+  """Whether mtf.Variable v has at most max_size elements (a `variable_filter` that
+  leaves the largest variables untrained)."""
+  return v.shape.size <= max_size
+
+
+def init_checkpoint_variable_mapping(name, mapping_fn=None):
+  """The checkpoint name to restore variable `name` from: mapping_fn(name) when given,
+  else name."""
+  if mapping_fn:
+    return mapping_fn(name)
+  return name
+
+
+def should_load_variable(name, filter_fn=None):
+  """Whether variable `name` is restored from the init checkpoint: filter_fn(name) when
+  given, else True."""
+  if filter_fn:
+    return filter_fn(name)
+  return True
+
+
+def serialize_num_microbatches(batch_dim, sequence_length, mesh_shape, layout_rules,
+                               tokens_per_microbatch_per_replica=None):
+  """Microbatches per step so each replica handles about
+  tokens_per_microbatch_per_replica tokens at a time (1 when that is None): the largest
+  divisor of the per-replica batch that fits."""
+  if not tokens_per_microbatch_per_replica:
+    return 1
+  batch_per_replica = mtf.tensor_dim_to_size_per_split(layout_rules, mesh_shape,
+                                                       batch_dim)
+  lengths = (sequence_length.values() if isinstance(sequence_length, dict)
+             else [sequence_length])
+  microbatch_size = max(1, tokens_per_microbatch_per_replica // max(lengths))
+  while batch_per_replica % microbatch_size:
+    microbatch_size -= 1
+  return batch_per_replica // microbatch_size
+
+
+def _checkpoint_steps(model_dir):
+  """Steps of the complete "model.ckpt-N" checkpoints in model_dir, ascending."""
+  return [step_from_prefix(p) for p in discovery.scan(model_dir, "model.ckpt")]
+
+
+def _closest_step(target, model_dir):
+  steps = _checkpoint_steps(model_dir)
+  if not steps:
+    raise MtfError("no checkpoint model.ckpt-N in %s" % model_dir, file=model_dir)
+  return min(steps, key=lambda s: (abs(s - target), s))
+
+
+def _all_checkpoints(model_dir, skip_until, stop_after, poll_secs=1.0):
+  """Checkpoint paths in step order as they appear (waiting for new ones), from the
+  first after skip_until, ending with the first at or after stop_after (or never)."""
+  import time  # pylint: disable=g-import-not-at-top
+  last = skip_until
+  while True:
+    new = [s for s in _checkpoint_steps(model_dir) if s > last]
+    for step in new:
+      yield os.path.join(model_dir, "model.ckpt-%d" % step)
+      if stop_after is not None and step >= stop_after:
+        return
+      last = step
+    if not new:
+      time.sleep(poll_secs)
+
+
+def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after=None,
+                            find_closest=True):
+  """Checkpoint paths of model_dir to evaluate or decode, as the original chose them.
+
+  checkpoint_step: an int (that step's checkpoint, or the closest one when
+  find_closest), a list of ints (each), None (the latest, if after skip_until) or "all"
+  (every checkpoint after skip_until in step order, waiting for new ones until one at or
+  after stop_after has been given).
+  """
+  def path(step):
+    return os.path.join(model_dir, "model.ckpt-%d" % step)
+  if checkpoint_step == "all":
+    return _all_checkpoints(model_dir, skip_until, stop_after)
+  if checkpoint_step is None:
+    steps = _checkpoint_steps(model_dir)
+    if not steps:
+      raise MtfError("no checkpoint model.ckpt-N in %s" % model_dir, file=model_dir)
+    return [path(steps[-1])] if steps[-1] > skip_until else []
+  single = isinstance(checkpoint_step, int)
+  wanted = [checkpoint_step] if single else list(checkpoint_step)
+  if find_closest:
+    wanted = [_closest_step(int(s), model_dir) for s in wanted]
+  return [path(int(s)) for s in wanted]
+
+
+def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
+  """Parses gin as the trainer's command line does: defaults.gin, then the files of
+  --gin_file (found under --gin_location_prefix) and the bindings of --gin_param, from
+  the absl flags that main.py defines (absent flags count as empty); then locks the
+  config unless finalize_config is False. skip_unknown is gin's option."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+  flag_values = flags.FLAGS
+
+  def flag(name):
+    if name in flag_values and flag_values.is_parsed():
+      return list(flag_values[name].value or [])
+    return []
+  gin_setup.parse_gin(flag("gin_file"), flag("gin_param"),
+                      flag("gin_location_prefix") or None, skip_unknown=skip_unknown)
+  if finalize_config:
+    gin.finalize()
 
 
 # The original's entry points (they take the MeshEstimator of get_estimator).
 from models.transformer.entry_points import (  # pylint: disable=g-import-not-at-top,wrong-import-position
     compute_log_likelihoods, decode, decode_from_dataset, decode_from_file,
     encode_delimited_lm, encode_inputs, eval_model, export_model,
-    flexible_ckpt_init_mapping, get_checkpoint_iterator, get_estimator, infer_model,
-    init_checkpoint_variable_mapping, parse_gin_defaults_and_flags, save_scores,
+    flexible_ckpt_init_mapping, get_estimator, infer_model, save_scores,
     save_scores_to_tfrecords, score_from_dataset, score_from_strings,
-    score_with_estimator, score_with_estimator_lazy, serialize_num_microbatches,
-    train_model)
+    score_with_estimator, score_with_estimator_lazy, train_model)

@@ -268,7 +268,7 @@ def test_untokenized_tfds_dataset_loads_local_data(tiny_tfds_dir):
   batched = dataset.untokenized_tfds_dataset(
       dataset_name="h5_tiny_lines", text2self=False, tfds_data_dir=tiny_tfds_dir,
       dataset_split="train", sequence_length={"inputs": 64, "targets": 64},
-      vocabulary=BYTES, batch_size=3)
+      vocabulary=BYTES, pack=True, batch_size=3)
   batch = next(batched.as_numpy_iterator())
   assert batch["inputs"].shape == (3, 64)
   np.testing.assert_array_equal(batch["inputs"], batch["targets"])
@@ -295,7 +295,7 @@ def test_missing_tfds_data_names_dataset_and_directory(tmp_path):
     with pytest.raises(mtf.errors.MtfError) as info:
       dataset.untokenized_tfds_dataset(
           dataset_name=name, text2self=True, tfds_data_dir=str(tmp_path),
-          dataset_split="train", sequence_length=16, vocabulary=BYTES)
+          dataset_split="train", sequence_length=16, vocabulary=BYTES, pack=True)
     assert name in str(info.value) and str(tmp_path) in str(info.value)
   with pytest.raises(mtf.errors.MtfError, match="download_and_prepare"):
     dataset.pretokenized_tfds_dataset(

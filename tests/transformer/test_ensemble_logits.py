@@ -60,12 +60,15 @@ def test_reducers_reject_missing_dim_and_bad_member():
 def test_tpu_mesh_shape():
   assert utils.tpu_mesh_shape("4x4", 8) == mtf.Shape(
       [mtf.Dimension("batch", 4), mtf.Dimension("model", 8)])
-  assert utils.tpu_mesh_shape("2x2", 1).to_integer_list == [8, 1]
+  # As in the original, size-1 dims are left out.
+  assert utils.tpu_mesh_shape("2x2", 1) == mtf.Shape([mtf.Dimension("batch", 8)])
+  assert utils.tpu_mesh_shape("v2-8", 8) == mtf.Shape([mtf.Dimension("model", 8)])
+  assert utils.tpu_mesh_shape("v3-32", 4).to_integer_list == [8, 4]
   assert utils.tpu_mesh_shape("2x2x4", 4).to_integer_list == [4, 4]
   shape = utils.tpu_mesh_shape("8x8", 16, ensemble_parallelism=2)
   assert [(d.name, d.size) for d in shape.dims] == [("ensemble", 2), ("batch", 4),
                                                     ("model", 16)]
   with pytest.raises(mtf.MtfError, match="does not divide the 32 cores"):
     utils.tpu_mesh_shape("4x4", 3)
-  with pytest.raises(mtf.MtfError, match="v3-8"):
-    utils.tpu_mesh_shape("v3-8", 2)
+  with pytest.raises(mtf.MtfError, match="v3-8x"):
+    utils.tpu_mesh_shape("v3-8x", 2)

@@ -55,7 +55,7 @@ def test_lm_call_sequence(tiny_gin, tmp_path):
   assert estimator.latest_checkpoint().endswith("model.ckpt-6")
 
   results = utils.eval_model(estimator, vocab, 16, 4, "validation", str(model_dir),
-                             train_dataset_fn, None, "all")
+                             train_dataset_fn, None, [3, 6])
   assert sorted(os.path.basename(p) for p in results) == ["model.ckpt-3", "model.ckpt-6"]
   assert all(np.isfinite(r["loss"]) for r in results.values())
   assert os.path.exists(model_dir / "eval" / "eval_results-6.txt")
@@ -118,17 +118,7 @@ def test_scores_equal_the_teacher_forced_loss_on_two_layouts(tiny_gin, tmp_path)
   assert len(decodes) == 4
 
 
-def test_checkpoint_iterator_and_unsupported_options(tmp_path, tiny_gin):
-  with pytest.raises(MtfError, match="no checkpoint in"):
-    utils.get_checkpoint_iterator(None, str(tmp_path))
-  for step in (2, 4, 6):
-    for suffix in (".index", ".data-00000-of-00001"):
-      (tmp_path / ("model.ckpt-%d%s" % (step, suffix))).write_bytes(b"x")
-  paths = utils.get_checkpoint_iterator("all", str(tmp_path), skip_until=2)
-  assert [os.path.basename(p) for p in paths] == ["model.ckpt-4", "model.ckpt-6"]
-  assert utils.get_checkpoint_iterator(5, str(tmp_path))[0].endswith("model.ckpt-4")
-  with pytest.raises(MtfError, match="no checkpoint of step 5"):
-    utils.get_checkpoint_iterator(5, str(tmp_path), find_closest=False)
+def test_unsupported_options_are_named(tmp_path, tiny_gin):
   with pytest.raises(MtfError, match="use_tpu, variable_filter not supported"):
     _estimator("lm", tmp_path, 16, use_tpu=True, variable_filter="x")
 

@@ -38,8 +38,13 @@ OFFERED = {
         pad_dataset_with_zeroed_out_examples encode_dataset encode_all_features
         supervised_to_dict pretokenized_tfds_dataset untokenized_tfds_dataset
         make_text_line_dataset simple_text_line_dataset sample_from_text_line_datasets
-        EvalDataset""",
+        EvalDataset packed_parallel_tsv_dataset pretokenized_tfrecord_dataset
+        pretokenized_t2t_dataset""",
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
+    "t2t_vocabulary": "T2tVocabulary get_t2t_vocabulary",
+    "learning_rate_schedules": """product_learning_rate linear_decay linear_warmup
+        truncated_rsqrt constant constant_learning_rate linear_decay_learning_rate
+        learning_rate_schedule_noam slanted_triangular""",
     "mesh_tf.learning_rate_schedules": """product_learning_rate linear_decay
         linear_warmup truncated_rsqrt constant constant_learning_rate
         linear_decay_learning_rate learning_rate_schedule_noam slanted_triangular""",
@@ -51,6 +56,8 @@ OFFERED = {
         score_from_strings score_from_dataset save_scores save_scores_to_tfrecords
         encode_inputs encode_delimited_lm init_checkpoint_variable_mapping
         flexible_ckpt_init_mapping get_checkpoint_iterator serialize_num_microbatches
+        inputs_vocabulary targets_vocabulary separate_vocabularies metric_max metric_sum
+        variable_filter_max_size should_load_variable
         parse_gin_defaults_and_flags""",
 }
 
@@ -87,24 +94,9 @@ NOT_OFFERED = {
     "evolved_transformer": _LATER,
     "fixup_layers": _LATER,
     # 10.7
-    "dataset.pretokenized_t2t_dataset": "tensor2tensor-only (T2T data generators)",
-    "dataset.pretokenized_tfrecord_dataset": "not offered yet; read TFRecords with "
-                                             "tf.data and pass them as a dataset_fn",
-    "dataset.packed_parallel_tsv_dataset": "not offered yet; "
-                                           "dataset.text_line_dataset reads text",
     # 10.8
-    "t2t_vocabulary.T2tVocabulary": "tensor2tensor-only",
-    "t2t_vocabulary.get_t2t_vocabulary": "tensor2tensor-only",
     # 10.9
     "utils.tpu_estimator_model_fn": _TPU_ESTIMATOR,
-    "utils.should_load_variable": "mtf.restore_checkpoint restores by name",
-    "utils.variable_filter_max_size": _TPU_ESTIMATOR + " (variable_filter)",
-    "utils.metric_sum": _TPU_ESTIMATOR + " (eval metrics)",
-    "utils.metric_max": _TPU_ESTIMATOR + " (eval metrics)",
-    "utils.inputs_vocabulary": "dataset.inputs_vocabulary",
-    "utils.targets_vocabulary": "dataset.targets_vocabulary",
-    "utils.separate_vocabularies": "pass an (inputs, targets) pair of vocabularies, which "
-                                   "dataset.inputs_vocabulary/targets_vocabulary read",
 }
 
 
