@@ -4,6 +4,7 @@
 - "LIST": a greedy list scheduler. Among the operations whose inputs are all computed,
   it runs next the one that grows memory least: bytes of its outputs minus bytes of the
   inputs it is the last reader of (ties go to the earlier operation in the graph).
+  Greedy choices can lose to the graph's own order; the order of lower peak is kept.
 Sizes are full (unsplit) tensor sizes; the order does not depend on the layout.
 """
 import heapq
@@ -26,8 +27,24 @@ def minimize_peak_memory(graph, scheduler_alg):
   if scheduler_alg == "NAIVE":
     return list(range(graph.get_num_operations()))
   if scheduler_alg == "LIST":
-    return _list_schedule(graph)
+    naive = list(range(graph.get_num_operations()))
+    listed = _list_schedule(graph)
+    return listed if _peak(graph, listed) <= _peak(graph, naive) else naive
   raise MtfError("unknown scheduler_alg %r; use one of %s" % (scheduler_alg, SCHEDULERS))
+
+
+def _peak(graph, schedule):
+  """Peak full bytes held under a schedule."""
+  held = [0] * (len(schedule) + 1)
+  for name, (start, end) in graph.tensor_lifetimes(schedule).items():
+    size = graph.get_tensor_size(name)
+    held[start] += size
+    held[end + 1] -= size
+  peak = total = 0
+  for h in held:
+    total += h
+    peak = max(peak, total)
+  return peak
 
 
 def _list_schedule(graph):
