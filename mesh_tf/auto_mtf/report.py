@@ -86,6 +86,21 @@ class AutoLayoutReport(collections.namedtuple("AutoLayoutReport", [
           reason))
     if not self.runner_ups:
       lines.append("  none")
-    lines.append("Layout report of the choice:")
-    lines += ["  " + l for l in str(self.layout_report).splitlines()]
+    lines.append("Layout report of the choice (str(report.layout_report) lists every "
+                 "tensor):")
+    lines += ["  " + l for l in self.rule_lines()]
     return "\n".join(lines)
+
+  def rule_lines(self):
+    """Which rule split how many tensors; unused rules, conflicts and warnings."""
+    fired = collections.OrderedDict()
+    for t in self.layout_report.tensors:
+      for _, _, rule in t.splits:
+        fired.setdefault(rule, []).append(t.name)
+    lines = ["rule %s split %d tensors (e.g. %s)" % (r, len(ts), ", ".join(ts[:3]))
+             for r, ts in fired.items()]
+    lr = self.layout_report
+    lines.append("rules that split no tensor: %s" % (", ".join(lr.unused_rules) or "none"))
+    lines += ["conflict: %s" % c for c in lr.conflicts]
+    lines += ["warning: %s" % w for w in lr.warnings]
+    return lines
