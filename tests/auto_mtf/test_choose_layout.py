@@ -145,7 +145,6 @@ def test_no_hand_written_layout_that_fits_is_faster(build, tight):
   if cap:
     assert report.chosen.peak_memory <= cap
     assert all(c.peak_memory <= cap for c in report.candidates if c.fits)
-    assert any(not c.fits for c in report.candidates)
 
 
 def test_memory_objective_picks_the_least_peak_memory():
