@@ -25,10 +25,6 @@ Prediction = collections.namedtuple("Prediction", [
     "variable_bytes", "optimizer_bytes", "activation_bytes"])
 Prediction.__doc__ = "Per-device predicted costs of one step (seconds, FLOPs, bytes)."
 
-# Per (signature, layout): flops, activation, variable, optimizer bytes, comm bytes,
-# comm seconds, number of collectives.
-_ZERO = (0.0, 0, 0, 0, 0.0, 0.0, 0)
-
 
 def _shape_key(shape):
   return tuple((d.name, d.size) for d in shape.dims)
@@ -85,7 +81,9 @@ class StepTimeModel:
         groups[sig] = [op, 0, op_dim_names(op)]
       groups[sig][1] += 1
       if isinstance(op, elementwise_ops.AddNOperation):
-        self._events.append(("add_n", op, sig, None))
+        y = op.outputs[0]
+        self._events.append(("add_n", op, _shape_key(y.shape),
+                             tuple(y.shape.dimension_names)))
       elif type(op).__name__ != "Variable":
         read = [x for x in op.inputs if x in lazy]
         if read:
@@ -93,6 +91,10 @@ class StepTimeModel:
         if isinstance(op, einsum_ops.EinsumOperation):
           self._events.append(("einsum", op, sig, groups[sig][2]))
     self._groups = list(groups.items())
+    by_dims = collections.OrderedDict()  # dims -> [(signature, op, count)]
+    for sig, (op, count, dims) in self._groups:
+      by_dims.setdefault(dims, []).append((sig, op, count))
+    self._by_dims = list(by_dims.items())
     self._memo = {}
     self._memo_mesh = None
     self._impl = None
@@ -176,12 +178,23 @@ class StepTimeModel:
                              for d, a in sorted(axis_of.items())])
       return MeshImpl(mesh_shape, rules)
 
-    totals = [0.0, 0, 0, 0, 0.0, 0.0, 0]
-    for sig, (op, count, dims) in self._groups:
-      cost, _ = self._lookup(mesh_sizes, axis_of, op, sig, dims, make_impl)
-      for i in range(7):
-        totals[i] += count * cost[i]
-    flops, comm_bytes, comm_time, ncoll = totals[0], totals[4], totals[5], totals[6]
+    flops = comm_bytes = comm_time = 0.0
+    act = var = opt = ncoll = 0
+    memo = self._memo
+    for dims, members in self._by_dims:
+      where = tuple(axis_of.get(d) for d in dims)
+      for sig, op, count in members:
+        hit = memo.get((sig, where))
+        if hit is None:
+          hit = self._lookup(mesh_sizes, axis_of, op, sig, dims, make_impl)
+        c = hit[0]
+        flops += count * c[0]
+        act += count * c[1]
+        var += count * c[2]
+        opt += count * c[3]
+        comm_bytes += count * c[4]
+        comm_time += count * c[5]
+        ncoll += count * c[6]
     pending = {}
 
     def pay(record):
@@ -203,7 +216,7 @@ class StepTimeModel:
       else:  # add_n: sums of partial sums owing one allreduce stay owing one
         op = what
         owed = [pending.get(x) for x in op.inputs]
-        size = self._slice_size(axis_of, op.outputs[0], make_impl)
+        size = self._slice_size(axis_of, op.outputs[0], sig, dims, make_impl)
         if all(owed) and len({r.mesh_axes for r in owed}) == 1:
           y = op.outputs[0]
           pending[y] = owed[0]._replace(slice_bytes=size * y.dtype.size)
@@ -217,12 +230,11 @@ class StepTimeModel:
         pay(pending.pop(f))
     compute_time = flops / self.profile.flops_per_second
     return Prediction(compute_time + comm_time, compute_time, comm_time, flops,
-                      comm_bytes, ncoll, totals[2], totals[3], totals[1])
+                      comm_bytes, ncoll, var, opt, act)
 
-  def _slice_size(self, axis_of, y, make_impl):
-    """Elements of each device's slice of tensor y."""
-    dims = y.shape.dimension_names
-    key = ("slice_size", _shape_key(y.shape), tuple(axis_of.get(d) for d in dims))
+  def _slice_size(self, axis_of, y, shape_key, dims, make_impl):
+    """Elements of each device's slice of tensor y (of shape_key, dim names dims)."""
+    key = ("slice_size", shape_key, tuple(axis_of.get(d) for d in dims))
     hit = self._memo.get(key)
     if hit is None:
       if self._impl is None:
