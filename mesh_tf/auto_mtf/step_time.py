@@ -82,8 +82,8 @@ class StepTimeModel:
       groups[sig][1] += 1
       if isinstance(op, elementwise_ops.AddNOperation):
         y = op.outputs[0]
-        self._events.append(("add_n", op, _shape_key(y.shape),
-                             tuple(y.shape.dimension_names)))
+        # Inputs and output of add_n share one shape, so the op's dims are y's.
+        self._events.append(("add_n", op, _shape_key(y.shape), op_dim_names(op)))
       elif type(op).__name__ != "Variable":
         read = [x for x in op.inputs if x in lazy]
         if read:
@@ -97,6 +97,7 @@ class StepTimeModel:
     self._by_dims = list(by_dims.items())
     self._memo = {}
     self._memo_mesh = None
+    self._paid = {}  # CollectiveRecord -> (bytes, seconds)
     self._impl = None
 
   def _record_cost(self, mesh_sizes, record):
@@ -168,7 +169,7 @@ class StepTimeModel:
     mesh_sizes = tuple(mesh_shape.to_integer_list)
     # The memo key holds mesh axes, not sizes: a new mesh shape starts a new memo.
     if self._memo_mesh != mesh_sizes:
-      self._memo, self._memo_mesh = {}, mesh_sizes
+      self._memo, self._paid, self._memo_mesh = {}, {}, mesh_sizes
     self._impl = None
 
     def make_impl():
@@ -181,8 +182,9 @@ class StepTimeModel:
     flops = comm_bytes = comm_time = 0.0
     act = var = opt = ncoll = 0
     memo = self._memo
+    where_of = {}  # dims -> the mesh axis of each (None: whole)
     for dims, members in self._by_dims:
-      where = tuple(axis_of.get(d) for d in dims)
+      where = where_of[dims] = tuple(axis_of.get(d) for d in dims)
       for sig, op, count in members:
         hit = memo.get((sig, where))
         if hit is None:
@@ -197,11 +199,15 @@ class StepTimeModel:
         ncoll += count * c[6]
     pending = {}
 
+    paid = self._paid
+
     def pay(record):
       nonlocal comm_bytes, comm_time, ncoll
-      b, t = self._record_cost(mesh_sizes, record)
-      comm_bytes += b
-      comm_time += t
+      cost = paid.get(record)
+      if cost is None:
+        cost = paid[record] = self._record_cost(mesh_sizes, record)
+      comm_bytes += cost[0]
+      comm_time += cost[1]
       ncoll += record.group_size > 1
 
     for kind, what, sig, dims in self._events:
@@ -210,13 +216,18 @@ class StepTimeModel:
           if x in pending:
             pay(pending.pop(x))
       elif kind == "einsum":
-        _, owed = self._lookup(mesh_sizes, axis_of, what, sig, dims, make_impl)
+        hit = memo.get((sig, where_of[dims]))
+        if hit is None:
+          hit = self._lookup(mesh_sizes, axis_of, what, sig, dims, make_impl)
+        owed = hit[1]
         if owed is not None:
           pending[what.outputs[0]] = owed
       else:  # add_n: sums of partial sums owing one allreduce stay owing one
         op = what
         owed = [pending.get(x) for x in op.inputs]
-        size = self._slice_size(axis_of, op.outputs[0], sig, dims, make_impl)
+        size = memo.get(("slice_size", sig, where_of[dims]))
+        if size is None:
+          size = self._slice_size(axis_of, op.outputs[0], sig, dims, make_impl)
         if all(owed) and len({r.mesh_axes for r in owed}) == 1:
           y = op.outputs[0]
           pending[y] = owed[0]._replace(slice_bytes=size * y.dtype.size)
