@@ -118,9 +118,10 @@ class GraphInterface(object):
     return None
 
   def is_tensor_on_canonical_device(self, tensor_name):
-    """True when the tensor lives on the canonical device (always, for mtf tensors)."""
-    return self.get_tensor_device(tensor_name) == self._canonical_device or (
-        self.get_tensor_device(tensor_name) is None)
+    """True when the tensor lives on the canonical device; mtf tensors live on every
+    device, so always."""
+    device = self.get_tensor_device(tensor_name)
+    return device is None or device == self._canonical_device
 
   def get_operation_device(self, operation_name):
     """The device of an operation: None for mtf operations."""

@@ -23,6 +23,7 @@ from mesh_tf.auto_mtf import layout_optimizer
 from mesh_tf.auto_mtf import memory_estimator as me
 from mesh_tf.auto_mtf import report as report_lib
 from mesh_tf.auto_mtf import step_time
+from mesh_tf.auto_mtf import valid_layouts
 from mesh_tf.errors import MtfError
 from mesh_tf.shapes import LayoutRules, convert_to_layout_rules, convert_to_shape
 
@@ -51,7 +52,6 @@ class LayoutSearch(object):
     estimator = me.MemoryEstimator(graph, "", self.outputs)
     self.operations = estimator.get_graph_interface().operations
     self._peak = me.estimator_peak_model(estimator, scheduler_alg)
-    self._validator = estimator.get_layout_validator()
     self._conflicts = candidates.conflicting_pairs(self.operations)
     self._steps = step_time.StepTimeModel(graph, self.outputs, self.profile)
 
@@ -69,15 +69,16 @@ class LayoutSearch(object):
     cap = self.profile.memory_bytes if memory_cap is None else memory_cap
     return Candidate(mesh_shape.to_string, str(rules), pred, peak, peak <= cap)
 
-  def layouts_of(self, mesh_sizes, mesh_names, symmetric):
-    """Legal layouts (tuples of dim-name tuples, one per mesh dim) of a mesh."""
-    dims = sorted(self._validator.splittable_mtf_dimension_names)
-    gcd = self._validator._gcd_sizes  # pylint: disable=protected-access
+  def layouts_of(self, mesh_shape, symmetric):
+    """Legal layouts (tuples of dim-name tuples, one per mesh dim) of a mesh Shape."""
+    validator = valid_layouts.LayoutValidator(self.operations, mesh_shape)
+    names = mesh_shape.dimension_names
 
     def allowed(dim, axis):
-      return gcd[dim] % mesh_sizes[axis] == 0
-    del mesh_names
-    return candidates.layouts(dims, mesh_sizes, allowed, self._conflicts, symmetric)
+      return validator.is_valid_assignment(dim, names[axis])
+    return candidates.layouts(sorted(validator.splittable_mtf_dimension_names),
+                              mesh_shape.to_integer_list, allowed, self._conflicts,
+                              symmetric)
 
   def search_mesh(self, mesh_shape, memory_cap, symmetric):
     """Candidates of every legal layout of one mesh Shape."""
@@ -85,7 +86,7 @@ class LayoutSearch(object):
     sizes = mesh_shape.to_integer_list
     size_of = dict(zip(names, sizes))
     out = []
-    for layout in self.layouts_of(sizes, names, symmetric):
+    for layout in self.layouts_of(mesh_shape, symmetric):
       axis_of = {d: a for a, ds in enumerate(layout) for d in ds}
       rules = LayoutRules([(d, names[a]) for a, ds in enumerate(layout) for d in ds])
       pred = self._steps.evaluate_assignment(mesh_shape, axis_of, rules)

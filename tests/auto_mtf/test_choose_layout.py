@@ -185,3 +185,12 @@ def test_report_explains_the_choice_and_the_runner_ups():
   # Bytes by collective are the cost model's records of the choice.
   total = sum(analysis.bytes_sent_per_processor(r) for r in report.cost.comm_records)
   assert total == pytest.approx(report.chosen.prediction.comm_bytes)
+
+
+def test_scoring_an_illegal_layout_raises_naming_the_rule():
+  graph, fetches = _mlp()
+  search = auto_mtf.LayoutSearch(graph, fetches, "cpu_host")
+  with pytest.raises(mtf.LayoutError, match="both split"):
+    search.score("all:8", "batch:all;hidden:all")
+  with pytest.raises(mtf.LayoutError, match="does not divide"):
+    search.score("all:8", "classes:all")
