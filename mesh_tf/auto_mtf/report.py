@@ -80,9 +80,12 @@ class AutoLayoutReport(collections.namedtuple("AutoLayoutReport", [
     lines = self.summary_lines()
     lines.append("Runner-ups:")
     for c, reason in self.runner_ups:
-      lines.append("  mesh %s, rules %s: step %s, %.0f bytes, peak %s -- %s" % (
-          c.mesh_shape or "[]", c.layout_rules or "(none)",
-          _ms(c.prediction.step_time), c.prediction.comm_bytes, _mib(c.peak_memory),
+      timed = "not timed"
+      if c.prediction:
+        timed = "step %s, %.0f bytes" % (_ms(c.prediction.step_time),
+                                         c.prediction.comm_bytes)
+      lines.append("  mesh %s, rules %s: %s, peak %s -- %s" % (
+          c.mesh_shape or "[]", c.layout_rules or "(none)", timed, _mib(c.peak_memory),
           reason))
     if not self.runner_ups:
       lines.append("  none")

@@ -7,9 +7,10 @@ mesh_1, ...) or takes the one given, and every legal layout of each
 (step_time.StepTimeModel: per-device compute plus collectives, bytes from the cost
 model) and by its scheduled peak memory per device (memory_estimator.PeakMemoryModel);
 and returns the fastest layout whose memory fits the cap, with a report explaining the
-choice. The search is exhaustive, so its answer is the optimum of the model; mesh dims
-of equal size (and, for profiles whose links are all alike, mesh dim orders) are
-visited once.
+choice. The search is exhaustive, so its answer is the optimum of the model. It
+prunes: only legal layouts are generated (candidates.layouts), mesh dims of equal size
+(and, for profiles whose links are all alike, mesh dim orders) are visited once, and a
+layout over the memory cap is not timed.
 """
 import collections
 import time
@@ -32,7 +33,8 @@ OBJECTIVES = ("step_time", "memory")
 Candidate = collections.namedtuple("Candidate", [
     "mesh_shape", "layout_rules", "prediction", "peak_memory", "fits"])
 Candidate.__doc__ = ("One searched layout: mesh shape and rules strings, its "
-                     "step_time.Prediction, peak bytes per device, and whether they fit.")
+                     "step_time.Prediction (None when its memory did not fit and it was "
+                     "not timed), peak bytes per device, and whether they fit.")
 
 
 class LayoutSearch(object):
@@ -80,8 +82,12 @@ class LayoutSearch(object):
                               mesh_shape.to_integer_list, allowed, self._conflicts,
                               symmetric)
 
-  def search_mesh(self, mesh_shape, memory_cap, symmetric):
-    """Candidates of every legal layout of one mesh Shape."""
+  def search_mesh(self, mesh_shape, memory_cap, symmetric, prune=True):
+    """Candidates of every legal layout of one mesh Shape.
+
+    With prune, a layout whose peak memory exceeds memory_cap is not timed (its
+    prediction is None): it cannot be chosen.
+    """
     names = mesh_shape.dimension_names
     sizes = mesh_shape.to_integer_list
     size_of = dict(zip(names, sizes))
@@ -89,8 +95,10 @@ class LayoutSearch(object):
     for layout in self.layouts_of(mesh_shape, symmetric):
       axis_of = {d: a for a, ds in enumerate(layout) for d in ds}
       rules = LayoutRules([(d, names[a]) for a, ds in enumerate(layout) for d in ds])
-      pred = self._steps.evaluate_assignment(mesh_shape, axis_of, rules)
       peak = self._peak.peak_bytes(size_of, {d: names[a] for d, a in axis_of.items()})
+      pred = None
+      if peak <= memory_cap or not prune:
+        pred = self._steps.evaluate_assignment(mesh_shape, axis_of, rules)
       out.append(Candidate(mesh_shape.to_string, candidates.rules_string(layout, names),
                            pred, peak, peak <= memory_cap))
     return out
@@ -100,8 +108,8 @@ def _key(objective, c):
   splits = len(c.layout_rules.split(";")) if c.layout_rules else 0
   if objective == "memory":
     return (c.peak_memory, -splits, c.mesh_shape, c.layout_rules)
-  return (not c.fits, c.prediction.step_time, c.peak_memory, -splits, c.mesh_shape,
-          c.layout_rules)
+  time_ = c.prediction.step_time if c.prediction else float("inf")
+  return (not c.fits, time_, c.peak_memory, -splits, c.mesh_shape, c.layout_rules)
 
 
 def _mesh_shapes(num_devices_or_mesh_shape, max_mesh_dims, profile):
@@ -150,7 +158,7 @@ def choose_layout(graph, outputs, num_devices_or_mesh_shape, profile="tpu_v2",
                                    search.profile)
   found = []
   for shape in shapes:
-    found += search.search_mesh(shape, cap, symmetric)
+    found += search.search_mesh(shape, cap, symmetric, prune=objective == "step_time")
   found.sort(key=lambda c: _key(objective, c))
   if not found or (objective == "step_time" and not found[0].fits):
     least = min(found, key=lambda c: c.peak_memory) if found else None

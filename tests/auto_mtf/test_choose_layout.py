@@ -144,6 +144,8 @@ def test_no_hand_written_layout_that_fits_is_faster(build, tight):
   assert fitting >= 1
   if cap:
     assert report.chosen.peak_memory <= cap
+    # Layouts over the cap are pruned before timing.
+    assert all((c.prediction is None) == (not c.fits) for c in report.candidates)
     assert all(c.peak_memory <= cap for c in report.candidates if c.fits)
 
 
