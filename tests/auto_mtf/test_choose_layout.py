@@ -4,6 +4,8 @@ import math
 import pathlib
 import random
 import re
+import subprocess
+import sys
 
 import gin
 import pytest
@@ -196,3 +198,29 @@ def test_scoring_an_illegal_layout_raises_naming_the_rule():
     search.score("all:8", "batch:all;hidden:all")
   with pytest.raises(mtf.LayoutError, match="does not divide"):
     search.score("all:8", "classes:all")
+
+
+def test_gpu_profile_searches_both_mesh_dim_orders():
+  # 16 GPUs, 8 per node: the inner mesh dim of [2, 8] stays in a node, the outer one
+  # crosses nodes, so [2, 8] and [8, 2] are different meshes and both are searched.
+  graph, fetches = _mlp()
+  _, _, report = auto_mtf.choose_layout(graph, fetches, 16, profile="gpu_h100")
+  found = {(c.mesh_shape, c.layout_rules): c for c in report.candidates}
+  inner_hidden = found[("mesh_0:2;mesh_1:8", "batch:mesh_0;hidden:mesh_1")]
+  outer_hidden = found[("mesh_0:8;mesh_1:2", "hidden:mesh_0;batch:mesh_1")]
+  assert inner_hidden.prediction.comm_bytes == outer_hidden.prediction.comm_bytes
+  assert inner_hidden.prediction.comm_time != outer_hidden.prediction.comm_time
+  best = min(c.prediction.step_time for c in report.candidates if c.fits)
+  assert report.chosen.prediction.step_time == best
+
+
+def test_benchmark_script_prints_the_choice_and_measured_bytes():
+  result = subprocess.run(
+      [sys.executable, "-m", "benchmarks.auto_layout", "--cases=mlp8"],
+      capture_output=True, text=True, timeout=600,
+      cwd=pathlib.Path(__file__).resolve().parents[2])
+  assert result.returncode == 0, result.stderr[-3000:]
+  auto = [l.split() for l in result.stdout.splitlines() if l.startswith("auto ")]
+  assert len(auto) == 1
+  # Columns: label, mesh, rules, step, compute, comm, predicted B, measured B, ...
+  assert auto[0][6] == auto[0][7], result.stdout
