@@ -17,7 +17,11 @@ def _ms(seconds):
 
 
 def _mib(nbytes):
-  return "%.1f MiB" % (nbytes / float(1 << 20))
+  """Bytes in the largest binary unit that keeps the number >= 1 (e.g. 6.2 GiB)."""
+  for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+    if nbytes >= 1 << shift:
+      return "%.1f %s" % (nbytes / float(1 << shift), unit)
+  return "%d B" % nbytes
 
 
 def why_lost(chosen, other, objective):

@@ -13,6 +13,7 @@ prunes: only legal layouts are generated (candidates.layouts), mesh dims of equa
 layout over the memory cap is not timed.
 """
 import collections
+import numbers
 import time
 
 import gin
@@ -114,8 +115,8 @@ def _key(objective, c):
 
 def _mesh_shapes(num_devices_or_mesh_shape, max_mesh_dims, profile):
   """mtf Shapes to search, and whether equal-size mesh dims are interchangeable."""
-  if isinstance(num_devices_or_mesh_shape, int):
-    sized = candidates.mesh_shapes(num_devices_or_mesh_shape, max_mesh_dims,
+  if isinstance(num_devices_or_mesh_shape, numbers.Integral):
+    sized = candidates.mesh_shapes(int(num_devices_or_mesh_shape), max_mesh_dims,
                                    ordered=not profile.is_axis_uniform)
     return ([convert_to_shape(candidates.mesh_string(
         s, candidates.mesh_dim_names(len(s)))) for s in sized], profile.is_axis_uniform)
