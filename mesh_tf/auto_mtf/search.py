@@ -138,7 +138,8 @@ def choose_layout(graph, outputs, num_devices_or_mesh_shape, profile="tpu_v2",
     memory_cap: bytes per device a layout may hold at its peak (default: the
       profile's memory).
     objective: "step_time" (fastest layout that fits) or "memory" (least peak memory,
-      the original auto_mtf's objective).
+      the original auto_mtf's objective; returned even over the cap, see
+      report.chosen.fits).
     max_mesh_dims: most mesh dims of a searched mesh shape.
     num_runner_ups: how many runner-up layouts the report explains.
     scheduler_alg: scheduler for the peak-memory estimate ("LIST" or "NAIVE").
