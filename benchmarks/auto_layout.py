@@ -14,7 +14,15 @@ Cases:
 - paper512: the same sizes as models.transformer's Unitransformer with bfloat16
   activations and Adafactor, as the paper trained, on 512 TPU v2 cores.
 Measured bytes need the devices, so only the 8-device cases have them.
+With --cpsat_site, the original's memory objective is also solved with OR-tools CP-SAT
+(the original's solver) to compare its time with the exhaustive search.
 """
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import pathlib
 import re
 import time
@@ -27,6 +35,14 @@ from benchmarks import common
 FLAGS = flags.FLAGS
 flags.DEFINE_list("cases", ["mlp8", "lm8", "tiny512", "paper512"], "Cases to run.")
 flags.DEFINE_integer("max_mesh_dims", 3, "Most mesh dims of a searched mesh shape.")
+flags.DEFINE_string("cpsat_site", "",
+                    "A directory with OR-tools installed (pip install --target DIR "
+                    "ortools; it pins protobuf < 6.34, so not in the TF venv). When set, "
+                    "the original's memory objective on each case's chosen mesh is also "
+                    "solved with CP-SAT, in a subprocess, and timed against the "
+                    "exhaustive LayoutOptimizer.")
+flags.DEFINE_string("cpsat_solve", "", "Internal: solve this exported problem with "
+                    "CP-SAT and print the result (run with cpsat_site on the path).")
 
 LAYOUTS_DIR = pathlib.Path(__file__).resolve().parents[1] / "gin_configs" / "layouts"
 PAPER_16X32 = ("rows:16;cols:32", "batch:rows;d_ff:cols;heads:cols;vocab:cols")
@@ -190,10 +206,110 @@ def run_case(key):
       len(report.candidates), report.num_mesh_shapes, report.search_seconds))
   for c, why in report.runner_ups[:3]:
     print("  %s | %s: %s" % (c.mesh_shape, c.layout_rules, why))
+  if FLAGS.cpsat_site:
+    compare_with_cpsat(title, graph, fetches, report.mesh_shape)
   return report
 
 
+def export_memory_problem(graph, fetches, mesh_shape, path):
+  """Writes the memory-objective problem of a graph on a mesh as JSON; returns the
+  exhaustive LayoutOptimizer's (rules, peak bytes, seconds)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from mesh_tf.auto_mtf import layout_optimizer, memory_estimator  # pylint: disable=g-import-not-at-top
+  est = memory_estimator.MemoryEstimator(graph, mesh_shape, fetches)
+  opt = layout_optimizer.LayoutOptimizer(est)
+  start = time.perf_counter()
+  rules = opt.solve()
+  seconds = time.perf_counter() - start
+  v, g = est.get_layout_validator(), est.get_graph_interface()
+  mesh = v.mesh_dimension_name_to_size
+  peak_model = opt._peak  # pylint: disable=protected-access
+  with open(path, "w") as f:
+    json.dump(dict(
+        mesh=mesh,
+        valid=[[d, m] for d in sorted(v.splittable_mtf_dimension_names) for m in mesh
+               if v.is_valid_assignment(d, m)],
+        cliques=sorted({tuple(sorted(g.get_operation_mtf_dimension_names(n)))
+                        for n in g.get_all_operation_names()}),
+        shapes=peak_model._shapes,  # pylint: disable=protected-access
+        held=np.unique(peak_model._held, axis=0).tolist()), f)  # pylint: disable=protected-access
+  return rules, opt.evaluate_layout(rules), seconds
+
+
+def cpsat_solve(path):
+  """CP-SAT model of the exported problem: booleans x[dim, mesh dim] (at most one mesh
+  dim per dim, at most one dim of an op per mesh dim), one boolean per local layout of
+  each tensor shape tied to x, and peak >= bytes held at every step; minimize peak."""
+  from ortools.sat.python import cp_model  # pylint: disable=g-import-not-at-top
+  p = json.load(open(path))
+  start = time.perf_counter()
+  mesh, names = p["mesh"], list(p["mesh"])
+  model = cp_model.CpModel()
+  x = {(d, m): model.NewBoolVar("x[%s:%s]" % (d, m)) for d, m in p["valid"]}
+  for d in {d for d, _ in x}:
+    model.Add(sum(x[(d, m)] for m in names if (d, m) in x) <= 1)
+  for clique in p["cliques"]:
+    for m in names:
+      vs = [x[(d, m)] for d in clique if (d, m) in x]
+      if len(vs) > 1:
+        model.Add(sum(vs) <= 1)
+  shape_terms = []
+  for i, shape in enumerate(p["shapes"]):
+    sizes = dict(shape)
+    split = [d for d, _ in shape if any((d, m) in x for m in names)]
+    options = []
+    for choice in itertools.product([None] + names, repeat=len(split)):
+      used = [c for c in choice if c is not None]
+      if len(used) != len(set(used)) or any(
+          c is not None and (d, c) not in x for d, c in zip(split, choice)):
+        continue
+      n = 1
+      for d, s in shape:
+        c = choice[split.index(d)] if d in split else None
+        n *= -(-s // mesh[c]) if c else s
+      options.append((choice, n))
+    zs = [model.NewBoolVar("z%d_%d" % (i, k)) for k in range(len(options))]
+    model.AddExactlyOne(zs)
+    for j, d in enumerate(split):
+      for m in names:
+        if (d, m) in x:
+          model.Add(x[(d, m)] == sum(z for z, (c, _) in zip(zs, options) if c[j] == m))
+    shape_terms.append([(z, n) for z, (_, n) in zip(zs, options)])
+  peak = model.NewIntVar(0, 1 << 50, "peak")
+  for row in p["held"]:
+    model.Add(sum(int(w) * n * z for w, terms in zip(row, shape_terms) if w
+                  for z, n in terms) <= peak)
+  model.Minimize(peak)
+  build = time.perf_counter() - start
+  solver = cp_model.CpSolver()
+  solver.parameters.num_workers = 2
+  status = solver.Solve(model)
+  print(json.dumps(dict(status=solver.StatusName(status), peak=solver.ObjectiveValue(),
+                        build_s=build, solve_s=solver.WallTime(),
+                        variables=len(model.Proto().variables))))
+
+
+def compare_with_cpsat(title, graph, fetches, mesh_shape):
+  """Prints exhaustive vs CP-SAT times and peaks of the memory objective on a mesh."""
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "problem.json")
+    rules, peak, seconds = export_memory_problem(graph, fetches, mesh_shape, path)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [FLAGS.cpsat_site, str(pathlib.Path(__file__).resolve().parents[1])]))
+    out = subprocess.run([sys.executable, "-m", "benchmarks.auto_layout",
+                          "--cpsat_solve=" + path], env=env, capture_output=True,
+                         text=True, check=True).stdout
+  r = json.loads(out.strip().splitlines()[-1])
+  print("memory objective on %s, %s: exhaustive %.3f s (peak %d, %s); CP-SAT %s in "
+        "%.2f s build + %.2f s solve, %d variables (peak %d)" % (
+            mesh_shape, title, seconds, peak, rules, r["status"], r["build_s"],
+            r["solve_s"], r["variables"], r["peak"]))
+
+
 def main(_):
+  if FLAGS.cpsat_solve:
+    cpsat_solve(FLAGS.cpsat_solve)
+    return
   common.set_up_virtual_cpus(8)
   print(common.machine_line())
   for key in FLAGS.cases:
