@@ -1,0 +1,50 @@
+"""Which mtf dims may be split over which mesh dims.
+
+An mtf dim may be split when no operation needs it whole (an op's `unsplittable_dims`)
+and the mesh dim's size divides every size the dim has in the graph (a name can carry
+several sizes; the test is against their gcd).
+"""
+import math
+
+from mesh_tf.shapes import convert_to_shape
+
+
+class LayoutValidator(object):
+  """Valid (mtf dim, mesh dim) assignments of a graph on a mesh shape.
+
+  Args:
+    mtf_graph: an mtf Graph, or a list of its Operations.
+    mesh_shape: the mesh shape (string, list of Dimensions or Shape).
+  """
+
+  def __init__(self, mtf_graph, mesh_shape):
+    operations = (list(mtf_graph) if isinstance(mtf_graph, (list, tuple))
+                  else mtf_graph.operations)
+    self._mesh_shape = convert_to_shape(mesh_shape)
+    sizes = {}
+    unsplittable = set()
+    for op in operations:
+      for t in list(op.inputs) + list(op.outputs):
+        for d in t.shape.dims:
+          sizes[d.name] = math.gcd(sizes.get(d.name, 0), d.size)
+      unsplittable.update(op.unsplittable_dims)
+    self._gcd_sizes = sizes
+    self._splittable = frozenset(n for n in sizes if n not in unsplittable)
+
+  @property
+  def splittable_mtf_dimension_names(self):
+    """Names of the mtf dims no operation needs whole."""
+    return self._splittable
+
+  @property
+  def mesh_dimension_name_to_size(self):
+    """{mesh dim name: size}."""
+    return {d.name: d.size for d in self._mesh_shape.dims}
+
+  def is_valid_assignment(self, mtf_dimension_name, mesh_dimension_name):
+    """True when the mtf dim may be split over the mesh dim (see module docstring)."""
+    mesh_sizes = self.mesh_dimension_name_to_size
+    if (mtf_dimension_name not in self._splittable
+        or mesh_dimension_name not in mesh_sizes):
+      return False
+    return self._gcd_sizes[mtf_dimension_name] % mesh_sizes[mesh_dimension_name] == 0
