@@ -156,72 +156,6 @@ def train_model(estimator, vocabulary, sequence_length, batch_size, train_datase
   return estimator.train(dataset, train_steps)
 
 
-def _is_eval_dataset(item):
-  return hasattr(item, "dataset_fn") and hasattr(item, "metric_fns")
-
-
-@gin.configurable(module="utils")
-def eval_model(estimator, vocabulary, sequence_length, batch_size, dataset_split,
-               model_dir, eval_dataset_fn, eval_summary_dir, eval_checkpoint_step,
-               eval_with_score=False, output_eval_examples=True, eval_dir_suffix=None,
-               score_with_estimator_fn=None):
-  """Evaluates the checkpoints get_checkpoint_iterator(eval_checkpoint_step) names.
-
-  eval_dataset_fn(sequence_length, vocabulary, dataset_split) returns either a dataset
-  (the port's convention: loss, perplexity and token accuracy are written under
-  model_dir/eval[_suffix]) or, as in the original, a list of EvalDatasets (name,
-  dataset_fn, postprocess_fn, metric_fns): their inputs are decoded and each metric_fn
-  (targets, predictions) -> dict is computed. Returns {checkpoint_path: results}.
-  """
-  del eval_summary_dir, score_with_estimator_fn
-  if eval_with_score:
-    raise MtfError("eval_model: eval_with_score is not supported; use "
-                   "score_from_dataset")
-  data = eval_dataset_fn(sequence_length=sequence_length, vocabulary=vocabulary,
-                         dataset_split=dataset_split)
-  results = {}
-  for path in _checkpoints(eval_checkpoint_step, model_dir):
-    if isinstance(data, tf.data.Dataset):
-      dataset = run_setup.batched_dataset(lambda **unused: data, sequence_length,
-                                          vocabulary, dataset_split, batch_size,
-                                          repeat=False)
-      result = estimator.evaluate(dataset, steps=10 ** 9, checkpoint_path=path)
-      evaluation.write_eval_results(model_dir, result["step"], result, eval_dir_suffix)
-    else:
-      result = {}
-      for item in data:
-        if not _is_eval_dataset(item):
-          raise MtfError("eval_dataset_fn returned %r: expected a tf.data.Dataset or a "
-                         "list of EvalDatasets" % (item,))
-        result[item.name] = _eval_decodes(estimator, item, vocabulary, sequence_length,
-                                          batch_size, path, output_eval_examples)
-    print("eval %s: %s" % (path, result), flush=True)
-    results[path] = result
-  return results
-
-
-def _eval_decodes(estimator, eval_dataset, vocabulary, sequence_length, batch_size, path,
-                  output_eval_examples):
-  examples = list(eval_dataset.dataset_fn().as_numpy_iterator())
-  def text(value):
-    return value.decode() if isinstance(value, bytes) else str(value)
-  inputs = [text(e.get("inputs_pretokenized", e.get("inputs", b""))) for e in examples]
-  targets = [text(e.get("targets_pretokenized", e.get("targets", b""))) for e in examples]
-  ids = encode_inputs(inputs, vocabulary, "bitransformer", batch_size, sequence_length)
-  predictions = decode(estimator, _input_fn({"inputs": ids}, batch_size), vocabulary,
-                       checkpoint_path=path)[:len(inputs)]
-  if eval_dataset.postprocess_fn:
-    predictions = [eval_dataset.postprocess_fn(p) for p in predictions]
-    targets = [eval_dataset.postprocess_fn(t) for t in targets]
-  if output_eval_examples:
-    for i in range(min(3, len(inputs))):
-      print("%r -> %r (target %r)" % (inputs[i], predictions[i], targets[i]), flush=True)
-  scores = {}
-  for metric_fn in eval_dataset.metric_fns:
-    scores.update(metric_fn(targets, predictions))
-  return scores
-
-
 def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
   """Decoded strings of every example input_fn yields (cut at EOS)."""
   vocab = _vocab(vocabulary, "targets")
@@ -370,6 +304,72 @@ def score_with_estimator_lazy(estimator, input_fn, eval_checkpoint_step, model_d
   if shard:
     outputs.append(score_postprocess_fn(shard, vocabulary, shard_idx=index))
   return outputs
+
+
+def _is_eval_dataset(item):
+  return hasattr(item, "dataset_fn") and hasattr(item, "metric_fns")
+
+
+@gin.configurable(module="utils")
+def eval_model(estimator, vocabulary, sequence_length, batch_size, dataset_split,
+               model_dir, eval_dataset_fn, eval_summary_dir, eval_checkpoint_step,
+               eval_with_score=False, output_eval_examples=True, eval_dir_suffix=None,
+               score_with_estimator_fn=score_with_estimator):
+  """Evaluates the checkpoints get_checkpoint_iterator(eval_checkpoint_step) names.
+
+  eval_dataset_fn(sequence_length, vocabulary, dataset_split) returns either a dataset
+  (the port's convention: loss, perplexity and token accuracy are written under
+  model_dir/eval[_suffix]) or, as in the original, a list of EvalDatasets (name,
+  dataset_fn, postprocess_fn, metric_fns): their inputs are decoded and each metric_fn
+  (targets, predictions) -> dict is computed. Returns {checkpoint_path: results}.
+  """
+  del eval_summary_dir, score_with_estimator_fn
+  if eval_with_score:
+    raise MtfError("eval_model: eval_with_score is not supported; use "
+                   "score_from_dataset")
+  data = eval_dataset_fn(sequence_length=sequence_length, vocabulary=vocabulary,
+                         dataset_split=dataset_split)
+  results = {}
+  for path in _checkpoints(eval_checkpoint_step, model_dir):
+    if isinstance(data, tf.data.Dataset):
+      dataset = run_setup.batched_dataset(lambda **unused: data, sequence_length,
+                                          vocabulary, dataset_split, batch_size,
+                                          repeat=False)
+      result = estimator.evaluate(dataset, steps=10 ** 9, checkpoint_path=path)
+      evaluation.write_eval_results(model_dir, result["step"], result, eval_dir_suffix)
+    else:
+      result = {}
+      for item in data:
+        if not _is_eval_dataset(item):
+          raise MtfError("eval_dataset_fn returned %r: expected a tf.data.Dataset or a "
+                         "list of EvalDatasets" % (item,))
+        result[item.name] = _eval_decodes(estimator, item, vocabulary, sequence_length,
+                                          batch_size, path, output_eval_examples)
+    print("eval %s: %s" % (path, result), flush=True)
+    results[path] = result
+  return results
+
+
+def _eval_decodes(estimator, eval_dataset, vocabulary, sequence_length, batch_size, path,
+                  output_eval_examples):
+  examples = list(eval_dataset.dataset_fn().as_numpy_iterator())
+  def text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+  inputs = [text(e.get("inputs_pretokenized", e.get("inputs", b""))) for e in examples]
+  targets = [text(e.get("targets_pretokenized", e.get("targets", b""))) for e in examples]
+  ids = encode_inputs(inputs, vocabulary, "bitransformer", batch_size, sequence_length)
+  predictions = decode(estimator, _input_fn({"inputs": ids}, batch_size), vocabulary,
+                       checkpoint_path=path)[:len(inputs)]
+  if eval_dataset.postprocess_fn:
+    predictions = [eval_dataset.postprocess_fn(p) for p in predictions]
+    targets = [eval_dataset.postprocess_fn(t) for t in targets]
+  if output_eval_examples:
+    for i in range(min(3, len(inputs))):
+      print("%r -> %r (target %r)" % (inputs[i], predictions[i], targets[i]), flush=True)
+  scores = {}
+  for metric_fn in eval_dataset.metric_fns:
+    scores.update(metric_fn(targets, predictions))
+  return scores
 
 
 @gin.configurable(module="utils")

@@ -35,9 +35,9 @@ def _gin_binds(name):
     return False
 
 
-def main(argv):
+def main(_):
   """Parses gin and flags, then calls utils.run; bad input exits 1 with its message."""
-  del argv
+  del _
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from mesh_tf.errors import MtfError  # pylint: disable=g-import-not-at-top
   from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top

@@ -21,8 +21,8 @@ MODES = ("train", "eval", "perplexity_eval", "decode", "export")
 
 
 @gin.configurable(module="utils")
-def get_variable_dtype(master_dtype="bfloat16", slice_dtype="float32",
-                       activation_dtype="float32"):
+def get_variable_dtype(master_dtype=tf.bfloat16, slice_dtype=tf.float32,
+                       activation_dtype=tf.float32):
   """The mtf.VariableDType of the model's variables (dtypes as names or tf.DTypes)."""
   return mtf.VariableDType(master_dtype=tf.as_dtype(master_dtype),
                            slice_dtype=tf.as_dtype(slice_dtype),
