@@ -126,11 +126,13 @@ def _run_bindings():
   return text[start:] if end < 0 else text[start:end + 1]
 
 
-def write_operative_config(model_dir):
-  """Writes gin's operative config (what the run actually used) to model_dir."""
+def write_operative_config(model_dir, extra=""):
+  """Writes gin's operative config (what the run actually used), then extra (e.g. the
+  auto layout's bindings), to model_dir."""
   text = gin.operative_config_str()
   if "# Parameters for run:" not in text:
     text = text.rstrip("\n") + "\n\n" + _run_bindings()
+  text += extra
   write_text_atomically(os.path.join(model_dir, "operative_config.gin"), text)
 
 
@@ -163,10 +165,11 @@ def _whole(name, value, minimum, allow_none=False):
 
 def check_run_parameters(model_dir, train_steps, save_checkpoints_steps,
                          iterations_per_loop, keep_checkpoint_max, eval_steps,
-                         sequence_length, mesh_shape):
+                         sequence_length, mesh_shape, auto_layout=False):
   """Checks utils.run's values before anything is built; returns (train_steps,
   save_checkpoints_steps, iterations_per_loop, eval_steps) as ints (eval_steps may be
-  None). Each bad value gets a one-line MtfError naming the parameter."""
+  None). Each bad value gets a one-line MtfError naming the parameter. With
+  auto_layout, mesh_shape may be a device count."""
   if not model_dir or not isinstance(model_dir, (str, os.PathLike)):
     _fail("model_dir", model_dir, "give a directory with --model_dir (or bind "
           "utils.run.model_dir)")
@@ -178,6 +181,13 @@ def check_run_parameters(model_dir, train_steps, save_checkpoints_steps,
   lengths = sequence_length if isinstance(sequence_length, dict) else {"": sequence_length}
   for key, length in lengths.items():
     _whole("sequence_length" + ("[%r]" % key if key else ""), length, 1)
+  if isinstance(mesh_shape, int) or (isinstance(mesh_shape, str)
+                                     and mesh_shape.strip().isdigit()):
+    if not auto_layout:
+      _fail("mesh_shape", mesh_shape, "a device count needs utils.run.layout_rules = "
+            "'auto'; otherwise give the mesh as 'name:size;...'")
+    _whole("mesh_shape", int(mesh_shape), 1)
+    mesh_shape = ""
   for dim in mtf.convert_to_shape(mesh_shape).dims:
     if dim.size < 1:
       _fail("mesh_shape", mesh_shape, "mesh dim %r has size %d; every mesh dim needs "

@@ -216,9 +216,11 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
               eval_dataset_fn, dataset_split, batch_size, sequence_length, variable_dtype,
               train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
               keep_checkpoint_max, iterations_per_loop, eval_steps, init_checkpoint,
-              num_microbatches=1, eval_decode_batches=0, skip_nonfinite_updates=False):
+              num_microbatches=1, eval_decode_batches=0, skip_nonfinite_updates=False,
+              operative_config_extra=""):
   """Train mode of utils.run (which holds model_dir's lock around it); returns the
-  trainer's [(step, loss)] history."""
+  trainer's [(step, loss)] history. operative_config_extra is appended to
+  operative_config.gin."""
   dataset = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
                                       dataset_split, batch_size)
   keys = run_setup.feature_keys(dataset)
@@ -238,7 +240,7 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
                                      run_setup.feature_keys(eval_dataset), variable_dtype,
                                      decode_batches=eval_decode_batches)
   trainer.restore(init_checkpoint)  # before anything is written to model_dir
-  run_setup.write_operative_config(model_dir)
+  run_setup.write_operative_config(model_dir, operative_config_extra)
   print("training %s on mesh %s, layout %s (%s), to step %d"
         % (type(trainer.graph.model).__name__, mesh_impl.shape.to_string,
            mesh_impl.layout_rules, type(mesh_impl).__name__, train_steps), flush=True)

@@ -14,6 +14,7 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.checkpoint import discovery, step_from_prefix
 from mesh_tf.errors import MtfError
+from models.transformer import auto_layout
 from models.transformer import decode_io
 from models.transformer import model_dir_guard
 
@@ -189,6 +190,8 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
     train_steps: the global step training stops at.
     sequence_length: int, or {"inputs": n, "targets": m}.
     mesh_shape, layout_rules: e.g. "batch:2;model:4", "batch:batch;d_ff:model".
+      layout_rules = "auto" lets mtf.auto_mtf choose the rules (and, when mesh_shape is
+      a device count such as 8, the mesh shape) for the train step; see auto_layout.py.
     learning_rate_schedule: fn(step, total_train_steps) or a number; None keeps the
       optimizer's default.
     optimizer: an mtf optimizer class (default AdafactorOptimizer).
@@ -214,16 +217,28 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
   train_steps, save_checkpoints_steps, iterations_per_loop, eval_steps = (
       run_setup.check_run_parameters(
           model_dir, train_steps, save_checkpoints_steps, iterations_per_loop,
-          keep_checkpoint_max, eval_steps, sequence_length, mesh_shape))
+          keep_checkpoint_max, eval_steps, sequence_length, mesh_shape,
+          auto_layout=auto_layout.wants_auto(layout_rules)))
   with contextlib.ExitStack() as held:
     if mode == "train":  # one trainer per model_dir, refused before anything is built
       held.enter_context(model_dir_guard.claimed_model_dir(model_dir))
-    mesh_shape = mtf.convert_to_shape(mesh_shape)
-    layout_rules = mtf.convert_to_layout_rules(layout_rules)
     vocabulary = vocabulary if vocabulary is not None else _default_vocabulary()
     if isinstance(batch_size, int):
       batch_size = ("sequences_per_batch", batch_size)
-    batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules, batch_size)
+    chosen = ""
+    if auto_layout.wants_auto(layout_rules):  # search before anything else is built
+      batch_size = compute_batch_size(sequence_length, "", "", batch_size)
+      mesh_shape, layout_rules, _ = auto_layout.choose(
+          functools.partial(build_model, model_type=model_type,
+                            input_vocab_size=decode_io.vocab_size(vocabulary),
+                            output_vocab_size=decode_io.vocab_size(vocabulary)),
+          mesh_shape, batch_size, sequence_length, get_variable_dtype(), optimizer)
+      chosen = auto_layout.bindings_text(mesh_shape, layout_rules)
+    mesh_shape = mtf.convert_to_shape(mesh_shape)
+    layout_rules = mtf.convert_to_layout_rules(layout_rules)
+    if not isinstance(batch_size, int):
+      batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules,
+                                      batch_size)
     mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
     run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
     variable_dtype = get_variable_dtype()
@@ -242,7 +257,7 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
           dataset_split, batch_size, sequence_length, variable_dtype, train_steps,
           optimizer, learning_rate_schedule, save_checkpoints_steps, keep_checkpoint_max,
           iterations_per_loop, eval_steps, init_checkpoint, num_microbatches,
-          eval_decode_batches, skip_nonfinite_updates)
+          eval_decode_batches, skip_nonfinite_updates, operative_config_extra=chosen)
     checkpoint = _checkpoint_at(model_dir, eval_checkpoint_step)
     if mode in ("eval", "perplexity_eval"):
       from models.transformer import evaluation  # pylint: disable=g-import-not-at-top

@@ -1,0 +1,62 @@
+"""`utils.run.layout_rules = "auto"`: the layout (and mesh shape) chosen by
+mtf.auto_mtf.choose_layout for the train step, before anything else is built.
+
+The search sees the same train graph the trainer builds (model, batch, optimizer
+slots). The mesh shape may be a device count (e.g. 8, or "8"): then mesh shapes of 1-3
+dims are searched too. The hardware profile is gin's `auto_mtf.choose_layout.profile`
+when bound, else this host's ("cpu_host", or "gpu_h100" when GPUs are visible). The
+choice is printed with its report and appended to operative_config.gin as bindings, so
+re-running that file reproduces it without a search.
+"""
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models.transformer import model_graph
+from models.transformer import train_loop
+from models.transformer.context import ModeKeys
+
+AUTO = "auto"
+
+
+def wants_auto(layout_rules):
+  """Whether utils.run.layout_rules asks for the search."""
+  return isinstance(layout_rules, str) and layout_rules.strip().lower() == AUTO
+
+
+def _devices_or_shape(mesh_shape):
+  if isinstance(mesh_shape, int) or (isinstance(mesh_shape, str)
+                                     and mesh_shape.strip().isdigit()):
+    return int(mesh_shape)
+  return mtf.convert_to_shape(mesh_shape)
+
+
+def _profile():
+  try:
+    gin.query_parameter("auto_mtf.choose_layout.profile")
+    return {}  # gin's binding applies
+  except ValueError:
+    return {"profile": "gpu_h100" if tf.config.list_physical_devices("GPU")
+            else "cpu_host"}
+
+
+def choose(model_fn, mesh_shape, batch_size, sequence_length, variable_dtype, optimizer):
+  """(mesh Shape, LayoutRules, report) for the train step of model_fn's model."""
+  graph = model_graph.ModelGraph(
+      model_fn(), batch_size, sequence_length, ["inputs", "targets"], ModeKeys.TRAIN,
+      variable_dtype, optimizer=train_loop.make_optimizer(optimizer, None))
+  chosen_shape, rules, report = mtf.auto_mtf.choose_layout(
+      graph.graph, [graph.loss] + graph.update_ops, _devices_or_shape(mesh_shape),
+      **_profile())
+  print("auto layout (utils.run.layout_rules = 'auto'):", flush=True)
+  for line in report.summary_lines():
+    print("  " + line, flush=True)
+  return chosen_shape, rules, report
+
+
+def bindings_text(mesh_shape, layout_rules):
+  """gin bindings of the chosen mesh shape and rules, for operative_config.gin."""
+  return ("\n# Chosen by utils.run.layout_rules = 'auto' (mtf.auto_mtf.choose_layout):\n"
+          "utils.run.mesh_shape = %r\nutils.run.layout_rules = %r\n"
+          % (mtf.convert_to_shape(mesh_shape).to_string,
+             str(mtf.convert_to_layout_rules(layout_rules))))
