@@ -340,6 +340,7 @@ class Unitransformer:
       if targets is not None:
         targets = mtf.broadcast(targets, [self.ensemble_dim] + targets.shape.dims)
     x, vocab_embedding = self._embed(context, inputs)
+    context.input_embeddings = x  # read by MoE1D(word_embed_mode=...)
     x = self.layer_stack.call(context, x)
     if self.output_vocab_dim is None:
       return x
