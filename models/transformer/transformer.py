@@ -31,6 +31,7 @@ from models.transformer.transformer_layer import TransformerLayer  # pylint: dis
 from models.transformer.ensemble_logits import (  # pylint: disable=unused-import,g-multiple-import
     reduce_ensemble_logits, reduce_ensemble_logits_mean_logit,
     reduce_ensemble_logits_mean_prob, reduce_ensemble_logits_select)
+from models.transformer.student_teacher import StudentTeacher, make_bi_student_teacher  # pylint: disable=unused-import
 
 
 def _round_up(n, divisor):

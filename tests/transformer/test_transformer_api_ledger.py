@@ -21,13 +21,16 @@ OFFERED = {
         make_layer_stack make_bitransformer shift_targets autoregressive_inputs
         delimited_lm_inputs_mask reduce_ensemble_logits reduce_ensemble_logits_select
         reduce_ensemble_logits_mean_prob reduce_ensemble_logits_mean_logit VocabEmbedding
-        get_vocab_embedding_cls sinusoid_positional_embedding_weights""",
+        get_vocab_embedding_cls sinusoid_positional_embedding_weights StudentTeacher
+        make_bi_student_teacher""",
     "transformer_layers": """DenseReluDense SelfAttention attention_params
         EncDecAttention LocalSelfAttention ParallelLayer""",
     "attention": """attention AttentionParams attention_params_simple local_attention_1d
         visibility_mask_to_attention_bias""",
-    "moe": "MoE1D transformer_moe_layer_v1 set_default_moe_hparams HParams",
-    "vocab_embeddings": "FactorizedVocabEmbedding",
+    "moe": """MoE1D MoE2D transformer_moe_layer_v1 transformer_moe_layer_v2
+        set_default_moe_hparams HParams""",
+    "vocab_embeddings": """FactorizedVocabEmbedding AdaptiveVocabEmbedding
+        MixtureOfSoftmaxes Mixtape""",
     "dataset": """pack_dataset pack_or_pad trim_and_pad_dataset ensure_dataset_eos
         pad_dataset_with_zeroed_out_examples encode_dataset encode_all_features
         supervised_to_dict pretokenized_tfds_dataset untokenized_tfds_dataset
@@ -46,9 +49,6 @@ _TPU_ESTIMATOR = "TPUEstimator-only; the TF 2 trainer (utils.run) has its own lo
 _LATER = "not offered yet (a rarely used research variant)"
 NOT_OFFERED = {
     # 10.1
-    "transformer.StudentTeacher": "not offered yet: distillation needs a second "
-                                  "checkpoint restored into a teacher scope",
-    "transformer.make_bi_student_teacher": "not offered yet (see StudentTeacher)",
     # 10.2
     "transformer_layers.enc_dec_attention": "folded into EncDecAttention.call",
     "transformer_layers.enc_dec_attention_bias": "folded into EncDecAttention.call",
@@ -77,13 +77,7 @@ NOT_OFFERED = {
     "attention.ExpertsAttentionParams": "ExpertsSelfAttention " + _LATER,
     "attention.maybe_reshape_attention_input_for_2d_sharding": "any layout works here: "
         "ops gather split dims on demand, so the reshape trick is unnecessary",
-    # 10.4
-    "moe.MoE2D": "hierarchical MoE " + _LATER,
-    "moe.transformer_moe_layer_v2": "hierarchical MoE " + _LATER,
     # 10.5
-    "vocab_embeddings.AdaptiveVocabEmbedding": _LATER,
-    "vocab_embeddings.MixtureOfSoftmaxes": _LATER,
-    "vocab_embeddings.Mixtape": _LATER,
     "adaptive_softmax.AdaptiveSoftmaxVocabEmbedding": _LATER,
     "memory_layers.ProductKeyValueMemory": _LATER,
     # 10.6
