@@ -37,6 +37,7 @@ OFFERED = {
         make_text_line_dataset simple_text_line_dataset sample_from_text_line_datasets
         EvalDataset""",
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
+    "universal_transformer": "UTLayerStack",
     "mesh_tf.learning_rate_schedules": """product_learning_rate linear_decay
         linear_warmup truncated_rsqrt constant constant_learning_rate
         linear_decay_learning_rate learning_rate_schedule_noam slanted_triangular""",
@@ -82,7 +83,6 @@ NOT_OFFERED = {
     "memory_layers.ProductKeyValueMemory": _LATER,
     # 10.6
     "funnel_transformer.FunnelTransformerLayerStack": _LATER,
-    "universal_transformer.UTLayerStack": _LATER,
     "evolved_transformer": _LATER,
     "fixup_layers": _LATER,
     # 10.7
