@@ -38,6 +38,7 @@ OFFERED = {
         EvalDataset""",
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
     "universal_transformer": "UTLayerStack",
+    "funnel_transformer": "FunnelTransformerLayerStack BitransformerFunnel",
     "mesh_tf.learning_rate_schedules": """product_learning_rate linear_decay
         linear_warmup truncated_rsqrt constant constant_learning_rate
         linear_decay_learning_rate learning_rate_schedule_noam slanted_triangular""",
@@ -82,7 +83,6 @@ NOT_OFFERED = {
     "adaptive_softmax.AdaptiveSoftmaxVocabEmbedding": _LATER,
     "memory_layers.ProductKeyValueMemory": _LATER,
     # 10.6
-    "funnel_transformer.FunnelTransformerLayerStack": _LATER,
     "evolved_transformer": _LATER,
     "fixup_layers": _LATER,
     # 10.7
