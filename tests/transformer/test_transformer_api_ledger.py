@@ -39,6 +39,8 @@ OFFERED = {
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
     "universal_transformer": "UTLayerStack",
     "funnel_transformer": "FunnelTransformerLayerStack BitransformerFunnel",
+    "evolved_transformer": """GatedLinearUnitLayer EncoderConvolutionalLayer
+        DecoderAttentionLayer DecoderConvolutionalLayer""",
     "mesh_tf.learning_rate_schedules": """product_learning_rate linear_decay
         linear_warmup truncated_rsqrt constant constant_learning_rate
         linear_decay_learning_rate learning_rate_schedule_noam slanted_triangular""",
@@ -83,7 +85,6 @@ NOT_OFFERED = {
     "adaptive_softmax.AdaptiveSoftmaxVocabEmbedding": _LATER,
     "memory_layers.ProductKeyValueMemory": _LATER,
     # 10.6
-    "evolved_transformer": _LATER,
     "fixup_layers": _LATER,
     # 10.7
     "dataset.pretokenized_t2t_dataset": "tensor2tensor-only (T2T data generators)",
