@@ -178,6 +178,11 @@ class AdaptiveVocabEmbedding:
       self._clusters.append(_Cluster(embedding, start, start + spec["token_count"]))
       start += spec["token_count"]
 
+  @property
+  def clusters(self):
+    """The clusters, in id order (each has ids_to_embedding and hidden_to_logits)."""
+    return list(self._clusters)
+
   def ids_to_embedding(self, ids, context):
     """The embedding of each id, from the cluster it belongs to."""
     _check_ids(ids, self._vocab_dim, "AdaptiveVocabEmbedding.ids_to_embedding")
