@@ -38,6 +38,7 @@ OFFERED = {
         EvalDataset""",
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
     "universal_transformer": "UTLayerStack",
+    "memory_layers": "ProductKeyValueMemory",
     "adaptive_softmax": "AdaptiveSoftmaxVocabEmbedding adaptive_softmax_loss_fn",
     "funnel_transformer": "FunnelTransformerLayerStack BitransformerFunnel",
     "evolved_transformer": """GatedLinearUnitLayer EncoderConvolutionalLayer
@@ -83,7 +84,6 @@ NOT_OFFERED = {
     "attention.maybe_reshape_attention_input_for_2d_sharding": "any layout works here: "
         "ops gather split dims on demand, so the reshape trick is unnecessary",
     # 10.5
-    "memory_layers.ProductKeyValueMemory": _LATER,
     # 10.6
     "fixup_layers": _LATER,
     # 10.7
