@@ -13,6 +13,8 @@ sublayers normalize the input and add the residual.
   zero-padded), layer norm, then 7 wide to d_model ("separable_conv_7x1_2").
 The convolution layers need the whole sequence (no incremental decoding).
 """
+import math
+
 import gin
 import tensorflow as tf
 
@@ -22,8 +24,13 @@ from models.transformer.transformer_layer import TransformerLayer
 
 
 def _initializer(scale):
-  return tf.keras.initializers.VarianceScaling(scale=scale, mode="fan_in",
-                                               distribution="truncated_normal")
+  """Truncated normal with variance scale / fan_in (all but the last axis of the shape)."""
+  def init(shape, dtype=tf.float32, **unused_kwargs):
+    fan_in = max(1, math.prod(list(shape)[:-1]))
+    # 0.8796 is the stddev of a unit normal truncated to [-2, 2].
+    stddev = math.sqrt(scale / fan_in) / 0.87962566103423978
+    return tf.cast(tf.random.truncated_normal(shape, stddev=stddev), dtype)
+  return init
 
 
 def _check_full_sequence(layer, context, x):

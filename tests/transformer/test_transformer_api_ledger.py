@@ -39,6 +39,9 @@ OFFERED = {
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
     "universal_transformer": "UTLayerStack",
     "memory_layers": "ProductKeyValueMemory",
+    "fixup_layers": """AttentionParamsFixup DenseReluDenseFixup EncDecAttentionFixup
+        SelfAttentionFixup dense_product_fixup get_single_scalar_bias
+        sublayer_fixup_scale sublayer_fixup_shift""",
     "adaptive_softmax": "AdaptiveSoftmaxVocabEmbedding adaptive_softmax_loss_fn",
     "funnel_transformer": "FunnelTransformerLayerStack BitransformerFunnel",
     "evolved_transformer": """GatedLinearUnitLayer EncoderConvolutionalLayer
@@ -85,7 +88,6 @@ NOT_OFFERED = {
         "ops gather split dims on demand, so the reshape trick is unnecessary",
     # 10.5
     # 10.6
-    "fixup_layers": _LATER,
     # 10.7
     "dataset.pretokenized_t2t_dataset": "tensor2tensor-only (T2T data generators)",
     "dataset.pretokenized_tfrecord_dataset": "not offered yet; read TFRecords with "
