@@ -29,15 +29,20 @@ def _impl(backend, mesh_shape, layout):
                             ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
-def run_with_random_weights(layer, impl, x, seed=3):
+def run_with_random_weights(layer, impl, x, seed=3, encoder_output=None):
   """Like run_layer, but every variable is set to random values after lowering (the
   Fixup initial values zero the output); returns (Result, w, initial values)."""
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "m")
   length = mtf.Dimension("length", x.shape[1])
   xt = mtf.import_tf_tensor(mesh, x, [batch_dim, length, mtf.Dimension("d_model", D_MODEL)])
+  memory = None
+  if encoder_output is not None:
+    memory = mtf.import_tf_tensor(mesh, encoder_output, [
+        batch_dim, mtf.Dimension("memory_length", encoder_output.shape[1]),
+        mtf.Dimension("d_model", D_MODEL)])
   context = Context(CAUSAL, mesh, [batch_dim], length, mtf.VariableDType(tf.float32),
-                    mode="eval", losses=[])
+                    mode="eval", losses=[], encoder_output=memory)
   with mtf.variable_scope(SCOPE):
     y = layer.call(context, xt)
   variables = graph.trainable_variables
@@ -95,6 +100,24 @@ def test_self_attention_fixup(case):
     p = lambda c: v[short + c]
     return ref_attention(x, p("q") * D_KV ** -0.5, p("k"), p("v"), p("o"),
                          mask=causal_mask(LENGTH), heads=HEADS, d_kv=D_KV)
+  check_against_reference(result, w, x, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_enc_dec_attention_fixup():
+  x = _x(4)
+  encoder = np.random.RandomState(5).normal(size=(2, 6, D_MODEL)).astype(np.float32)
+  layer = fl.EncDecAttentionFixup(num_blocks=2, default_init="he", num_heads=HEADS,
+                                  key_value_size=D_KV)
+  result, w, initial = run_with_random_weights(layer, _impl(*CASES[1]), x,
+                                               encoder_output=encoder)
+  prefix = [n for n in initial if n.endswith("/o")][0][:-1]
+  assert not np.any(initial[prefix + "o"])
+  short = prefix[len(SCOPE) + 1:].replace("/", "_")
+
+  def ref(x, **v):
+    p = lambda c: v[short + c]
+    return ref_attention(x, p("q") * D_KV ** -0.5, p("k"), p("v"), p("o"),
+                         memory=encoder, heads=HEADS, d_kv=D_KV)
   check_against_reference(result, w, x, ref, rtol=1e-4, atol=1e-5)
 
 
