@@ -99,8 +99,8 @@ class MoE1D(transformer_layer.TransformerLayer):
       token_embeddings = getattr(context, "input_embeddings", None)
       if token_embeddings is not None and not has_length_dim:
         token_embeddings = mtf.reshape(token_embeddings, x.shape)
-    y, loss = transformer_moe_layer_v1(
-        x, output_dim, self._hparams, context.train, context.variable_dtype,
+    y, loss = self._moe_layer(
+        context, x, output_dim, self._hparams, context.train, context.variable_dtype,
         layout=getattr(context.model, "layout", None),
         mesh_shape=getattr(context.model, "mesh_shape", None), nonpadding=nonpadding,
         activation=self._activation, num_microbatches=context.num_microbatches,
@@ -112,6 +112,26 @@ class MoE1D(transformer_layer.TransformerLayer):
     if not has_length_dim:
       y = mtf.reshape(y, mtf.Shape(y.shape.dims[:-2] + y.shape.dims[-1:]))
     return y
+
+  def _moe_layer(self, context, *args, **kwargs):
+    """The layer function (HeterogeneousMoE1D swaps in its own)."""
+    del context
+    return transformer_moe_layer_v1(*args, **kwargs)
+
+
+def expert_network(expert_inputs, experts_dim, hidden_dim, output_dim, hparams, train,
+                   variable_dtype, activation):
+  """Every expert's feed-forward net on its inputs [..., experts, ..., d_model]:
+  activation(x wi) wo with per-expert "wi/kernel" and "wo/kernel"."""
+  h = mtf.layers.dense_product(
+      expert_inputs, reduced_dims=expert_inputs.shape.dims[-1:], new_dims=[hidden_dim],
+      expert_dims=[experts_dim], activation_functions=activation, use_bias=False,
+      variable_dtype=variable_dtype, name="wi")
+  if hparams.moe_dropout_rate:
+    h = mtf.dropout(h, is_training=train, rate=hparams.moe_dropout_rate)
+  return mtf.layers.dense(
+      h, output_dim, expert_dims=[experts_dim], use_bias=False,
+      reduced_dims=h.shape.dims[-1:], variable_dtype=variable_dtype, name="wo")
 
 
 def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
@@ -141,6 +161,18 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
     (output shaped like inputs with output_dim last, scalar loss: balancing loss times
     moe_loss_coef, plus the router z-loss when moe_z_loss is set).
   """
+  return moe_layer_with_experts(
+      inputs, output_dim, hparams, train, variable_dtype, layout=layout,
+      mesh_shape=mesh_shape, nonpadding=nonpadding, activation=activation,
+      num_microbatches=num_microbatches, token_embeddings=token_embeddings,
+      experts=expert_network)
+
+
+def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype, layout,
+                           mesh_shape, nonpadding, activation, num_microbatches,
+                           token_embeddings, experts):
+  """transformer_moe_layer_v1 with the expert computation given: experts(expert_inputs,
+  experts_dim, hidden_dim, output_dim, hparams, train, variable_dtype, activation)."""
   orig_dims = inputs.shape.dims
   batch_and_length_dims, input_dim = orig_dims[:-1], orig_dims[-1]
   hidden_dim = _hidden_dim(hparams)
@@ -197,15 +229,8 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
   expert_inputs = relayout_rename(expert_inputs, mtf.Shape(
       [outer_batch_dim, experts_dim, groups_dim_unsplit, capacity_dim, input_dim]))
 
-  h = mtf.layers.dense_product(
-      expert_inputs, reduced_dims=expert_inputs.shape.dims[-1:], new_dims=[hidden_dim],
-      expert_dims=[experts_dim], activation_functions=activation, use_bias=False,
-      variable_dtype=variable_dtype, name="wi")
-  if hparams.moe_dropout_rate:
-    h = mtf.dropout(h, is_training=train, rate=hparams.moe_dropout_rate)
-  expert_output = mtf.layers.dense(
-      h, output_dim, expert_dims=[experts_dim], use_bias=False,
-      reduced_dims=h.shape.dims[-1:], variable_dtype=variable_dtype, name="wo")
+  expert_output = experts(expert_inputs, experts_dim, hidden_dim, output_dim, hparams,
+                          train, variable_dtype, activation)
 
   # Expert layout -> token layout, then weight each expert's answer by its gate.
   expert_output = relayout_rename(expert_output, mtf.Shape(

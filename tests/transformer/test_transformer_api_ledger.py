@@ -39,6 +39,8 @@ OFFERED = {
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
     "universal_transformer": "UTLayerStack",
     "memory_layers": "ProductKeyValueMemory",
+    "heterogeneous_moe": """HeterogeneousMoE1D generate_heterogeneous_expert_masks
+        transformer_moe_layer_v1""",
     "fixup_layers": """AttentionParamsFixup DenseReluDenseFixup EncDecAttentionFixup
         SelfAttentionFixup dense_product_fixup get_single_scalar_bias
         sublayer_fixup_scale sublayer_fixup_shift""",
