@@ -39,6 +39,7 @@ OFFERED = {
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
     "universal_transformer": "UTLayerStack",
     "memory_layers": "ProductKeyValueMemory",
+    "t2t_vocabulary": "T2tVocabulary get_t2t_vocabulary",
     "heterogeneous_moe": """HeterogeneousMoE1D generate_heterogeneous_expert_masks
         transformer_moe_layer_v1""",
     "fixup_layers": """AttentionParamsFixup DenseReluDenseFixup EncDecAttentionFixup
@@ -97,8 +98,6 @@ NOT_OFFERED = {
     "dataset.packed_parallel_tsv_dataset": "not offered yet; "
                                            "dataset.text_line_dataset reads text",
     # 10.8
-    "t2t_vocabulary.T2tVocabulary": "tensor2tensor-only",
-    "t2t_vocabulary.get_t2t_vocabulary": "tensor2tensor-only",
     # 10.9
     "utils.parse_gin_defaults_and_flags": "gin_setup.parse_gin (main.py's flags)",
     "utils.tpu_estimator_model_fn": _TPU_ESTIMATOR,
