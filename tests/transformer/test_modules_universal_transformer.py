@@ -206,3 +206,34 @@ def test_act_halts_every_position_within_the_steps():
 def test_unsupported_options_are_named(option, value, message):
   with pytest.raises(mtf.MtfError, match=message):
     _stack(**{"recurrence_type": "basic", option: value})
+
+
+@pytest.mark.parametrize("recurrence", ["basic", "highway", "act"])
+def test_cached_decoding_matches_the_full_sequence(recurrence):
+  """Greedy incremental decoding of a UT language model picks, at every step, the
+  argmax of the full-sequence pass over the decoded text."""
+  from models.transformer import transformer  # pylint: disable=g-import-not-at-top
+  attention = tl.SelfAttention(num_heads=2, key_value_size=4)
+  attention.set_name("layer_000")
+  ffn = tl.DenseReluDense(hidden_size=8)
+  ffn.set_name("layer_001")
+  options = dict(BASE, recurrence_type=recurrence, mix_with_transformer_before_ut=True)
+  if recurrence == "highway":
+    options["add_or_concat_timing_signal"] = "concat"
+  model = transformer.Unitransformer(
+      layer_stack=UTLayerStack([attention, ffn], **options), d_model=D_MODEL,
+      input_vocab_size=16, output_vocab_size=16, autoregressive=True, max_length=LENGTH,
+      vocab_divisor=8)
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  prompt = np.zeros((2, LENGTH), np.int32)
+  prompt[:, 0] = [3, 5]
+  dims = [mtf.Dimension("batch", 2), mtf.Dimension("length", LENGTH)]
+  decoded = model.sample_autoregressive(mtf.import_tf_tensor(mesh, prompt, dims),
+                                        temperature=0.0)
+  logits, _ = model.call_simple(transformer.autoregressive_inputs(decoded), decoded,
+                                compute_loss=False, mode="eval")
+  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  decoded = lowering.export_to_tf_tensor(decoded).numpy()
+  logits = lowering.export_to_tf_tensor(logits).numpy()
+  np.testing.assert_array_equal(logits.argmax(-1)[:, 1:], decoded[:, 1:])
