@@ -23,11 +23,11 @@ class HParams:
     for name, value in kwargs.items():
       setattr(self, name, value)
 
-  def add_hparam(self, name, value):
-    """Adds a new hyperparameter; raises MtfError if it exists already."""
-    if hasattr(self, name):
-      raise MtfError("HParams: hyperparameter %r already exists" % name)
-    setattr(self, name, value)
+  def add_hparam(self, k, v):
+    """Adds the new hyperparameter k with value v; raises MtfError if k exists."""
+    if hasattr(self, k):
+      raise MtfError("HParams: hyperparameter %r already exists" % k)
+    setattr(self, k, v)
 
   def set_hparam(self, name, value):
     """Changes an existing hyperparameter; raises MtfError if it does not exist."""
