@@ -100,7 +100,7 @@ def test_decoder_convolutional_layer_matches_tf(case):
           for n in ("11x1", "7x1_1", "7x1_2")] == [11, 7, 7]
 
 
-@pytest.mark.parametrize("case", CASES[:2], ids=CASE_IDS[:2])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_decoder_attention_layer_matches_tf(case):
   gin.parse_config("transformer_layers.SelfAttention.key_value_size = 2")
   try:

@@ -87,8 +87,12 @@ class Reference:
   def preprocess(self, x, step):
     signals = []
     if self.o["add_position_timing_signal"]:
-      signals.append(tf_timing(np.arange(LENGTH) + self.o["position_start_index"],
-                               D_MODEL))
+      start = self.o["position_start_index"]
+      if start == "step":
+        steps = (self.o["act_max_steps"] if self.o["recurrence_type"] == "act"
+                 else self.o["num_rec_steps"])
+        start = step * LENGTH // steps
+      signals.append(tf_timing(np.arange(LENGTH) + start, D_MODEL))
     if self.o["add_step_timing_signal"]:
       if self.o["step_timing_signal_type"] == "learned":
         signals.append(self.v["universal_transformer_layer_embedding"][step] *
@@ -158,7 +162,7 @@ CONFIGS = {
         step_timing_signal_type="sinusoid", couple_carry_transform_gates=False,
         use_gated_transformer=True, position_start_index=3,
         mix_with_transformer_after_ut=True),
-    "act": dict(recurrence_type="act"),
+    "act_step_positions": dict(recurrence_type="act", position_start_index="step"),
 }
 
 

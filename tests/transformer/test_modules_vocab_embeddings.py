@@ -136,6 +136,28 @@ def test_mixtape_matches_tf(case):
       (VOCAB, 3), "decoder/embedding_gate_bias": (3,)}
 
 
+def test_mixtape_training_noise_and_dropout_are_layout_independent():
+  from models.transformer.context import Context  # pylint: disable=g-import-not-at-top
+  hidden = _inputs(2)[1]
+  outs = {}
+  for mode, case in (("train", CASES[0]), ("train", CASES[1]), ("eval", CASES[0])):
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "m")
+    h = mtf.import_tf_tensor(mesh, *hidden)
+    mixtape = ve.Mixtape(mesh, VOCAB_DIM, D_DIM, mtf.VariableDType(tf.float32),
+                         "embedding", None, dropout_rate=0.5, gate_embedding_size=4,
+                         noise_std_dev=1.0)
+    context = Context(None, mesh, [BATCH], LENGTH, mtf.VariableDType(tf.float32),
+                      mode=mode)
+    logits = mixtape.hidden_to_logits(h, context)
+    tf.random.set_seed(7)
+    outs[(mode, case)] = mtf.Lowering(graph, {mesh: _impl(*case)}).export_to_tf_tensor(
+        logits).numpy()
+  np.testing.assert_allclose(outs[("train", CASES[0])], outs[("train", CASES[1])],
+                             rtol=1e-5, atol=1e-5)
+  assert np.abs(outs[("train", CASES[0])] - outs[("eval", CASES[0])]).max() > 1e-2
+
+
 def test_mixtape_mixture_weights_sum_to_one_and_rare_tokens_share_gates():
   """With every context logit equal to 1, each mixed logit is the sum of the weights."""
   rng = np.random.RandomState(3)
