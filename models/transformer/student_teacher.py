@@ -18,7 +18,27 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.checkpoint import files as checkpoint_files
-from mesh_tf.checkpoint.entries import Entry, _variable_dicts
+
+
+def _named_variables(target):
+  """{name: laid-out variable} of a mtf.Lowering, a MeshImpl or such a dict."""
+  if isinstance(target, dict):
+    return dict(target)
+  if hasattr(target, "mesh_to_impl"):
+    out = {}
+    for impl in target.mesh_to_impl.values():
+      out.update(impl.variable_store)
+    return out
+  if hasattr(target, "variable_store"):
+    return dict(target.variable_store)
+  raise mtf.MtfError("StudentTeacher.initialize: cannot find variables in %r; give a "
+                     "mtf.Lowering, a MeshImpl or a dict name -> variable" % (target,))
+
+
+def _full_shape(state):
+  if hasattr(state, "read_full"):
+    return list(state.shape.to_integer_list)
+  return state.shape.as_list()
 
 
 def _strip(names_to_states, prefix):
@@ -150,9 +170,7 @@ class StudentTeacher:
     if target is None:
       raise mtf.MtfError("StudentTeacher.initialize: give the mtf.Lowering or MeshImpl "
                          "holding the variables")
-    states = {}
-    for d in _variable_dicts(target):
-      states.update(d)
+    states = _named_variables(target)
     teacher = _strip(states, "teacher/")
     if not teacher:
       raise mtf.MtfError("StudentTeacher.initialize: no variables under 'teacher/' in "
@@ -162,7 +180,7 @@ class StudentTeacher:
       prefix = checkpoint_files.resolve_prefix(self.teacher_checkpoint)
       shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
       student = {name: state for name, state in _strip(states, "student/").items()
-                 if name in shapes and list(shapes[name]) == Entry(name, state).shape}
+                 if name in shapes and list(shapes[name]) == _full_shape(state)}
       if student:
         results.append(mtf.restore_checkpoint(self.teacher_checkpoint, student))
     return results

@@ -124,3 +124,16 @@ def test_decoder_attention_layer_matches_tf(case):
             ref_attention(x, e("q"), e("k"), e("v"), e("o"), memory=encoder, heads=4,
                           d_kv=2))
   check_against_reference(result, w, x, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_convolution_layers_refuse_single_positions():
+  from models.transformer.context import Context  # pylint: disable=g-import-not-at-top
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  x = mtf.zeros(mesh, [batch_dim, model_dim])  # one position, as in incremental decoding
+  context = Context(None, mesh, [batch_dim], mtf.Dimension("length", LENGTH),
+                    mtf.VariableDType(tf.float32), mode="eval")
+  for layer in (et.EncoderConvolutionalLayer(D_MODEL, 0.0),
+                et.DecoderConvolutionalLayer(D_MODEL, 0.0)):
+    with pytest.raises(mtf.ShapeError, match="need whole sequences"):
+      layer.call(context, x)
