@@ -7,7 +7,6 @@ load-balancing loss: num_experts**2 * mean over (groups, experts) of (fraction o
 group's tokens whose first choice is e) * (mean router probability of e), which is 1.0
 when routing is uniform, times loss_coef. moe.py (MoE1D) and moe_2d.py (MoE2D) share them.
 """
-import gin  # pylint: disable=unused-import
 import tensorflow as tf
 
 import mesh_tf as mtf
