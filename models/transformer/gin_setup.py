@@ -22,7 +22,11 @@ CONFIGURABLE_MODULES = (
     "models.transformer.t2t_vocabulary", "models.transformer.learning_rate_schedules",
     "models.transformer.dataset", "models.transformer.default_corpus",
     "models.transformer.synthetic_tasks", "models.transformer.decoding",
-    "models.transformer.decode_io")
+    "models.transformer.decode_io", "models.transformer.adaptive_softmax",
+    "models.transformer.funnel_transformer", "models.transformer.universal_transformer",
+    "models.transformer.evolved_transformer", "models.transformer.heterogeneous_moe",
+    "models.transformer.memory_layers", "models.transformer.fixup_layers",
+    "models.transformer.t2t_vocabulary")
 
 
 def import_configurables():

@@ -31,6 +31,7 @@ from models.transformer.transformer_layer import TransformerLayer  # pylint: dis
 from models.transformer.ensemble_logits import (  # pylint: disable=unused-import,g-multiple-import
     reduce_ensemble_logits, reduce_ensemble_logits_mean_logit,
     reduce_ensemble_logits_mean_prob, reduce_ensemble_logits_select)
+from models.transformer.student_teacher import StudentTeacher, make_bi_student_teacher  # pylint: disable=unused-import
 
 
 def _round_up(n, divisor):
@@ -124,7 +125,9 @@ class Unitransformer:
     layout, mesh_shape: the layout rules and mesh shape (read by layers such as MoE).
     vocab_divisor: the vocab dims are padded to a multiple of this.
     ensemble: number of independent models trained side by side (None: one).
-    loss_fn: optional loss_fn(logits, targets, vocab_dim, context) replacing the xent.
+    loss_fn: optional loss_fn(model, context, logits, targets, output_vocab_dim) giving
+      the whole scalar loss instead (the original's convention, e.g.
+      adaptive_softmax.adaptive_softmax_loss_fn).
     positional_embedding: add a learned positional embedding.
     sinusoid_positional_embedding: add fixed sinusoids instead.
     input_full_attention: the inputs part of a delimited LM attends in full.
@@ -340,6 +343,7 @@ class Unitransformer:
       if targets is not None:
         targets = mtf.broadcast(targets, [self.ensemble_dim] + targets.shape.dims)
     x, vocab_embedding = self._embed(context, inputs)
+    context.input_embeddings = x  # read by MoE1D(word_embed_mode=...)
     x = self.layer_stack.call(context, x)
     if self.output_vocab_dim is None:
       return x
@@ -357,14 +361,13 @@ class Unitransformer:
     """Summed (label-smoothed, z-regularized in training) token xent / denominator."""
     vocab_dim = self.output_vocab_dim
     if self.loss_fn:
-      loss = self.loss_fn(logits, targets, vocab_dim, context)
-    else:
-      off_value = self.label_smoothing / vocab_dim.size
-      on_value = 1.0 - self.label_smoothing + off_value
-      soft_targets = mtf.one_hot(targets, vocab_dim, on_value=on_value,
-                                 off_value=off_value, dtype=context.activation_dtype)
-      loss = mtf.layers.softmax_cross_entropy_with_logits(
-          logits, soft_targets, vocab_dim, z_loss=self.z_loss if context.train else 0.0)
+      return self.loss_fn(self, context, logits, targets, vocab_dim)
+    off_value = self.label_smoothing / vocab_dim.size
+    on_value = 1.0 - self.label_smoothing + off_value
+    soft_targets = mtf.one_hot(targets, vocab_dim, on_value=on_value,
+                               off_value=off_value, dtype=context.activation_dtype)
+    loss = mtf.layers.softmax_cross_entropy_with_logits(
+        logits, soft_targets, vocab_dim, z_loss=self.z_loss if context.train else 0.0)
     weights = mtf.layers.weights_nonzero(targets, dtype=context.activation_dtype)
     if self.loss_on_targets_only:
       weights *= mtf.cast(mtf.logical_not(delimited_lm_inputs_mask(targets)),

@@ -4,7 +4,6 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from conftest import build_mesh_impl
 from mtf_testing import (BATCH, HIDDEN, LENGTH, check_against_tf, lower_and_export,
                          new_mesh, random_array)
 
@@ -21,10 +20,10 @@ def _block(x):
   return mtf.dropout(h, rate=0.5) * x, mtf.reduce_sum(mtf.square(h), reduced_dim=LENGTH)
 
 
-def test_recompute_grad_equals_plain_gradient(mesh_case):
+def test_recompute_grad_equals_plain_gradient(mesh_case, make_mesh_impl):
   def grads(recompute):
     # A fresh mesh impl each: its random step counter must start equal for both.
-    mesh_impl = build_mesh_impl(mesh_case)
+    mesh_impl = make_mesh_impl(mesh_case.mesh_shape, mesh_case.layout)
     graph, mesh = new_mesh()
     x = mtf.import_tf_tensor(mesh, random_array(X_SHAPE, 1), X_SHAPE)
     ys = mtf.recompute_grad(_block, [x]) if recompute else _block(x)

@@ -21,7 +21,8 @@ OFFERED = {
         make_layer_stack make_bitransformer shift_targets autoregressive_inputs
         delimited_lm_inputs_mask reduce_ensemble_logits reduce_ensemble_logits_select
         reduce_ensemble_logits_mean_prob reduce_ensemble_logits_mean_logit VocabEmbedding
-        get_vocab_embedding_cls sinusoid_positional_embedding_weights""",
+        get_vocab_embedding_cls sinusoid_positional_embedding_weights StudentTeacher
+        make_bi_student_teacher""",
     "transformer_layers": """DenseReluDense SelfAttention attention_params
         EncDecAttention LocalSelfAttention ParallelLayer enc_dec_attention
         enc_dec_attention_bias relative_position_spans TransparentEncDecAttention
@@ -32,8 +33,10 @@ OFFERED = {
     "attention": """attention AttentionParams attention_params_simple local_attention_1d
         visibility_mask_to_attention_bias hybrid_attention synthetic_attention
         maybe_reshape_attention_input_for_2d_sharding""",
-    "moe": "MoE1D transformer_moe_layer_v1 set_default_moe_hparams HParams",
-    "vocab_embeddings": "FactorizedVocabEmbedding",
+    "moe": """MoE1D MoE2D transformer_moe_layer_v1 transformer_moe_layer_v2
+        set_default_moe_hparams HParams""",
+    "vocab_embeddings": """FactorizedVocabEmbedding AdaptiveVocabEmbedding
+        MixtureOfSoftmaxes Mixtape""",
     "dataset": """pack_dataset pack_or_pad trim_and_pad_dataset ensure_dataset_eos
         pad_dataset_with_zeroed_out_examples encode_dataset encode_all_features
         supervised_to_dict pretokenized_tfds_dataset untokenized_tfds_dataset
@@ -41,7 +44,18 @@ OFFERED = {
         EvalDataset packed_parallel_tsv_dataset pretokenized_tfrecord_dataset
         pretokenized_t2t_dataset""",
     "vocabulary": "Vocabulary TFDSVocabulary get_tfds_vocabulary",
+    "universal_transformer": "UTLayerStack",
+    "memory_layers": "ProductKeyValueMemory",
     "t2t_vocabulary": "T2tVocabulary get_t2t_vocabulary",
+    "heterogeneous_moe": """HeterogeneousMoE1D generate_heterogeneous_expert_masks
+        transformer_moe_layer_v1""",
+    "fixup_layers": """AttentionParamsFixup DenseReluDenseFixup EncDecAttentionFixup
+        SelfAttentionFixup dense_product_fixup get_single_scalar_bias
+        sublayer_fixup_scale sublayer_fixup_shift""",
+    "adaptive_softmax": "AdaptiveSoftmaxVocabEmbedding adaptive_softmax_loss_fn",
+    "funnel_transformer": "FunnelTransformerLayerStack BitransformerFunnel",
+    "evolved_transformer": """GatedLinearUnitLayer EncoderConvolutionalLayer
+        DecoderAttentionLayer DecoderConvolutionalLayer""",
     "learning_rate_schedules": """product_learning_rate linear_decay linear_warmup
         truncated_rsqrt constant constant_learning_rate linear_decay_learning_rate
         learning_rate_schedule_noam slanted_triangular""",
@@ -67,9 +81,6 @@ _HYPERPROMPT = ("HyperPrompt task prompts (SelfAttention(use_hyperprompt=True)) 
                 "offered yet; SelfAttention accepts the hyperprompt_* parameters")
 NOT_OFFERED = {
     # 10.1
-    "transformer.StudentTeacher": "not offered yet: distillation needs a second "
-                                  "checkpoint restored into a teacher scope",
-    "transformer.make_bi_student_teacher": "not offered yet (see StudentTeacher)",
     # 10.2
     "transformer_layers.ExpertsSelfAttention": "needs MoE1D(use_experts_attention="
                                                "True), which moe.MoE1D does not offer",
@@ -79,20 +90,8 @@ NOT_OFFERED = {
     "attention.make_params_hyperprompt": _HYPERPROMPT,
     "attention.make_params_mtlprompt": _HYPERPROMPT,
     "attention.concat_hyper_prompts_kv": _HYPERPROMPT,
-    # 10.4
-    "moe.MoE2D": "hierarchical MoE " + _LATER,
-    "moe.transformer_moe_layer_v2": "hierarchical MoE " + _LATER,
     # 10.5
-    "vocab_embeddings.AdaptiveVocabEmbedding": _LATER,
-    "vocab_embeddings.MixtureOfSoftmaxes": _LATER,
-    "vocab_embeddings.Mixtape": _LATER,
-    "adaptive_softmax.AdaptiveSoftmaxVocabEmbedding": _LATER,
-    "memory_layers.ProductKeyValueMemory": _LATER,
     # 10.6
-    "funnel_transformer.FunnelTransformerLayerStack": _LATER,
-    "universal_transformer.UTLayerStack": _LATER,
-    "evolved_transformer": _LATER,
-    "fixup_layers": _LATER,
     # 10.7
     # 10.8
     # 10.9

@@ -1,0 +1,89 @@
+"""Product-key memory (Lample et al. 2019): `ProductKeyValueMemory`.
+
+Each of n_heads heads turns a position's hidden state into a query of key_size
+("query/kernel"), whose two halves are scored against two sets of n_keys sub-keys
+("sub_keys_1", "sub_keys_2", [heads, n_keys, key_size / 2]). The knn best sub-keys of
+each half give knn**2 candidate keys (i, j) with score s1[i] + s2[j]; the knn best of
+those select memory slots i * n_keys + j of the value table ("values", [n_keys**2,
+d_model]). The output is the sum over heads of the softmax(score)-weighted values.
+"""
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models.transformer.transformer_layer import TransformerLayer
+
+
+@gin.configurable(module="memory_layers")
+class ProductKeyValueMemory(TransformerLayer):
+  """A product-key memory layer (see the module docstring).
+
+  Args:
+    key_size: width of each head's query (even; each sub-key takes half).
+    n_keys: sub-keys per half; the memory holds n_keys**2 values.
+    n_heads: independent query heads, whose read values are summed.
+    knn: candidates kept per half and values read per head.
+  """
+
+  def __init__(self, key_size=gin.REQUIRED, n_keys=gin.REQUIRED, n_heads=gin.REQUIRED,
+               knn=gin.REQUIRED):
+    if key_size % 2:
+      raise mtf.MtfError("ProductKeyValueMemory: key_size %d must be even (two halves)"
+                         % key_size)
+    if knn > n_keys:
+      raise mtf.MtfError("ProductKeyValueMemory: knn=%d exceeds n_keys=%d" % (knn, n_keys))
+    self.key_size = key_size
+    self.n_keys = n_keys
+    self.n_heads = n_heads
+    self.knn = knn
+    self._heads_dim = mtf.Dimension("pkm_heads", n_heads)
+    self._key_dim = mtf.Dimension("pkm_key", key_size)
+    self._half_dim = mtf.Dimension("pkm_half_key", key_size // 2)
+    self._n_keys_dim = mtf.Dimension("pkm_keys", n_keys)
+    self._values_dim = mtf.Dimension("pkm_values", n_keys ** 2)
+
+  def get_indices(self, keys, query):
+    """(scores, indices) of the knn sub-keys best matching query, along "pkm_knn".
+
+    keys: [heads, pkm_keys, pkm_half_key]; query: [..., heads, pkm_half_key].
+    """
+    scores = mtf.einsum([query, keys], reduced_dims=[self._half_dim])
+    return mtf.top_k(scores, self._n_keys_dim, mtf.Dimension("pkm_knn", self.knn))
+
+  def call(self, context, x):
+    """Reads the memory at the best keys for every position of x."""
+    model_dim = x.shape.dims[-1]
+    vdt = context.variable_dtype
+    query = mtf.layers.dense(x, [self._heads_dim, self._key_dim], use_bias=False,
+                             variable_dtype=vdt, name="query")
+    sub_keys = [mtf.get_variable(
+        x.mesh, "sub_keys_%d" % i,
+        mtf.Shape([self._heads_dim, self._n_keys_dim, self._half_dim]),
+        initializer=tf.random_normal_initializer(stddev=self._half_dim.size ** -0.5),
+        dtype=vdt) for i in (1, 2)]
+    values = mtf.get_variable(
+        x.mesh, "values", mtf.Shape([self._values_dim, model_dim]),
+        initializer=tf.random_normal_initializer(stddev=model_dim.size ** -0.5),
+        dtype=vdt)
+    halves = [mtf.rename_dimension(mtf.slice(query, i * self._half_dim.size,
+                                             self._half_dim.size, self._key_dim.name),
+                                   self._key_dim.name, self._half_dim.name)
+              for i in (0, 1)]
+    knn_1 = mtf.Dimension("pkm_knn_1", self.knn)
+    knn_2 = mtf.Dimension("pkm_knn_2", self.knn)
+    (s1, i1), (s2, i2) = [self.get_indices(k, q) for k, q in zip(sub_keys, halves)]
+    s1, i1 = [mtf.rename_dimension(t, "pkm_knn", knn_1.name) for t in (s1, i1)]
+    s2, i2 = [mtf.rename_dimension(t, "pkm_knn", knn_2.name) for t in (s2, i2)]
+    pair_scores = s1 + s2
+    pair_slots = i1 * self.n_keys + i2
+    pairs = mtf.Dimension("pkm_pairs", self.knn ** 2)
+    flat = pair_scores.shape.dims[:-2] + [pairs]
+    pair_scores = mtf.reshape(pair_scores, flat)
+    pair_slots = mtf.reshape(pair_slots, flat)
+    knn = mtf.Dimension("pkm_knn", self.knn)
+    best_scores, best_pairs = mtf.top_k(pair_scores, pairs, knn)
+    slots = mtf.reduce_sum(mtf.one_hot(best_pairs, pairs, dtype=tf.int32) * pair_slots,
+                           reduced_dim=pairs)
+    weights = mtf.softmax(best_scores, knn)
+    read = mtf.gather(values, slots, self._values_dim)
+    return mtf.einsum([weights, mtf.cast(read, weights.dtype)], output_shape=x.shape)

@@ -1,0 +1,205 @@
+"""Distillation: `StudentTeacher` and `make_bi_student_teacher` (re-exported by
+transformer.py, as in the original's transformer module).
+
+The student and the teacher read the same batch; the student's variables live under
+"student/", the teacher's under "teacher/". The training loss is
+
+  (1 - f) * hard_loss + temperature**2 * f * soft_loss
+
+with hard_loss the student's own loss, soft_loss the cross-entropy of the student's
+logits / temperature against softmax(teacher logits / temperature) (summed over real
+target tokens, divided by the student's loss denominator), and f = fraction_soft once
+the global step exceeds distill_start_step (0 before). No gradient reaches the teacher.
+`initialize(target)` loads the teacher's weights from teacher_checkpoint (a checkpoint of
+the teacher trained alone, names without the "teacher/" prefix).
+"""
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf.checkpoint import files as checkpoint_files
+
+
+def _named_variables(target):
+  """{name: laid-out variable} of a mtf.Lowering, a MeshImpl or such a dict."""
+  if isinstance(target, dict):
+    return dict(target)
+  if hasattr(target, "mesh_to_impl"):
+    out = {}
+    for impl in target.mesh_to_impl.values():
+      out.update(impl.variable_store)
+    return out
+  if hasattr(target, "variable_store"):
+    return dict(target.variable_store)
+  raise mtf.MtfError("StudentTeacher.initialize: cannot find variables in %r; give a "
+                     "mtf.Lowering, a MeshImpl or a dict name -> variable" % (target,))
+
+
+def _full_shape(state):
+  if hasattr(state, "read_full"):
+    return list(state.shape.to_integer_list)
+  return state.shape.as_list()
+
+
+def _strip(names_to_states, prefix):
+  return {name[len(prefix):]: state for name, state in names_to_states.items()
+          if name.startswith(prefix)}
+
+
+@gin.configurable(module="transformer")
+class StudentTeacher:
+  """A student model trained to match a fixed teacher (knowledge distillation).
+
+  Args:
+    student, teacher: Unitransformers or Bitransformers with the same output vocab.
+    temperature: the softmax temperature of the soft targets (needed for a loss).
+    fraction_soft: the weight in [0, 1] of the soft loss (needed for a loss).
+    distill_start_step: the soft loss counts only after this global step.
+    teacher_checkpoint: the teacher's checkpoint, read by `initialize`.
+    initialize_student_weights: `initialize` also sets each student weight whose name
+      and shape match a teacher checkpoint entry.
+  """
+
+  def __init__(self, student, teacher, temperature=None, fraction_soft=None,
+               distill_start_step=0, teacher_checkpoint=None,
+               initialize_student_weights=False):
+    self.student = student
+    self.teacher = teacher
+    self.temperature = temperature
+    self.fraction_soft = fraction_soft
+    self.distill_start_step = distill_start_step
+    self.teacher_checkpoint = teacher_checkpoint
+    self.initialize_student_weights = initialize_student_weights
+
+  def __call__(self, inputs, targets):
+    """The student's (logits, distillation loss) on a batch."""
+    return self.call_simple(inputs, targets, compute_loss=True)
+
+  # The trainer and the decoders see the student's structure and vocab.
+  @property
+  def encoder(self):
+    """The student's encoder (a Bitransformer student only)."""
+    return self.student.encoder
+
+  @property
+  def decoder(self):
+    """The student's decoder (a Bitransformer student only)."""
+    return self.student.decoder
+
+  @property
+  def output_vocab_dim(self):
+    """The student's output vocab dim."""
+    return self.student.output_vocab_dim
+
+  def loss_denominator(self, targets, num_microbatches):
+    """The student's loss denominator."""
+    return self.student.loss_denominator(targets, num_microbatches)
+
+  def _check_hyperparameters(self):
+    for name in ("temperature", "fraction_soft"):
+      if getattr(self, name) is None:
+        raise mtf.MtfError("StudentTeacher: %s must be set to compute the distillation "
+                           "loss (gin: transformer.StudentTeacher.%s)" % (name, name))
+    if not 0.0 <= self.fraction_soft <= 1.0:
+      raise mtf.MtfError("StudentTeacher: fraction_soft must be in [0, 1], got %r"
+                         % (self.fraction_soft,))
+    if self.temperature <= 0:
+      raise mtf.MtfError("StudentTeacher: temperature must be positive, got %r"
+                         % (self.temperature,))
+
+  def _fraction_soft(self, mesh):
+    """fraction_soft after distill_start_step, else 0 (an mtf scalar read per step)."""
+    if not self.distill_start_step:
+      return self.fraction_soft
+    step = mtf.import_tf_tensor(mesh, mtf.optimize.get_global_step(), [],
+                                name="global_step")
+    after = mtf.to_float(mtf.greater(step, tf.constant(self.distill_start_step,
+                                                       tf.int64)))
+    return after * self.fraction_soft
+
+  def call_simple(self, inputs, targets, compute_loss,
+                  variable_dtype=mtf.VariableDType(tf.float32), num_microbatches=1,
+                  **kargs):
+    """The student's logits and (compute_loss) the distillation loss.
+
+    kargs go to both models' call_simple (mode, sequence ids, positions, ...).
+    """
+    with mtf.variable_scope("student"):
+      student_logits, hard_loss = self.student.call_simple(
+          inputs, targets, compute_loss=True, variable_dtype=variable_dtype,
+          num_microbatches=num_microbatches, **kargs)
+    if not compute_loss:
+      return student_logits, None
+    self._check_hyperparameters()
+    with mtf.variable_scope("teacher"):
+      teacher_logits, _ = self.teacher.call_simple(
+          inputs, targets, compute_loss=True, variable_dtype=variable_dtype,
+          num_microbatches=num_microbatches, **kargs)
+    vocab_dim = self.student.output_vocab_dim
+    if teacher_logits.shape != student_logits.shape:
+      raise mtf.ShapeError("StudentTeacher: teacher logits %s and student logits %s "
+                           "differ; both models need the same output vocab" % (
+                               teacher_logits.shape, student_logits.shape))
+    dtype = student_logits.dtype
+    soft_targets = mtf.stop_gradient(
+        mtf.softmax(mtf.stop_gradient(teacher_logits) / self.temperature, vocab_dim))
+    soft_loss = mtf.layers.softmax_cross_entropy_with_logits(
+        student_logits / self.temperature, soft_targets, vocab_dim)
+    weights = mtf.layers.weights_nonzero(targets, dtype=dtype)
+    soft_loss = (mtf.reduce_sum(soft_loss * weights) /
+                 self.student.loss_denominator(targets, num_microbatches))
+    fraction = self._fraction_soft(inputs.mesh)
+    loss = ((1.0 - fraction) * hard_loss +
+            self.temperature ** 2 * fraction * soft_loss)
+    return student_logits, loss
+
+  def decode(self, *args, **kargs):
+    """Decodes with the student (its variables under "student/")."""
+    with mtf.variable_scope("student"):
+      return self.student.decode(*args, **kargs)
+
+  def initialize(self, target=None):
+    """Loads the teacher's weights (and maybe the student's) from teacher_checkpoint.
+
+    target: what holds the laid-out variables: a mtf.Lowering, a MeshImpl or a dict
+    name -> laid-out variable (as mtf.restore_checkpoint takes). Returns the
+    RestoreResults (teacher, then student when initialize_student_weights).
+    """
+    if not self.teacher_checkpoint:
+      raise mtf.MtfError("StudentTeacher.initialize: no teacher_checkpoint is set")
+    if target is None:
+      raise mtf.MtfError("StudentTeacher.initialize: give the mtf.Lowering or MeshImpl "
+                         "holding the variables")
+    states = _named_variables(target)
+    teacher = _strip(states, "teacher/")
+    if not teacher:
+      raise mtf.MtfError("StudentTeacher.initialize: no variables under 'teacher/' in "
+                         "%r; lower the graph first" % (target,))
+    results = [mtf.restore_checkpoint(self.teacher_checkpoint, teacher)]
+    if self.initialize_student_weights:
+      prefix = checkpoint_files.resolve_prefix(self.teacher_checkpoint)
+      shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+      student = {name: state for name, state in _strip(states, "student/").items()
+                 if name in shapes and list(shapes[name]) == _full_shape(state)}
+      if student:
+        results.append(mtf.restore_checkpoint(self.teacher_checkpoint, student))
+    return results
+
+
+@gin.configurable(module="transformer")
+def make_bi_student_teacher(input_vocab_size=gin.REQUIRED,
+                            output_vocab_size=gin.REQUIRED, layout=None,
+                            mesh_shape=None):
+  """A StudentTeacher of two Bitransformers, configured under the gin scopes "student"
+  and "teacher" (e.g. `teacher/encoder/make_layer_stack.num_layers = 12`)."""
+  from models.transformer import transformer  # pylint: disable=g-import-not-at-top
+  with gin.config_scope("student"):
+    student = transformer.make_bitransformer(
+        input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
+        layout=layout, mesh_shape=mesh_shape)
+  with gin.config_scope("teacher"):
+    teacher = transformer.make_bitransformer(
+        input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
+        layout=layout, mesh_shape=mesh_shape)
+  return StudentTeacher(student=student, teacher=teacher)
+

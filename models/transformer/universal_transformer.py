@@ -1,0 +1,393 @@
+"""The Universal Transformer (Dehghani et al. 2018): `UTLayerStack`.
+
+One block of layers (the stack's `layers`, num_inrecurrence_layers times, each copy with
+its own weights "rec_layer_<i>/...") is applied num_rec_steps times with the same
+weights. Each step first adds (or concatenates and projects back) timing signals: the
+sinusoid of the positions and a signal of the step (sinusoid, or the learned rows of
+"layer_embedding"). Recurrence types:
+
+- "basic": x <- block(step_preprocess(x)).
+- "highway": x <- x * carry + block(...) * transform, with gates sigmoid(dense(...))
+  of the state ("s"), the transformed state ("t") and the step's input ("i") as chosen
+  by gates_inputs; carry = 1 - transform when couple_carry_transform_gates.
+- "act": adaptive computation time ("basic" ACT): a halting unit p = sigmoid(w . x + b)
+  (b starts at 1) accumulates per position until it passes 1 - act_epsilon; the output
+  mixes each step's state with the update weights (p, or the remainder at the halting
+  step), at most act_max_steps steps. Steps after every position halted change nothing,
+  so the loop is unrolled to act_max_steps.
+
+Optionally num_vanilla_transformer_layers ordinary layers (own weights) run before
+("before_ut/layer_<i>") and/or after ("after_ut/layer_<i>") the recurrence. Each layer
+is pre-norm residual (rms norm "layer_norm/scale", dropout, residual), or, with
+use_gated_transformer, a highway gate between its input and output ("highway"
+gating_type). The stack ends with the norm "final_layer_norm/scale" and dropout.
+"""
+import math
+
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models.transformer.transformer_layer import TransformerLayer
+
+_RECURRENCE_TYPES = ("basic", "highway", "act")
+
+
+def _check_choice(what, value, choices):
+  if value not in choices:
+    raise mtf.MtfError("UTLayerStack: %s=%r is not supported (choose one of %s)" % (
+        what, value, ", ".join(repr(c) for c in choices)))
+
+
+def timing_signal(positions, channels_dim, min_timescale=1.0, max_timescale=1.0e4):
+  """Sinusoids of float positions: positions.shape + [channels_dim], sin then cos."""
+  half = channels_dim.size // 2
+  half_dim = mtf.Dimension(channels_dim.name, half)
+  increment = math.log(float(max_timescale) / float(min_timescale)) / max(half - 1, 1)
+  inv_timescales = min_timescale * mtf.exp(
+      mtf.range(positions.mesh, half_dim, tf.float32) * -increment)
+  scaled = positions * inv_timescales
+  parts = [mtf.sin(scaled), mtf.cos(scaled)]
+  if channels_dim.size % 2:
+    parts.append(mtf.zeros(positions.mesh, positions.shape.dims + [
+        mtf.Dimension(channels_dim.name, 1)]))
+  return mtf.concat(parts, channels_dim.name)
+
+
+@gin.configurable(module="universal_transformer")
+class UTLayerStack(TransformerLayer):
+  """A Universal Transformer layer stack (see the module docstring).
+
+  Args (the original's): layers; dropout_rate, norm_epsilon; num_vanilla_transformer_
+  layers; couple_carry_transform_gates; act_type ("basic"); recurrence_type ("basic",
+  "highway", "act"); act_max_steps, act_epsilon; num_rec_steps; num_inrecurrence_layers;
+  position_start_index (an int, or "step": step * length // steps);
+  add_or_concat_timing_signal ("add", "concat"); step_timing_signal_type ("learned",
+  "sinusoid"); add_position_timing_signal, add_step_timing_signal;
+  mix_with_transformer_before_ut, mix_with_transformer_after_ut; gates_inputs (letters
+  of "sti"); gate_ffn_layer ("dense", "dense_relu_dense"); use_gated_transformer;
+  gating_type ("highway").
+  """
+
+  def __init__(self, layers, dropout_rate=0.0, norm_epsilon=1e-6,
+               num_vanilla_transformer_layers=2, couple_carry_transform_gates=True,
+               act_type=gin.REQUIRED, recurrence_type=gin.REQUIRED,
+               act_max_steps=gin.REQUIRED, act_epsilon=gin.REQUIRED,
+               num_rec_steps=gin.REQUIRED, num_inrecurrence_layers=gin.REQUIRED,
+               position_start_index=gin.REQUIRED, add_or_concat_timing_signal=gin.REQUIRED,
+               step_timing_signal_type=gin.REQUIRED,
+               add_position_timing_signal=gin.REQUIRED,
+               add_step_timing_signal=gin.REQUIRED,
+               mix_with_transformer_before_ut=gin.REQUIRED,
+               mix_with_transformer_after_ut=gin.REQUIRED, gates_inputs=gin.REQUIRED,
+               gate_ffn_layer=gin.REQUIRED, use_gated_transformer=gin.REQUIRED,
+               gating_type=gin.REQUIRED):
+    _check_choice("recurrence_type", recurrence_type, _RECURRENCE_TYPES)
+    _check_choice("act_type", act_type, ("basic",))
+    _check_choice("add_or_concat_timing_signal", add_or_concat_timing_signal,
+                  ("add", "concat"))
+    _check_choice("step_timing_signal_type", step_timing_signal_type,
+                  ("learned", "sinusoid"))
+    _check_choice("gate_ffn_layer", gate_ffn_layer, ("dense", "dense_relu_dense"))
+    _check_choice("gating_type", gating_type, ("highway",))
+    if not isinstance(position_start_index, int) and position_start_index != "step":
+      raise mtf.MtfError("UTLayerStack: position_start_index=%r must be an int or "
+                         "'step'" % (position_start_index,))
+    if not gates_inputs or set(gates_inputs) - set("sti"):
+      raise mtf.MtfError("UTLayerStack: gates_inputs=%r must be letters of 'sti' "
+                         "(state, transformed state, inputs)" % (gates_inputs,))
+    self._layers = list(layers)
+    self.dropout_rate = dropout_rate
+    self.norm_epsilon = norm_epsilon
+    self.num_vanilla_transformer_layers = num_vanilla_transformer_layers
+    self.couple_carry_transform_gates = couple_carry_transform_gates
+    self.act_type = act_type
+    self.recurrence_type = recurrence_type
+    self.act_max_steps = act_max_steps
+    self.act_epsilon = act_epsilon
+    self.num_rec_steps = num_rec_steps
+    self.num_inrecurrence_layers = num_inrecurrence_layers
+    self.position_start_index = position_start_index
+    self.add_or_concat_timing_signal = add_or_concat_timing_signal
+    self.step_timing_signal_type = step_timing_signal_type
+    self.add_position_timing_signal = add_position_timing_signal
+    self.add_step_timing_signal = add_step_timing_signal
+    self.mix_with_transformer_before_ut = mix_with_transformer_before_ut
+    self.mix_with_transformer_after_ut = mix_with_transformer_after_ut
+    self.gates_inputs = gates_inputs
+    self.gate_ffn_layer = gate_ffn_layer
+    self.use_gated_transformer = use_gated_transformer
+    self.gating_type = gating_type
+
+  @property
+  def layers(self):
+    """The layers of the recurrent block."""
+    return self._layers
+
+  @property
+  def num_layers(self):
+    """How many layers the recurrent block holds."""
+    return len(self._layers)
+
+  # ------------------------------------------------------------------ helpers
+  def _model_dim(self, context, x):
+    """The channels dim of x (for timing signals: the width before any concat)."""
+    del context
+    signal_dim = getattr(self, "_signal_dim", None)
+    if signal_dim is not None and signal_dim.name == x.shape.dims[-1].name:
+      return signal_dim
+    return x.shape.dims[-1]
+
+  def _layer_norm(self, context, x, name="layer_norm"):
+    model_dim = x.shape.dims[-1]
+    with mtf.variable_scope(name):
+      scale = mtf.get_variable(context.mesh, "scale", mtf.Shape([model_dim]),
+                               initializer=tf.ones_initializer(),
+                               dtype=context.variable_dtype)
+    variance = mtf.reduce_mean(mtf.square(x), reduced_dim=model_dim)
+    return x * mtf.rsqrt(variance + self.norm_epsilon) * scale
+
+  def _dropout(self, context, x):
+    if context.train and self.dropout_rate > 0:
+      noise_shape = mtf.Shape(list(context.batch_dims) + x.shape.dims[-1:])
+      return mtf.dropout(x, rate=self.dropout_rate, noise_shape=noise_shape)
+    return x
+
+  def _masked(self, x, mask):
+    return x if mask is None else x * mask
+
+  def _num_steps(self):
+    return self.act_max_steps if self.recurrence_type == "act" else self.num_rec_steps
+
+  # ------------------------------------------------------------ timing signals
+  def get_timing_signal_1d(self, context, length, channels, min_timescale=1.0,
+                           max_timescale=1.0e4, start_index=0):
+    """Sinusoids [length, channels] of the positions start_index, start_index + 1, ..."""
+    if isinstance(length, int):
+      length = mtf.Dimension("length", length)
+    if isinstance(channels, int):
+      channels = mtf.Dimension("d_model", channels)
+    positions = mtf.range(context.mesh, length, tf.float32) + float(start_index)
+    return timing_signal(positions, channels, min_timescale, max_timescale)
+
+  def get_layer_timing_signal_learned_1d(self, context, channels, layer, num_layers):
+    """Row `layer` of the learned "layer_embedding" [num_layers, channels], times
+    sqrt(channels)."""
+    steps_dim = mtf.Dimension("num_ut_steps", num_layers)
+    table = mtf.get_variable(
+        context.mesh, "layer_embedding", mtf.Shape([steps_dim, channels]),
+        initializer=tf.random_normal_initializer(stddev=channels.size ** -0.5),
+        dtype=context.variable_dtype)
+    row = mtf.slice(table, layer, 1, steps_dim.name)
+    return mtf.reduce_sum(row, reduced_dim=row.shape.dims[0]) * channels.size ** 0.5
+
+  def _combine_signal(self, x, signal):
+    if self.add_or_concat_timing_signal == "add":
+      return x + mtf.cast(signal, x.dtype)
+    signal = mtf.broadcast(mtf.cast(signal, x.dtype),
+                           x.shape.dims[:-1] + signal.shape.dims[-1:])
+    return mtf.concat([x, signal], x.shape.dims[-1].name)
+
+  def add_position_timing_signal_func(self, context, x, step):
+    """x with the sinusoids of its positions added (or concatenated)."""
+    channels = self._model_dim(context, x)
+    positions = mtf.cast(context.get_position(), tf.float32)
+    start = self.position_start_index
+    if start == "step":
+      start = step * context.length_dim.size // max(self._num_steps(), 1)
+    signal = timing_signal(positions + float(start), channels)
+    return self._combine_signal(x, signal)
+
+  def add_step_timing_signal_func(self, context, x, step):
+    """x with the signal of the recurrence step added (or concatenated)."""
+    channels = self._model_dim(context, x)
+    if self.step_timing_signal_type == "learned":
+      signal = self.get_layer_timing_signal_learned_1d(context, channels, step,
+                                                       self._num_steps())
+    else:
+      signal = timing_signal(mtf.constant(context.mesh, float(step), []), channels)
+    return self._combine_signal(x, signal)
+
+  def step_preprocess(self, context, x, step):
+    """The timing signals of a step; a concatenated signal is projected back with the
+    dense "step_preprocess_projection" (no bias)."""
+    model_dim = x.shape.dims[-1]
+    original = x
+    self._signal_dim = model_dim  # concatenated signals keep the model width
+    if self.add_position_timing_signal:
+      x = self.add_position_timing_signal_func(context, x, step)
+    if self.add_step_timing_signal:
+      x = self.add_step_timing_signal_func(context, x, step)
+    if self.add_or_concat_timing_signal == "concat" and x is not original:
+      wide = mtf.Dimension("ut_concat_channels", x.shape.dims[-1].size)
+      x = mtf.rename_dimension(x, model_dim.name, wide.name)
+      x = mtf.layers.dense(x, model_dim, reduced_dims=[wide], use_bias=False,
+                           variable_dtype=context.variable_dtype,
+                           name="step_preprocess_projection")
+    return x
+
+  # ------------------------------------------------------------------ layers
+  def ffn_layer_multi_inputs(self, context, mask, inputs_list, ffn_layer_type="dense",
+                             kernel_initializer=None, activation=None, preprocess=False,
+                             postprocess=False):
+    """A feed-forward net over several inputs side by side, giving d_model outputs.
+
+    preprocess normalizes each input ("layer_norm_<i>"); postprocess adds dropout.
+    """
+    _check_choice("ffn_layer_type", ffn_layer_type, ("dense", "dense_relu_dense"))
+    model_dim = inputs_list[0].shape.dims[-1]
+    if preprocess:
+      inputs_list = [self._layer_norm(context, self._masked(x, mask), "layer_norm_%d" % i)
+                     for i, x in enumerate(inputs_list)]
+    wide = mtf.Dimension("ffn_input_channels", model_dim.size * len(inputs_list))
+    x = mtf.concat([mtf.rename_dimension(t, model_dim.name, wide.name)
+                    for t in inputs_list], wide.name)
+    if ffn_layer_type == "dense":
+      y = mtf.layers.dense(x, model_dim, reduced_dims=[wide], use_bias=True,
+                           activation=activation, kernel_initializer=kernel_initializer,
+                           variable_dtype=context.variable_dtype, name="dense")
+    else:
+      hidden = mtf.layers.dense(x, mtf.Dimension("d_ff", model_dim.size),
+                                reduced_dims=[wide], use_bias=True, activation=mtf.relu,
+                                kernel_initializer=kernel_initializer,
+                                variable_dtype=context.variable_dtype, name="wi")
+      y = mtf.layers.dense(hidden, model_dim, reduced_dims=hidden.shape.dims[-1:],
+                           use_bias=True, activation=activation,
+                           variable_dtype=context.variable_dtype, name="wo")
+    if postprocess:
+      y = self._dropout(context, y)
+    return y
+
+  def gating(self, context, x, transformed_x, mask):
+    """Highway gate between a layer's input x and its output transformed_x."""
+    with mtf.variable_scope("transform_gate"):
+      transform = self.ffn_layer_multi_inputs(
+          context, mask, [x], ffn_layer_type=self.gate_ffn_layer, activation=mtf.sigmoid,
+          preprocess=True)
+    if self.couple_carry_transform_gates:
+      carry = 1.0 - transform
+    else:
+      with mtf.variable_scope("carry_gate"):
+        carry = self.ffn_layer_multi_inputs(
+            context, mask, [x], ffn_layer_type=self.gate_ffn_layer,
+            activation=mtf.sigmoid, preprocess=True)
+    return x * carry + transformed_x * transform
+
+  def vanilla_transformer_layer(self, context, x, mask):
+    """Every layer of the block once: pre-norm, dropout, residual (or highway gate)."""
+    for layer in self._layers:
+      with mtf.variable_scope(layer.name or ""):
+        norm_x = self._layer_norm(context, self._masked(x, mask))
+        with mtf.variable_scope(type(layer).__name__):
+          y = layer.call(context, norm_x)
+        if y.shape != x.shape:
+          raise mtf.ShapeError("UTLayerStack: layer %s returned %s for input %s" % (
+              layer.name, y.shape, x.shape), op=layer.name)
+        y = self._dropout(context, y)
+        if self.use_gated_transformer:
+          x = self.gating(context, x, y, mask)
+        else:
+          x += y
+    return x
+
+  def _shared_weights(self):
+    """A scope in which the recurrent steps find the weights of the first step."""
+    return mtf.variable_scope("", reuse=tf.compat.v1.AUTO_REUSE)
+
+  def _block(self, context, x, mask):
+    for i in range(self.num_inrecurrence_layers):
+      with mtf.variable_scope("rec_layer_%d" % i):
+        x = self.vanilla_transformer_layer(context, x, mask)
+    return x
+
+  # -------------------------------------------------------------- recurrences
+  def ut_basic(self, context, x, mask):
+    """num_rec_steps applications of the shared block."""
+    with self._shared_weights():
+      for step in range(self.num_rec_steps):
+        x = self._block(context, self.step_preprocess(context, x, step), mask)
+    return x
+
+  def ut_highway(self, context, layer_inputs, mask):
+    """Highway recurrence over (state, inputs, memory); returns the final state."""
+    with self._shared_weights():
+      return self._ut_highway(context, layer_inputs, mask)
+
+  def _ut_highway(self, context, layer_inputs, mask):
+    state, inputs, _ = layer_inputs
+    for step in range(self.num_rec_steps):
+      transformed = self._block(context, self.step_preprocess(context, state, step), mask)
+      chosen = {"s": state, "t": transformed, "i": inputs}
+      gate_inputs = [chosen[c] for c in self.gates_inputs]
+      with mtf.variable_scope("transform_gate"):
+        transform = self.ffn_layer_multi_inputs(
+            context, mask, gate_inputs, ffn_layer_type=self.gate_ffn_layer,
+            activation=mtf.sigmoid, preprocess=True)
+      if self.couple_carry_transform_gates:
+        carry = 1.0 - transform
+      else:
+        with mtf.variable_scope("carry_gate"):
+          carry = self.ffn_layer_multi_inputs(
+              context, mask, gate_inputs, ffn_layer_type=self.gate_ffn_layer,
+              activation=mtf.sigmoid, preprocess=True)
+      state = state * carry + transformed * transform
+    return state
+
+  def act_layer(self, context, x, mask):
+    """Adaptive computation time; returns (output, (ponder_times, remainders))."""
+    with self._shared_weights():
+      return self._act(context, x, mask)
+
+  def _act(self, context, x, mask):
+    model_dim = x.shape.dims[-1]
+    positions_shape = x.shape - [model_dim]
+    with mtf.variable_scope("act_halting"):
+      kernel = mtf.get_variable(context.mesh, "kernel", mtf.Shape([model_dim]),
+                                initializer=tf.random_normal_initializer(
+                                    stddev=model_dim.size ** -0.5),
+                                dtype=context.variable_dtype)
+      bias = mtf.get_variable(context.mesh, "bias", mtf.Shape([]),
+                              initializer=tf.constant_initializer(1.0),
+                              dtype=context.variable_dtype)
+    threshold = 1.0 - self.act_epsilon
+    halting = mtf.zeros(context.mesh, positions_shape, dtype=x.dtype)
+    remainders = mtf.zeros(context.mesh, positions_shape, dtype=x.dtype)
+    ponder_times = mtf.zeros(context.mesh, positions_shape, dtype=x.dtype)
+    state, output = x, x
+    for step in range(self.act_max_steps):
+      state = self.step_preprocess(context, state, step)
+      p = mtf.sigmoid(mtf.einsum([state, kernel], output_shape=positions_shape) + bias)
+      running = mtf.cast(mtf.less(halting, 1.0), x.dtype)
+      reached = halting + p * running
+      new_halted = mtf.cast(mtf.greater(reached, threshold), x.dtype) * running
+      running = mtf.cast(mtf.less_equal(reached, threshold), x.dtype) * running
+      halting += p * running
+      remainders += new_halted * (1.0 - halting)
+      halting += new_halted * remainders
+      ponder_times += running + new_halted
+      update = p * running + new_halted * remainders
+      state = self._block(context, state, mask)
+      output = state * update + output * (1.0 - update)
+    return output, (ponder_times, remainders)
+
+  def call(self, context, x):
+    """Dropout, vanilla layers, the recurrence, vanilla layers, final norm, dropout."""
+    mask = context.nonpadding
+    x = self._dropout(context, x)
+    if self.mix_with_transformer_before_ut:
+      for i in range(self.num_vanilla_transformer_layers):
+        with mtf.variable_scope("before_ut/layer_%d" % i):
+          x = self.vanilla_transformer_layer(context, x, mask)
+    with mtf.variable_scope("universal_transformer"):
+      if self.recurrence_type == "basic":
+        x = self.ut_basic(context, x, mask)
+      elif self.recurrence_type == "highway":
+        x = self.ut_highway(context, (x, x, x), mask)
+      else:
+        x, _ = self.act_layer(context, x, mask)
+    if self.mix_with_transformer_after_ut:
+      for i in range(self.num_vanilla_transformer_layers):
+        with mtf.variable_scope("after_ut/layer_%d" % i):
+          x = self.vanilla_transformer_layer(context, x, mask)
+    x = self._dropout(context, self._layer_norm(context, x, name="final_layer_norm"))
+    return self._masked(x, mask)

@@ -1,0 +1,125 @@
+"""`Mixtape` (Yang et al. 2019): a softmax layer past the softmax bottleneck, offered as
+`vocab_embeddings.Mixtape`.
+
+Four context vectors h_k = tanh(W_k g + b_k) of the hidden state g (times d_model**-0.5)
+each give logits h_k . w_x over the vocab (w_x the rows of the shared embedding matrix).
+They are mixed per token: the weights pi_k(g, x) come from a sigmoid tree over three
+gate logits, pi = (s1 s2, s1 (1 - s2), (1 - s1) s3, (1 - s1) (1 - s3)). Frequent tokens
+(the first frequent_token_fraction of the ids, and the extra_ids last ones) have their
+own gate logits v_x . tanh(U g) + u . g + b_x; the other tokens share u . g + b ("gate
+sharing"). The mixed logits go through one softmax, in the loss.
+
+Variables (in the enclosing scope): "<name>" [vocab, d_model]; "<name>_context"
+[mixtape_components, _d_model_copy, d_model] and "<name>_context_bias"
+[mixtape_components, d_model]; "<name>_gate_context" [mixtape_gates, _d_model_copy,
+gate_embedding], "<name>_gate_vocab" [vocab, gate_embedding], "<name>_gate_prior"
+[mixtape_gates, _d_model_copy], "<name>_gate_vocab_bias" [vocab, mixtape_gates] and
+"<name>_gate_bias" [mixtape_gates]. The rows of the two "_gate_vocab" tables at rare ids
+are masked out (they get no gradient).
+"""
+import gin
+import tensorflow as tf
+
+import mesh_tf as mtf
+
+
+@gin.configurable(module="vocab_embeddings")
+class Mixtape:
+  """The Mixtape softmax (see the module docstring); use with shared softmax weights.
+
+  Args:
+    mesh, vocab_dim, output_dim, variable_dtype, name, ensemble_dim: as VocabEmbedding.
+    extra_ids: the last extra_ids ids (sentinels) count as frequent tokens.
+    dropout_rate: dropout on the context vectors in training.
+    gate_embedding_size: the width of the frequent tokens' gate embeddings.
+    frequent_token_fraction: the fraction of the other ids, from id 0, that is frequent.
+    noise_std_dev: Gaussian noise added to the gate logits in training.
+  """
+
+  def __init__(self, mesh, vocab_dim, output_dim, variable_dtype, name, ensemble_dim,
+               extra_ids=0, dropout_rate=0.0, gate_embedding_size=gin.REQUIRED,
+               frequent_token_fraction=0.1, noise_std_dev=0.0):
+    if ensemble_dim is not None:
+      raise mtf.MtfError("Mixtape: ensembles (ensemble_dim=%s) are not supported" % (
+          ensemble_dim,))
+    if not isinstance(gate_embedding_size, int) or gate_embedding_size < 1:
+      raise mtf.MtfError("Mixtape: gate_embedding_size must be a positive int, got %r" % (
+          gate_embedding_size,))
+    self._vocab_dim = vocab_dim
+    self._output_dim = output_dim
+    self._copy_dim = mtf.Dimension("_%s_copy" % output_dim.name, output_dim.size)
+    self._components_dim = mtf.Dimension("mixtape_components", 4)
+    self._gates_dim = mtf.Dimension("mixtape_gates", 3)
+    gate_dim = mtf.Dimension("gate_embedding", gate_embedding_size)
+    self._dropout_rate = dropout_rate
+    self._noise_std_dev = noise_std_dev
+    self._num_frequent = int(frequent_token_fraction * (vocab_dim.size - extra_ids))
+    self._extra_ids = extra_ids
+
+    def variable(suffix, dims, stddev=None):
+      init = (tf.zeros_initializer() if stddev is None else
+              tf.random_normal_initializer(stddev=stddev))
+      return mtf.get_variable(mesh, name + suffix, mtf.Shape(dims), initializer=init,
+                              dtype=variable_dtype)
+    d = output_dim.size
+    self._embedding = variable("", [vocab_dim, output_dim], 1.0)
+    self._context = variable("_context", [self._components_dim, self._copy_dim,
+                                          output_dim], d ** -0.5)
+    self._context_bias = variable("_context_bias", [self._components_dim, output_dim])
+    self._gate_context = variable("_gate_context", [self._gates_dim, self._copy_dim,
+                                                    gate_dim], d ** -0.5)
+    self._gate_vocab = variable("_gate_vocab", [vocab_dim, gate_dim],
+                                gate_embedding_size ** -0.5)
+    self._gate_prior = variable("_gate_prior", [self._gates_dim, self._copy_dim],
+                                d ** -0.5)
+    self._gate_vocab_bias = variable("_gate_vocab_bias", [vocab_dim, self._gates_dim])
+    self._gate_bias = variable("_gate_bias", [self._gates_dim])
+
+  def ids_to_embedding(self, ids, context):
+    """The rows of the shared matrix at ids."""
+    del context
+    from models.transformer.vocab_embeddings import _check_ids  # pylint: disable=g-import-not-at-top
+    _check_ids(ids, self._vocab_dim, "Mixtape.ids_to_embedding")
+    return mtf.gather(self._embedding, ids, self._vocab_dim)
+
+  def _frequent(self, mesh, dtype):
+    """1.0 at the frequent ids of the vocab dim, 0.0 elsewhere."""
+    ids = mtf.range(mesh, self._vocab_dim, tf.int32)
+    frequent = mtf.logical_or(
+        mtf.less(ids, self._num_frequent),
+        mtf.greater_equal(ids, self._vocab_dim.size - self._extra_ids))
+    return mtf.cast(frequent, dtype)
+
+  def _node(self, s, i):
+    one = mtf.Dimension(self._gates_dim.name, 1)
+    return mtf.reduce_sum(mtf.slice(s, i, 1, self._gates_dim.name), reduced_dim=one)
+
+  def hidden_to_logits(self, hidden, context):
+    """Logits over the vocab: the gate-weighted mixture of the four contexts' logits."""
+    train = context is not None and context.train
+    g = mtf.rename_dimension(hidden * self._output_dim.size ** -0.5,
+                             self._output_dim.name, self._copy_dim.name)
+    contexts = mtf.tanh(mtf.einsum([g, self._context], reduced_dims=[self._copy_dim]) +
+                        self._context_bias)
+    if train and self._dropout_rate:
+      contexts = mtf.dropout(contexts, is_training=True, rate=self._dropout_rate)
+    component_logits = mtf.einsum([contexts, self._embedding],
+                                  reduced_dims=[self._output_dim])
+    frequent = self._frequent(hidden.mesh, hidden.dtype)
+    gate_hidden = mtf.tanh(mtf.einsum([g, self._gate_context],
+                                      reduced_dims=[self._copy_dim]))
+    own = mtf.einsum([gate_hidden, self._gate_vocab * frequent],
+                     reduced_dims=gate_hidden.shape.dims[-1:])
+    gate_logits = (mtf.einsum([g, self._gate_prior], reduced_dims=[self._copy_dim]) +
+                   own + self._gate_vocab_bias * frequent +
+                   self._gate_bias * (1.0 - frequent))
+    if train and self._noise_std_dev:
+      gate_logits += mtf.random_normal(hidden.mesh, gate_logits.shape,
+                                       stddev=self._noise_std_dev, dtype=hidden.dtype)
+    s = mtf.sigmoid(gate_logits)
+    s1, s2, s3 = self._node(s, 0), self._node(s, 1), self._node(s, 2)
+    weights = mtf.stack([s1 * s2, s1 * (1.0 - s2), (1.0 - s1) * s3,
+                         (1.0 - s1) * (1.0 - s3)], self._components_dim.name,
+                        axis=s1.shape.ndims)
+    return mtf.einsum([weights, component_logits],
+                      output_shape=hidden.shape.dims[:-1] + [self._vocab_dim])

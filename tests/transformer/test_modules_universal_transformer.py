@@ -1,0 +1,245 @@
+"""UTLayerStack: the basic, highway and ACT recurrences (timing signals added or
+concatenated, learned or sinusoid step signals, gated layers, vanilla layers around the
+recurrence), forward and every gradient against plain TF from the same weights, on one
+device and on a dp+mp layout on placement and SIMD emulation; weight sharing across
+steps; bad options."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mesh_tf as mtf
+from test_transformer_layers import (  # pylint: disable=g-multiple-import
+    D_MODEL, LENGTH, _x, check_against_reference, run_layer)
+from models.transformer import transformer_layers as tl
+from models.transformer.universal_transformer import UTLayerStack
+
+D_FF = 8
+CASES = [("placement", "", ""),
+         ("placement", "rows:2;cols:4", "batch:rows;d_ff:cols"),
+         ("simd", "rows:2;cols:4", "batch:rows;d_ff:cols")]
+CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
+
+BASE = dict(act_type="basic", act_max_steps=3, act_epsilon=0.01, num_rec_steps=2,
+            num_inrecurrence_layers=1, position_start_index=0,
+            add_or_concat_timing_signal="add", step_timing_signal_type="learned",
+            add_position_timing_signal=True, add_step_timing_signal=True,
+            mix_with_transformer_before_ut=False, mix_with_transformer_after_ut=False,
+            gates_inputs="sti", gate_ffn_layer="dense", use_gated_transformer=False,
+            gating_type="highway", num_vanilla_transformer_layers=1)
+
+
+def _impl(backend, mesh_shape, layout):
+  n = mtf.convert_to_shape(mesh_shape).size
+  return mtf.make_mesh_impl(backend, mesh_shape, layout,
+                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
+
+
+def _stack(**overrides):
+  layer = tl.DenseReluDense(hidden_size=D_FF)
+  layer.set_name("layer_000")
+  options = dict(BASE)
+  options.update(overrides)
+  return UTLayerStack([layer], **options)
+
+
+# ------------------------------------------------------------------ TF reference
+def tf_timing(positions, channels):
+  half = channels // 2
+  inv = np.exp(np.arange(half) * -np.log(1e4) / max(half - 1, 1))
+  scaled = np.asarray(positions, np.float64)[..., None] * inv
+  return tf.constant(np.concatenate([np.sin(scaled), np.cos(scaled)], -1), tf.float32)
+
+
+def rms(x, scale):
+  return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), -1, keepdims=True) + 1e-6) * scale
+
+
+def dense(x, v, prefix, activation=None):
+  y = x @ v[prefix + "_kernel"]
+  if prefix + "_bias" in v:
+    y += v[prefix + "_bias"]
+  return y if activation is None else activation(y)
+
+
+class Reference:
+  """The UTLayerStack computation in TF from weights v (scope-flattened names)."""
+
+  def __init__(self, options, v):
+    self.o, self.v = options, v
+
+  def vanilla(self, x, scope):
+    p = scope + "_layer_000"
+    y = tf.nn.relu(rms(x, self.v[p + "_layer_norm_scale"]) @
+                   self.v[p + "_DenseReluDense_wi_kernel"]) @ self.v[
+                       p + "_DenseReluDense_wo_kernel"]
+    if not self.o["use_gated_transformer"]:
+      return x + y
+    transform = self.gate([x], p + "_transform_gate")
+    carry = (1 - transform if self.o["couple_carry_transform_gates"]
+             else self.gate([x], p + "_carry_gate"))
+    return x * carry + y * transform
+
+  def gate(self, inputs, p):
+    normed = [rms(t, self.v["%s_layer_norm_%d_scale" % (p, i)])
+              for i, t in enumerate(inputs)]
+    return dense(tf.concat(normed, -1), self.v, p + "_dense", tf.sigmoid)
+
+  def preprocess(self, x, step):
+    signals = []
+    if self.o["add_position_timing_signal"]:
+      start = self.o["position_start_index"]
+      if start == "step":
+        steps = (self.o["act_max_steps"] if self.o["recurrence_type"] == "act"
+                 else self.o["num_rec_steps"])
+        start = step * LENGTH // steps
+      signals.append(tf_timing(np.arange(LENGTH) + start, D_MODEL))
+    if self.o["add_step_timing_signal"]:
+      if self.o["step_timing_signal_type"] == "learned":
+        signals.append(self.v["universal_transformer_layer_embedding"][step] *
+                       D_MODEL ** 0.5)
+      else:
+        signals.append(tf_timing(float(step), D_MODEL))
+    if self.o["add_or_concat_timing_signal"] == "add":
+      return x + sum(signals)
+    wide = tf.concat([x] + [tf.broadcast_to(s, x.shape) for s in signals], -1)
+    return wide @ self.v["universal_transformer_step_preprocess_projection_kernel"]
+
+  def __call__(self, x):
+    o = self.o
+    if o["mix_with_transformer_before_ut"]:
+      for i in range(o["num_vanilla_transformer_layers"]):
+        x = self.vanilla(x, "before_ut_layer_%d" % i)
+    block = lambda s: self.vanilla(s, "universal_transformer_rec_layer_0")
+    if o["recurrence_type"] == "basic":
+      for step in range(o["num_rec_steps"]):
+        x = block(self.preprocess(x, step))
+    elif o["recurrence_type"] == "highway":
+      state, inputs = x, x
+      for step in range(o["num_rec_steps"]):
+        transformed = block(self.preprocess(state, step))
+        chosen = {"s": state, "t": transformed, "i": inputs}
+        gate_in = [chosen[c] for c in o["gates_inputs"]]
+        transform = self.gate(gate_in, "universal_transformer_transform_gate")
+        carry = (1 - transform if o["couple_carry_transform_gates"]
+                 else self.gate(gate_in, "universal_transformer_carry_gate"))
+        state = state * carry + transformed * transform
+      x = state
+    else:
+      x = self.act(x)
+    if o["mix_with_transformer_after_ut"]:
+      for i in range(o["num_vanilla_transformer_layers"]):
+        x = self.vanilla(x, "after_ut_layer_%d" % i)
+    return rms(x, self.v["final_layer_norm_scale"])
+
+  def act(self, x):
+    kernel = self.v["universal_transformer_act_halting_kernel"]
+    bias = self.v["universal_transformer_act_halting_bias"]
+    threshold = 1.0 - self.o["act_epsilon"]
+    halting = tf.zeros(x.shape[:-1])
+    remainders = tf.zeros(x.shape[:-1])
+    state, output = x, x
+    for step in range(self.o["act_max_steps"]):
+      state = self.preprocess(state, step)
+      p = tf.sigmoid(tf.einsum("bld,d->bl", state, kernel) + bias)
+      running = tf.cast(halting < 1.0, tf.float32)
+      reached = halting + p * running
+      new_halted = tf.cast(reached > threshold, tf.float32) * running
+      running = tf.cast(reached <= threshold, tf.float32) * running
+      halting += p * running
+      remainders += new_halted * (1.0 - halting)
+      halting += new_halted * remainders
+      update = (p * running + new_halted * remainders)[..., None]
+      state = self.vanilla(state, "universal_transformer_rec_layer_0")
+      output = state * update + output * (1 - update)
+    return output
+
+
+CONFIGS = {
+    "basic_learned_steps_with_vanilla_before": dict(
+        recurrence_type="basic", mix_with_transformer_before_ut=True),
+    "highway_concat_sinusoid_gated": dict(
+        recurrence_type="highway", add_or_concat_timing_signal="concat",
+        step_timing_signal_type="sinusoid", couple_carry_transform_gates=False,
+        use_gated_transformer=True, position_start_index=3,
+        mix_with_transformer_after_ut=True),
+    "act_step_positions": dict(recurrence_type="act", position_start_index="step"),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_ut_layer_stack_matches_tf(config, case):
+  options = dict(BASE, couple_carry_transform_gates=True)
+  options.update(CONFIGS[config])
+  stack = _stack(**CONFIGS[config])
+  x = _x(7)
+  result, w = run_layer(stack, _impl(*case), x)
+  check_against_reference(result, w, x, lambda x, **v: Reference(options, v)(x),
+                          rtol=1e-4, atol=1e-4)
+  # One set of block weights serves every step.
+  block = [n for n in result.values if "rec_layer_" in n]
+  assert all("rec_layer_0/layer_000/" in n for n in block), block
+
+
+def test_act_halts_every_position_within_the_steps():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  from models.transformer.context import Context  # pylint: disable=g-import-not-at-top
+  batch, length = mtf.Dimension("batch", 2), mtf.Dimension("length", LENGTH)
+  x = mtf.import_tf_tensor(mesh, _x(8), [batch, length, mtf.Dimension("d_model", D_MODEL)])
+  context = Context(None, mesh, [batch], length, mtf.VariableDType(tf.float32),
+                    mode="eval")
+  _, (ponder, remainders) = _stack(recurrence_type="act", act_max_steps=4).act_layer(
+      context, x, None)
+  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  ponder = lowering.export_to_tf_tensor(ponder).numpy()
+  remainders = lowering.export_to_tf_tensor(remainders).numpy()
+  # A position that halts at step n has ponder time n and a remainder in (0, 1); one
+  # still running after the last step has ponder time 4 and no remainder.
+  assert ponder.min() >= 1 and ponder.max() <= 4, ponder
+  assert np.all((remainders >= 0) & (remainders < 1)), remainders
+  halted = remainders > 0
+  assert halted.any() and np.all(ponder[~halted] == 4), (ponder, remainders)
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("recurrence_type", "lstm", "recurrence_type='lstm'"),
+    ("act_type", "global", "act_type='global'"),
+    ("gates_inputs", "sx", "gates_inputs='sx'"),
+    ("position_start_index", "random", "position_start_index='random'")])
+def test_unsupported_options_are_named(option, value, message):
+  with pytest.raises(mtf.MtfError, match=message):
+    _stack(**{"recurrence_type": "basic", option: value})
+
+
+@pytest.mark.parametrize("recurrence", ["basic", "highway", "act"])
+def test_cached_decoding_matches_the_full_sequence(recurrence):
+  """Greedy incremental decoding of a UT language model picks, at every step, the
+  argmax of the full-sequence pass over the decoded text."""
+  from models.transformer import transformer  # pylint: disable=g-import-not-at-top
+  attention = tl.SelfAttention(num_heads=2, key_value_size=4)
+  attention.set_name("layer_000")
+  ffn = tl.DenseReluDense(hidden_size=8)
+  ffn.set_name("layer_001")
+  options = dict(BASE, recurrence_type=recurrence, mix_with_transformer_before_ut=True)
+  if recurrence == "highway":
+    options["add_or_concat_timing_signal"] = "concat"
+  model = transformer.Unitransformer(
+      layer_stack=UTLayerStack([attention, ffn], **options), d_model=D_MODEL,
+      input_vocab_size=16, output_vocab_size=16, autoregressive=True, max_length=LENGTH,
+      vocab_divisor=8)
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  prompt = np.zeros((2, LENGTH), np.int32)
+  prompt[:, 0] = [3, 5]
+  dims = [mtf.Dimension("batch", 2), mtf.Dimension("length", LENGTH)]
+  decoded = model.sample_autoregressive(mtf.import_tf_tensor(mesh, prompt, dims),
+                                        temperature=0.0)
+  logits, _ = model.call_simple(transformer.autoregressive_inputs(decoded), decoded,
+                                compute_loss=False, mode="eval")
+  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  decoded = lowering.export_to_tf_tensor(decoded).numpy()
+  logits = lowering.export_to_tf_tensor(logits).numpy()
+  for row, picks in zip(decoded, logits.argmax(-1)):
+    end = list(row).index(1) + 1 if 1 in row[1:] else LENGTH  # decoding stops at EOS
+    np.testing.assert_array_equal(picks[1:end], row[1:end])
