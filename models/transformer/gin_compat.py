@@ -30,10 +30,6 @@ OMITTED_CONFIGURABLES = {
                              "is offered as a function)",
     "variable_filter_max_size": "utils.run trains every variable (utils."
                                 "variable_filter_max_size is offered as a function)",
-    "init_checkpoint_variable_mapping": "utils.run.init_checkpoint restores by name "
-                                        "(the function is offered in utils)",
-    "should_load_variable": "utils.run.init_checkpoint restores every variable it finds "
-                            "(the function is offered in utils)",
 }
 
 # Configurables of the original that this port does not offer yet (the Transformer

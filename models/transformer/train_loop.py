@@ -134,10 +134,25 @@ class Trainer:
             flush=True)
       return step
     if init_checkpoint:
-      result = mtf.restore_checkpoint(init_checkpoint, self.mesh_impl, allow_missing=True)
+      result = mtf.restore_checkpoint(init_checkpoint, self.warm_start_variables(),
+                                      allow_missing=True)
       print("initialized %d variables from %s" % (len(result.names), result.path),
             flush=True)
     return int(self.global_step.numpy())
+
+  def warm_start_variables(self):
+    """{init checkpoint key: variable} of the variables init_checkpoint loads: those
+    utils.should_load_variable accepts, under utils.init_checkpoint_variable_mapping's
+    key (gin-configurable, as in the original; a None key skips the variable)."""
+    from models.transformer import utils  # pylint: disable=g-import-not-at-top
+    mapped = {}
+    for name, variable in self.mesh_impl.variable_store.items():
+      if not utils.should_load_variable(name):
+        continue
+      key = utils.init_checkpoint_variable_mapping(name)
+      if key is not None:
+        mapped[key] = variable
+    return mapped
 
   def train(self, dataset, evaluator=None, eval_dataset=None, eval_steps=0, stream=None):
     """Runs steps until train_steps; returns [(step, loss)] of the progress lines.

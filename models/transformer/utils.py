@@ -416,6 +416,7 @@ def variable_filter_max_size(v, max_size=1e7):
   return v.shape.size <= max_size
 
 
+@gin.configurable(module="utils")
 def init_checkpoint_variable_mapping(name, mapping_fn=None):
   """The checkpoint name to restore variable `name` from: mapping_fn(name) when given,
   else name."""
@@ -424,6 +425,7 @@ def init_checkpoint_variable_mapping(name, mapping_fn=None):
   return name
 
 
+@gin.configurable(module="utils")
 def should_load_variable(name, filter_fn=None):
   """Whether variable `name` is restored from the init checkpoint: filter_fn(name) when
   given, else True."""

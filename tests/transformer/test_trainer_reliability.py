@@ -324,3 +324,26 @@ def test_resuming_a_model_of_another_size_names_the_variable(trained, tmp_path):
   assert re.search(r"has no variable '\S*block_001/\S+'", message), message
   assert "allow_missing" not in message and "new --model_dir" in message
   assert _checkpoint_bytes(model_dir) == before
+
+
+def _skip_attention(name):
+  return "SelfAttention" not in name
+
+
+def test_warm_start_loads_only_the_variables_the_filter_accepts(trained, tmp_path):
+  source, corpus = trained
+  gin.external_configurable(_skip_attention, name="skip_attention_for_test")
+  warm = tmp_path / "warm"
+  trainer_helpers.run_with(_params(warm, corpus, train_steps=1, save_every=1) + [
+      "utils.run.init_checkpoint = %r" % str(source / "model.ckpt-4"),
+      "utils.run.learning_rate_schedule = 0.0",
+      "utils.should_load_variable.filter_fn = @skip_attention_for_test"])
+  loaded = tf.train.load_checkpoint(str(warm / "model.ckpt-1"))
+  original = tf.train.load_checkpoint(str(source / "model.ckpt-4"))
+  names = [n for n in loaded.get_variable_to_shape_map() if "slot" not in n
+           and n != "global_step"]
+  attention = [n for n in names if "SelfAttention" in n]
+  assert attention and len(attention) < len(names)
+  for name in names:
+    same = np.array_equal(loaded.get_tensor(name), original.get_tensor(name))
+    assert same == (name not in attention), name
