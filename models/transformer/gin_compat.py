@@ -25,7 +25,6 @@ OMITTED_CONFIGURABLES = {
     "rewrite_stack_variables": "autostacking: this port keeps variables unstacked",
     "tpu_estimator_model_fn": "TPUEstimator-only; the TF 2 trainer has its own loop",
     "get_checkpoint_iterator": "the trainer picks checkpoints itself",
-    "serialize_num_microbatches": "microbatches are set by utils.run.num_microbatches",
     "separate_vocabularies": "utils.run takes one vocabulary (utils.separate_vocabularies "
                              "is offered as a function)",
     "variable_filter_max_size": "utils.run trains every variable (utils."

@@ -17,7 +17,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf.checkpoint import files as checkpoint_files
+from mesh_tf.checkpoint import discovery
 
 
 def _named_variables(target):
@@ -177,7 +177,7 @@ class StudentTeacher:
                          "%r; lower the graph first" % (target,))
     results = [mtf.restore_checkpoint(self.teacher_checkpoint, teacher)]
     if self.initialize_student_weights:
-      prefix = checkpoint_files.resolve_prefix(self.teacher_checkpoint)
+      prefix = discovery.resolve_prefix(self.teacher_checkpoint)
       shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
       student = {name: state for name, state in _strip(states, "student/").items()
                  if name in shapes and list(shapes[name]) == _full_shape(state)}

@@ -239,6 +239,9 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
     if not isinstance(batch_size, int):
       batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules,
                                       batch_size)
+    if num_microbatches == 1:  # the original's gin option, when bound
+      num_microbatches = serialize_num_microbatches(
+          mtf.Dimension("batch", batch_size), sequence_length, mesh_shape, layout_rules)
     mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
     run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
     variable_dtype = get_variable_dtype()
@@ -434,6 +437,7 @@ def should_load_variable(name, filter_fn=None):
   return True
 
 
+@gin.configurable(module="utils")
 def serialize_num_microbatches(batch_dim, sequence_length, mesh_shape, layout_rules,
                                tokens_per_microbatch_per_replica=None):
   """Microbatches per step so each replica handles about

@@ -29,11 +29,7 @@ ORIG_GIN = pathlib.Path(os.environ.get("MESH_TF_SHARED", _REPO.parent / "shared"
 
 # file -> the not-yet-ported configurables whose bindings it may skip (remove an entry
 # once those configurables exist: a listed file that skips nothing fails as stale).
-EXPECTED_SKIPPED_BINDINGS = {
-    "defaults.gin": {"TalkingHeadsSelfAttention", "GeneralBilinearSelfAttention",
-                     "serialize_num_microbatches"},
-    "transparent_attention.gin": {"TransparentEncDecAttention"},
-}
+EXPECTED_SKIPPED_BINDINGS = {}  # every binding of the original's gin tree applies
 
 
 def _gin_files():

@@ -176,7 +176,9 @@ def test_make_layer_stack_named_entries_from_gin():
 def test_get_checkpoint_iterator_picks_steps_as_the_original(tmp_path):
   for step in (100, 200, 300):
     (tmp_path / ("model.ckpt-%d.index" % step)).write_text("")
+    (tmp_path / ("model.ckpt-%d.data-00000-of-00001" % step)).write_text("")
   (tmp_path / "model.ckpt-250.data-00000-of-00001").write_text("")  # no index: incomplete
+  (tmp_path / "model.ckpt-400.index").write_text("")  # no data: incomplete
   model_dir = str(tmp_path)
 
   def steps(paths):
