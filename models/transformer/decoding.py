@@ -163,11 +163,14 @@ def _prefill(model, ids, bos_id, variable_dtype, model_kwargs):
   returns the decoding states it recorded (the caches, filled from the prompt)."""
   inputs = _decoder_inputs(ids, bos_id)
   length_dim = inputs.shape.dims[-1]
+  # Where the decoding loop starts (the convolutions' states end there).
+  decode_start = mtf_beam_search._decode_start(ids, length_dim)  # pylint: disable=protected-access
   length_range = mtf.range(inputs.mesh, length_dim, tf.int32)
   context = _decoding_context(
       model, inputs, variable_dtype, "first_part", model_kwargs,
       batch_dims=inputs.shape.dims[:-1], length_dim=length_dim, position=length_range,
-      position_is_default=True, read_priority=length_range, write_priority=length_range)
+      position_is_default=True, read_priority=length_range, write_priority=length_range,
+      initial_position=decode_start)
   _run_model(model, context, inputs)
   return context.new_states
 

@@ -57,6 +57,12 @@ LM_LAYERS = {
         tl.ParallelLayer([tl.DenseReluDense(hidden_size=8),
                           _attention(relative_attention_type="bias_shared")]),
         _attention(relative_attention_type="contextual")],
+    # convolutions keep their last inputs as their states.
+    "conv": lambda: [
+        tl.LocalConvAttnBlock(-2, 0, 16, attention_type="dynamic_conv"),
+        tl.SeparableConv1DLayer(-1, 0, 16),
+        tl.LightweightConv1DLocalAttn(-2, 0, 16, num_unique_depth_filters=2),
+        _attention()],
 }
 
 
