@@ -214,3 +214,25 @@ def test_models_without_incremental_layers_fall_back_to_recompute():
     assert not decoding._cached(model)  # pylint: disable=protected-access
   gin.parse_config("decoding.use_cached_decoding.cached = False")
   assert not decoding._cached(model)  # pylint: disable=protected-access
+
+
+def test_decode_graph_lm_beam_search_cached_equals_recompute(tmp_path):
+  """decode mode's DecodeGraph (utils.decode_options.beam_size = 2 on an LM): the
+  continuation of each prompt, the same by both paths."""
+  from models.transformer import decode_io  # pylint: disable=g-import-not-at-top
+  results = []
+  for cached in (False, True):
+    with decoding.decoding_mode(cached):
+      graph = decode_io.DecodeGraph(_lm(LM_LAYERS["plain"]()), BATCH, LENGTH, FLOAT,
+                                    beam_size=2)
+    impl = _single()
+    decode = graph.make_decode_fn(impl)
+    checkpoint = str(tmp_path / "weights")
+    if cached:
+      mtf.restore_checkpoint(checkpoint, impl)
+    else:
+      mtf.save_checkpoint(checkpoint, graph.lowering(impl))
+    results.append(decode(tf.constant(PROMPTS)).numpy())
+  np.testing.assert_array_equal(results[1], results[0])
+  prompt = PROMPTS != 0
+  assert (results[0][prompt] == 0).all() and (results[0][~prompt] != 0).any()
