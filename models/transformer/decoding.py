@@ -160,7 +160,8 @@ def _run_model(model, context, inputs):
 
 def _prefill(model, ids, bos_id, variable_dtype, model_kwargs):
   """Runs model on the whole of ids in "first_part" mode (creating its variables);
-  returns the decoding states it recorded (the caches, filled from the prompt)."""
+  returns the decoding states it recorded (the caches, filled from the prompt) and its
+  constant states (e.g. the keys and values of the encoder output)."""
   inputs = _decoder_inputs(ids, bos_id)
   length_dim = inputs.shape.dims[-1]
   # Where the decoding loop starts (the convolutions' states end there).
@@ -170,13 +171,13 @@ def _prefill(model, ids, bos_id, variable_dtype, model_kwargs):
       model, inputs, variable_dtype, "first_part", model_kwargs,
       batch_dims=inputs.shape.dims[:-1], length_dim=length_dim, position=length_range,
       position_is_default=True, read_priority=length_range, write_priority=length_range,
-      initial_position=decode_start)
+      initial_position=decode_start, constant_states=[])
   _run_model(model, context, inputs)
-  return context.new_states
+  return context.new_states, context.constant_states
 
 
 def _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs, temperature=None,
-                           sampling_keep_top_k=-1):
+                           sampling_keep_top_k=-1, constant_states=None):
   """logits_fn(step, ids, states) for mtf.beam_search from the decoding caches: the
   model runs on the one input id of position step."""
   def logits_fn(step, ids, states):
@@ -184,7 +185,8 @@ def _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs, temperat
     inputs = mtf.gather(_decoder_inputs(ids, bos_id), step, length_dim)
     context = _decoding_context(
         model, inputs, variable_dtype, "incremental", model_kwargs,
-        batch_dims=inputs.shape.dims, length_dim=None, position=step, states=states)
+        batch_dims=inputs.shape.dims, length_dim=None, position=step, states=states,
+        constant_states=constant_states)
     logits = _run_model(model, context, inputs)
     if len(context.new_states) != len(states):
       raise mtf.MtfError(
@@ -238,9 +240,10 @@ def sample_autoregressive(model, partial_sequences, stop_at_token=1, max_steps=N
   kwargs = _model_kwargs(encoder_output, encoder_sequence_id, encoder_inputs,
                          shared_params, encoder_layer_outputs)
   if _cached(model):
-    states = _prefill(model, partial_sequences, bos_id, variable_dtype, kwargs)
+    states, constant_states = _prefill(model, partial_sequences, bos_id, variable_dtype,
+                                       kwargs)
     logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, kwargs, temperature,
-                                       sampling_keep_top_k)
+                                       sampling_keep_top_k, constant_states)
   else:
     # Creates the model's variables outside the loop; the calls inside reuse them.
     model.call_simple(inputs=_decoder_inputs(partial_sequences, bos_id), targets=None,
@@ -309,8 +312,9 @@ def beam_search_with_scores(model, inputs, decode_length, variable_dtype, alpha,
   beam, length], scores [batch..., beam]). model_kwargs: beam-broadcast decoder
   arguments (encoder_output, ...)."""
   if _cached(model):
-    states = _prefill(model, inputs, 0, variable_dtype, model_kwargs)
-    logits_fn = _incremental_logits_fn(model, variable_dtype, 0, model_kwargs)
+    states, constant_states = _prefill(model, inputs, 0, variable_dtype, model_kwargs)
+    logits_fn = _incremental_logits_fn(model, variable_dtype, 0, model_kwargs,
+                                       constant_states=constant_states)
   else:
     model.call_simple(inputs=_decoder_inputs(inputs, 0), targets=None,
                       compute_loss=False, mode=ModeKeys.PREDICT,

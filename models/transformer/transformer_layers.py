@@ -512,10 +512,16 @@ def enc_dec_attention(self_attention_layer, memory_antecedent, context, x, losse
   memory_length = memory.shape.get_dim_by_name("memory_length")
   params = layer.make_params(context, x.shape.dims[-1], memory.shape.dims[-1])
   q = params.compute_q(x)
-  if layer.shared_kv:
-    k = v = params.compute_kv(memory)
+  if context.incremental and context.constant_states is not None:
+    # Decoding: the keys and values of the encoder output computed in first_part mode.
+    k, v = context.get_constant_state()
   else:
-    k, v = params.compute_k(memory), params.compute_v(memory)
+    if layer.shared_kv:
+      k = v = params.compute_kv(memory)
+    else:
+      k, v = params.compute_k(memory), params.compute_v(memory)
+    if context.mode == "first_part" and context.constant_states is not None:
+      context.record_constant_state((k, v))
   bias = enc_dec_attention_bias(layer, context, params.query_heads_dims)
   kwargs = layer.attention_kwargs_from_context(context)
   if z_loss_coeff:

@@ -186,13 +186,35 @@ def test_cached_path_runs_one_position_per_step():
   model = _lm(LM_LAYERS["plain"]())
   prompts = mtf.import_tf_tensor(mesh, PROMPTS, _dims())
   kwargs = decoding._model_kwargs(None, None, None, None, None)  # pylint: disable=protected-access
-  states = decoding._prefill(model, prompts, 0, FLOAT, kwargs)  # pylint: disable=protected-access
+  states, _ = decoding._prefill(model, prompts, 0, FLOAT, kwargs)  # pylint: disable=protected-access
   assert [s.shape.dimension_names for s in states] == [
       ["batch", "memory_length", "heads", "d_kv"]] * 2
   logits_fn = decoding._incremental_logits_fn(model, FLOAT, 0, kwargs)  # pylint: disable=protected-access
   logits, new_states = logits_fn(mtf.constant(mesh, 3, dtype=tf.int32), prompts, states)
   assert logits.shape.dimension_names == ["batch", "vocab"]
   assert [s.shape for s in new_states] == [s.shape for s in states]
+
+
+def test_encoder_keys_and_values_are_computed_once():
+  """A decoder's EncDecAttention projects the encoder output in first_part mode only;
+  each step reads those keys and values (constant states)."""
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  model = _bitransformer()
+  inputs = mtf.import_tf_tensor(mesh, ENCODER_INPUTS, _dims())
+  encoded = decoding.encode_for_decoding(model, inputs, FLOAT)
+  ids = mtf.zeros(mesh, _dims(), tf.int32)
+  states, constant = decoding._prefill(model.decoder, ids, 0, FLOAT, encoded)  # pylint: disable=protected-access
+  assert len(states) == 2 and len(constant) == 1
+  k, v = constant[0]
+  assert k.shape.dimension_names == ["batch", "memory_length", "heads", "d_kv"]
+  logits_fn = decoding._incremental_logits_fn(model.decoder, FLOAT, 0, encoded,  # pylint: disable=protected-access
+                                              constant_states=constant)
+  num_ops = len(graph.operations)
+  logits_fn(mtf.constant(mesh, 0, dtype=tf.int32), ids, states)
+  step_ops = graph.operations[num_ops:]
+  # No op of the step reads the encoder output: the projections are not redone.
+  assert not any(encoded["encoder_output"] in op.inputs for op in step_ops)
 
 
 def test_models_without_incremental_layers_fall_back_to_recompute():
