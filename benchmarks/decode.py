@@ -106,9 +106,11 @@ def decode_fns(size, new_tokens, prompt_length, checkpoint_dir):
 def main(_):
   s = common.TRANSFORMER_SIZES[FLAGS.size]
   print(common.machine_line())
+  sizes = {k: v for k, v in s.items() if k != "length"}
   print("greedy decoding, Unitransformer LM (%s, size %s: %s), one device, prompt %d "
-        "tokens; median of %d decodes per path, alternating" % (
-            " + ".join(GIN_FILES), FLAGS.size, s, FLAGS.prompt_length, FLAGS.repeats))
+        "tokens, length and max_length = prompt + new tokens; median of %d decodes per "
+        "path, alternating" % (" + ".join(GIN_FILES), FLAGS.size, sizes,
+                               FLAGS.prompt_length, FLAGS.repeats))
   rows = [["new tokens", "recompute tok/s", "cached tok/s", "cached / recompute",
            "same ids"]]
   for n in [int(x) for x in FLAGS.new_tokens]:

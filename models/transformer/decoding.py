@@ -107,7 +107,8 @@ def supports_incremental_decoding(model):
   if model.ensemble_dim is not None or not model.fully_autoregressive:
     return False
   stack = model.layer_stack
-  if type(stack) is not layer_stack_lib.LayerStack:  # pylint: disable=unidiomatic-typecheck
+  if (type(stack) is not layer_stack_lib.LayerStack  # pylint: disable=unidiomatic-typecheck
+      or stack._recompute_grads):  # pylint: disable=protected-access
     return False
   known = _position_wise_sublayers()
   sublayers = (stack._sublayers_initial + stack._sublayers_per_layer  # pylint: disable=protected-access
