@@ -353,14 +353,10 @@ class SelfAttention(TransformerLayer):
     incremental mode k and v (one position) are written into the cached keys and
     values, which cover the whole memory (see context.cached_memory)."""
     if self.shared_kv:
-      k = v = cached_memory(context, [k])[0]
-    else:
-      k, v = cached_memory(context, [k, v])
-    if context.incremental:
-      memory_length = k.shape.get_dim_by_name("memory_length")
-      return k, v, memory_length, mtf.range(context.mesh, memory_length, tf.int32)
-    memory_position = self.rename_length_to_memory_length(context.get_position(), context)
-    return k, v, self.memory_length(context), memory_position
+      (k,), memory_length, memory_position = memory_through_caches(self, context, [k])
+      return k, k, memory_length, memory_position
+    (k, v), memory_length, memory_position = memory_through_caches(self, context, [k, v])
+    return k, v, memory_length, memory_position
 
   @incremental_aware
   def call(self, context, x, losses=None):
@@ -383,6 +379,19 @@ class SelfAttention(TransformerLayer):
       attention_output = params.compute_output(
           o, output_shape=self.expected_attention_output_shape(x, params))
       return self.layer_output_from_attention_output(context, attention_output, losses)
+
+
+def memory_through_caches(layer, context, tensors):
+  """(tensors, memory_length, memory_position) for a self-attention layer's memory
+  tensors (keys, values, ...): through the decoding caches (context.cached_memory),
+  with the memory dim and positions of this mode (in incremental mode the whole cache,
+  positions 0..length-1; else the length dim renamed "memory_length")."""
+  tensors = cached_memory(context, tensors)
+  if context.incremental:
+    memory_length = tensors[0].shape.get_dim_by_name("memory_length")
+    return tensors, memory_length, mtf.range(context.mesh, memory_length, tf.int32)
+  memory_position = layer.rename_length_to_memory_length(context.get_position(), context)
+  return tensors, layer.memory_length(context), memory_position
 
 
 def _as_memory(memory, what, length_axis=-2):

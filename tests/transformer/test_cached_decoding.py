@@ -63,6 +63,14 @@ LM_LAYERS = {
         tl.SeparableConv1DLayer(-1, 0, 16),
         tl.LightweightConv1DLocalAttn(-2, 0, 16, num_unique_depth_filters=2),
         _attention()],
+    # talking heads cache the memory too for its dynamic projections; the general
+    # bilinear attention caches only the memory.
+    "talking_heads": lambda: [
+        tl.TalkingHeadsSelfAttention(
+            key_heads_dims=[("heads", 4)], softmax_heads_dims=[("softmax_heads", 2)],
+            value_heads_dims=[("heads", 4)], key_size=4, value_size=4,
+            dynamic_projections=["x2l", "m2w"]),
+        tl.GeneralBilinearSelfAttention(heads_dims=[("heads", 4)])],
 }
 
 
