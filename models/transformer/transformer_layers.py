@@ -572,8 +572,9 @@ class EncDecAttention(SelfAttention):
 
   @property
   def supports_incremental_decoding(self):
-    """Cached decoding recomputes the attention to the encoder output at each position;
-    the relative-position spans need the whole target sequence."""
+    """Cached decoding attends from each position to the encoder output's keys and
+    values, computed once (constant states); the relative-position spans of a
+    relative_attention_type need the whole target sequence."""
     return not callable(self.attention_func) and self.relative_attention_type is None
 
   @incremental_aware
