@@ -13,6 +13,7 @@ import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from models.transformer import attention
 from models.transformer import transformer_layers as tl
+from models.transformer.context import incremental_aware
 
 
 def _ensemble_dims(context):
@@ -37,7 +38,8 @@ def _dropout(context, weights, rate):
   """Dropout on attention weights in training, one mask along the length dim."""
   if not (context.train and rate):
     return weights
-  return mtf.dropout(weights, rate=rate, noise_shape=weights.shape - [context.length_dim])
+  return mtf.dropout(weights, rate=rate,
+                     noise_shape=weights.shape - [d for d in [context.length_dim] if d])
 
 
 def _query_scale_initializer(size):
@@ -120,15 +122,26 @@ class TalkingHeadsSelfAttention(tl.SelfAttention):
     return _dense_keeping_name(u, self.value_heads_dims + [self.value_dim],
                                [tl._model_dim(context)], context, "y")  # pylint: disable=protected-access
 
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding keeps the keys and values (and the memory, for the "m2l" and
+    "m2w" dynamic projections)."""
+    return True
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape."""
     del losses
     with tl.class_scope(self):
-      memory_length = self.memory_length(context)
       q = self.compute_q(context, x)
       m = self.rename_length_to_memory_length(x, context)
       k, v = self.compute_k(context, m), self.compute_v(context, m)
-      memory_position = self.rename_length_to_memory_length(context.get_position(), context)
+      if {"m2l", "m2w"} & set(self.dynamic_projections):
+        (k, v, m), memory_length, memory_position = tl.memory_through_caches(
+            self, context, [k, v, m])
+      else:
+        (k, v), memory_length, memory_position = tl.memory_through_caches(
+            self, context, [k, v])
       bias = self.compute_bias(context, memory_position, x, self.softmax_heads_dims, q)
       return self.attention_internal(context, x, m, q, k, v, memory_length, bias)
 
@@ -242,14 +255,19 @@ class GeneralBilinearSelfAttention(tl.SelfAttention):
     model_dim = u.shape.dims[-1]
     return _dense_keeping_name(u, self.heads_dims + [model_dim], [model_dim], context, "y")
 
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding keeps the memory (the layer inputs)."""
+    return True
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape."""
     del losses
     with tl.class_scope(self):
-      memory_length = self.memory_length(context)
       q = self.compute_q(context, x)
       m = self.rename_length_to_memory_length(x, context)
-      memory_position = self.rename_length_to_memory_length(context.get_position(), context)
+      (m,), memory_length, memory_position = tl.memory_through_caches(self, context, [m])
       bias = self.compute_bias(context, memory_position, x, self.heads_dims, q)
       return self.attention_internal(context, q, m, memory_length, bias)
 

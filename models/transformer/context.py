@@ -5,6 +5,13 @@ hands it to each layer's `call(context, x)`. It carries the mesh, the batch and 
 dims, the variable precisions, the mode, positions and segment ids of packed examples,
 the encoder output for encoder-decoder attention, and the list where layers add their
 auxiliary losses (e.g. the MoE load-balancing loss).
+
+Cached (incremental) decoding uses two more modes. In "first_part" mode the model runs
+on the whole (prompt-holding) sequence and every incremental-aware layer records its
+per-position tensors (e.g. attention keys and values, dim "memory_length") in
+`new_states`. In "incremental" mode the model runs on one position, `position` (a
+scalar int Tensor), with no length dim; each layer reads its recorded tensors from
+`states`, writes the new position into them (`cached_memory`) and records the result.
 """
 import tensorflow as tf
 
@@ -86,6 +93,11 @@ class Context:
     self.next_states_index = 0
 
   @property
+  def incremental(self):
+    """Whether this call decodes one position from cached states."""
+    return self.mode == "incremental"
+
+  @property
   def train(self):
     """Whether this call trains (dropout on, z-loss on)."""
     return is_training(self.mode)
@@ -110,7 +122,8 @@ class Context:
     return mtf.cast(mtf.not_equal(self.sequence_id, 0), self.activation_dtype)
 
   def get_position(self):
-    """Positions [length] (0..length-1) or the packed positions given."""
+    """Positions [length] (0..length-1) or the packed positions given (in incremental
+    mode: the scalar position being decoded)."""
     if self.position is not None:
       return self.position
     return mtf.range(self.mesh, self.length_dim, tf.int32)
@@ -134,3 +147,48 @@ class Context:
     ret = self.constant_states[self.next_constant_state]
     self.next_constant_state += 1
     return ret
+
+
+def incremental_aware(call):
+  """Marks a layer's call method as handling the "first_part" and "incremental" modes
+  (decoding uses the cached path only when every layer's call is so marked)."""
+  call.incremental_aware = True
+  return call
+
+
+def cached_memory(context, tensors):
+  """Per-position tensors (keys, values, ...) through the decoding caches.
+
+  Args:
+    context: the layer's Context.
+    tensors: list of Tensors; with dim "memory_length" in "first_part" (and the
+      ordinary) modes, without a length dim in "incremental" mode.
+
+  Returns:
+    list of Tensors with dim "memory_length": in "first_part" mode the tensors, which
+    become the caches; in "incremental" mode the cached tensors with the given ones
+    written at context.position; otherwise the tensors unchanged.
+  """
+  tensors = list(tensors)
+  if context.mode == "first_part":
+    context.record_new_states(tensors)
+    return tensors
+  if context.mode != "incremental":
+    return tensors
+  if context.states is None or context.next_states_index + len(tensors) > len(
+      context.states):
+    raise mtf.MtfError("incremental decoding: a layer asked for %d cached states beyond "
+                       "the %d recorded in first_part mode" % (
+                           len(tensors), len(context.states or [])))
+  updated = []
+  for old, new in zip(context.get_states(len(tensors)), tensors):
+    if not old.shape.has_dim("memory_length"):
+      raise mtf.ShapeError("incremental decoding: cached state %s %s has no "
+                           "memory_length dim" % (old.name, old.shape), tensor=old.name)
+    memory_length = old.shape.get_dim_by_name("memory_length")
+    at = mtf.one_hot(context.position, memory_length, dtype=old.dtype)
+    # Multiplying by exact 0/1 keeps the other positions bit for bit.
+    updated.append(mtf.add(old * (1 - at), mtf.cast(new, old.dtype) * at,
+                           output_shape=old.shape))
+  context.record_new_states(updated)
+  return updated

@@ -14,6 +14,7 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from models.transformer import transformer_layers as tl
+from models.transformer.context import incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
 
 
@@ -81,12 +82,14 @@ class Conv1D(TransformerLayer):
 
   def _prepare(self, context, x, filter_size):
     """The input of the convolution in this mode, and whether it is one decoding step
-    (then x is the state: the last filter_size inputs)."""
+    (then x is the state: the last filter_size inputs). The states hold the inputs
+    masked at padding, as the whole-sequence convolution sees them."""
+    x = _mask_padding(context, x)
     if context.mode == "first_part":
       self.record_states_first_part_mode(context, x, filter_size)
     if context.mode == "incremental":
       return self.record_states_incremental_mode(context, x, filter_size), True
-    return _mask_padding(context, x), False
+    return x, False
 
 
 @gin.configurable(module="transformer_layers")
@@ -106,6 +109,13 @@ class Conv1DLayer(Conv1D):
     """The number of positions the filter covers."""
     return self._filter_size
 
+  @property
+  def supports_incremental_decoding(self):
+    """Only a one-position filter: the "SAME" padding centres a wider filter on the
+    position, so it reads later positions, which a decoder has not produced yet."""
+    return self.filter_size == 1
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> [batch..., length, d_model=output_size]."""
     del losses
@@ -190,6 +200,13 @@ class SeparableConv1DLayer(Conv1D):
     """max_relative_pos - min_relative_pos + 1."""
     return self._max_relative_pos - self._min_relative_pos + 1
 
+  @property
+  def supports_incremental_decoding(self):
+    """Whether the filter ends at the current position (max_relative_pos 0), so one
+    decoding step needs only the filter_size inputs kept in the state."""
+    return self._max_relative_pos == 0
+
+  @incremental_aware
   def call(self, context, x, losses=None, all_kernel_wts=None):
     """[batch..., length, d_model] -> [batch..., length, d_model=output_size].
 
@@ -246,6 +263,7 @@ class Conv1DLocalAttn(SeparableConv1DLayer):
     raise NotImplementedError("%s.get_kernel_wt: use LightweightConv1DLocalAttn or "
                               "DynamicConv1DLocalAttn" % type(self).__name__)
 
+  @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> [batch..., length, d_model=output_size]."""
     del losses
@@ -322,6 +340,12 @@ class LocalConvAttnBlock(TransformerLayer):
         depthwise_filter_initializer_scale, pointwise_filter_initializer_scale,
         activation, num_unique_depth_filters)
 
+  @property
+  def supports_incremental_decoding(self):
+    """Whether its convolution supports cached decoding (a causal filter)."""
+    return self.conv_attn_layer.supports_incremental_decoding
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape."""
     del losses

@@ -33,8 +33,12 @@ class DecodeGraph:
                                   beam_size=beam_size, alpha=alpha,
                                   temperature=temperature)
     elif beam_size > 1:
-      self.outputs = model.beam_search(self.inputs, decode_length=length, beam_size=beam_size,
-                                       alpha=alpha, variable_dtype=variable_dtype)
+      # An LM's beam search reads [batch, beam, length]; like sampling below, the
+      # result keeps only the continuation (the prompt positions are zeroed).
+      beam_dims = dims[:1] + [mtf.Dimension("beam", beam_size)] + dims[1:]
+      best = model.beam_search(mtf.broadcast(self.inputs, beam_dims), decode_length=length,
+                               alpha=alpha, variable_dtype=variable_dtype)
+      self.outputs = best * mtf.cast(mtf.equal(self.inputs, 0), tf.int32)
     else:
       self.outputs = model.sample_autoregressive(
           self.inputs, temperature=temperature, variable_dtype=variable_dtype,

@@ -1,16 +1,27 @@
 """Decoding with the Transformer models: greedy, temperature sampling and beam search.
 
-Each decoding step runs the model's full forward pass on the ids decoded so far (through
-the public `call_simple`) and reads the logits at the position being decoded. This is
-simpler than the original's incremental key/value cache and gives the same ids; it costs
-O(length) forward passes of the whole sequence. The model is called once before the
-decoding loop, so its variables exist there and the calls inside the loop reuse them.
+Two ways to get the logits of the position being decoded, with the same results:
+
+- cached (incremental), the default where the model supports it, as in the original:
+  the model first runs once on the whole sequence in "first_part" mode, which fills
+  the attention layers' key/value caches (the decoding states, dim "memory_length")
+  from the prompt; each step then runs the model on one position in "incremental"
+  mode, writing that position's keys and values into the caches. A step costs
+  O(length) attention work, not a forward pass over the whole prefix.
+- recompute: each step runs the model's full forward pass (`call_simple`) on the ids
+  decoded so far and reads the logits at the step's position; O(length^2) per step.
+  It serves models with layers that are not incremental-aware (e.g. MoE, the
+  Synthesizer) and the tests that check the two agree (`decoding_mode(cached=False)`).
 """
+import contextlib
+
+import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf import beam_search as mtf_beam_search
-from models.transformer.context import ModeKeys
+from models.transformer import layer_stack as layer_stack_lib
+from models.transformer.context import Context, ModeKeys
 
 BEAM_DIM_NAME = "beam"
 
@@ -49,20 +60,142 @@ def _check_decoder(model, fn_name):
                            fn_name, getattr(model, "name", model)))
 
 
+_CACHED_OVERRIDE = []
+
+
+@gin.configurable(module="decoding")
+def use_cached_decoding(cached=True):
+  """Whether decoding uses the key/value caches where the model supports them (gin:
+  `decoding.use_cached_decoding.cached = False` recomputes the prefix at every step)."""
+  return cached
+
+
+@contextlib.contextmanager
+def decoding_mode(cached):
+  """Within the block, decoding is cached (True, where the model supports it) or
+  recomputes the prefix at every step (False), whatever gin says."""
+  _CACHED_OVERRIDE.append(bool(cached))
+  try:
+    yield
+  finally:
+    _CACHED_OVERRIDE.pop()
+
+
+def layer_supports_incremental(layer):
+  """Whether a layer's call handles the decoding modes (see context.incremental_aware)
+  and the layer's settings allow it (its supports_incremental_decoding, if any)."""
+  if not getattr(type(layer).call, "incremental_aware", False):
+    return False
+  return bool(getattr(layer, "supports_incremental_decoding", True))
+
+
+def _position_wise_sublayers():
+  return {v for v in vars(layer_stack_lib).values()
+          if callable(v) and getattr(v, "__name__", "").startswith("sublayer_")}
+
+
+def supports_incremental_decoding(model):
+  """Whether cached decoding can run model: a causal Unitransformer (no ensemble, no
+  fully attended inputs region) whose LayerStack holds only incremental-aware layers
+  and the layer_stack module's sublayers."""
+  from models.transformer.transformer import Unitransformer  # pylint: disable=g-import-not-at-top
+  if not isinstance(model, Unitransformer):
+    return False
+  for name in ("_call_internal", "_embed", "_positional_embedding"):
+    if getattr(type(model), name) is not getattr(Unitransformer, name):
+      return False
+  if model.ensemble_dim is not None or not model.fully_autoregressive:
+    return False
+  stack = model.layer_stack
+  if (type(stack) is not layer_stack_lib.LayerStack  # pylint: disable=unidiomatic-typecheck
+      or stack._recompute_grads):  # pylint: disable=protected-access
+    return False
+  known = _position_wise_sublayers()
+  sublayers = (stack._sublayers_initial + stack._sublayers_per_layer  # pylint: disable=protected-access
+               + stack._sublayers_final)  # pylint: disable=protected-access
+  if any(s not in known for s in sublayers):
+    return False
+  return all(layer_supports_incremental(layer) for layer in stack.layers)
+
+
+def _cached(model):
+  cached = _CACHED_OVERRIDE[-1] if _CACHED_OVERRIDE else use_cached_decoding()
+  return cached and supports_incremental_decoding(model)
+
+
+def _finish_logits(model, logits, temperature, sampling_keep_top_k):
+  vocab_dim = model.output_vocab_dim
+  logits = mask_padded_vocab(mtf.cast(logits, tf.float32), vocab_dim,
+                             model.output_vocab_size)
+  if temperature is not None:
+    logits = keep_top_k_logits(logits, vocab_dim, sampling_keep_top_k)
+  return logits
+
+
 def _logits_fn(model, variable_dtype, bos_id, model_kwargs, temperature=None,
                sampling_keep_top_k=-1):
-  """logits_fn(step, ids, states) for mtf.beam_search: the model's next-token logits."""
-  vocab_dim = model.output_vocab_dim
-
+  """logits_fn(step, ids, states) for mtf.beam_search: the model's next-token logits,
+  recomputed over the whole sequence."""
   def logits_fn(step, ids, states):
     logits, _ = model.call_simple(
         inputs=_decoder_inputs(ids, bos_id), targets=None, compute_loss=False,
         mode=ModeKeys.PREDICT, variable_dtype=variable_dtype, **model_kwargs)
-    logits = mtf.gather(mtf.cast(logits, tf.float32), step, ids.shape.dims[-1])
-    logits = mask_padded_vocab(logits, vocab_dim, model.output_vocab_size)
-    if temperature is not None:
-      logits = keep_top_k_logits(logits, vocab_dim, sampling_keep_top_k)
-    return logits, states
+    logits = mtf.gather(logits, step, ids.shape.dims[-1])
+    return _finish_logits(model, logits, temperature, sampling_keep_top_k), states
+  return logits_fn
+
+
+def _decoding_context(model, inputs, variable_dtype, mode, model_kwargs, **kwargs):
+  kwargs.update(model_kwargs)
+  kwargs["shared_params"] = kwargs.get("shared_params") or {}
+  return Context(model=model, mesh=inputs.mesh, variable_dtype=variable_dtype, mode=mode,
+                 inputs=inputs, new_states=[], **kwargs)
+
+
+def _run_model(model, context, inputs):
+  with mtf.variable_scope(model.name, reuse=model._built or None):  # pylint: disable=protected-access
+    logits = model._call_internal(context, inputs)  # pylint: disable=protected-access
+  model._built = True  # pylint: disable=protected-access
+  return logits
+
+
+def _prefill(model, ids, bos_id, variable_dtype, model_kwargs):
+  """Runs model on the whole of ids in "first_part" mode (creating its variables);
+  returns the decoding states it recorded (the caches, filled from the prompt) and its
+  constant states (e.g. the keys and values of the encoder output)."""
+  inputs = _decoder_inputs(ids, bos_id)
+  length_dim = inputs.shape.dims[-1]
+  # Where the decoding loop starts (the convolutions' states end there).
+  decode_start = mtf_beam_search._decode_start(ids, length_dim)  # pylint: disable=protected-access
+  length_range = mtf.range(inputs.mesh, length_dim, tf.int32)
+  context = _decoding_context(
+      model, inputs, variable_dtype, "first_part", model_kwargs,
+      batch_dims=inputs.shape.dims[:-1], length_dim=length_dim, position=length_range,
+      position_is_default=True, read_priority=length_range, write_priority=length_range,
+      initial_position=decode_start, constant_states=[])
+  _run_model(model, context, inputs)
+  return context.new_states, context.constant_states
+
+
+def _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs, temperature=None,
+                           sampling_keep_top_k=-1, constant_states=None):
+  """logits_fn(step, ids, states) for mtf.beam_search from the decoding caches: the
+  model runs on the one input id of position step."""
+  def logits_fn(step, ids, states):
+    length_dim = ids.shape.dims[-1]
+    inputs = mtf.gather(_decoder_inputs(ids, bos_id), step, length_dim)
+    context = _decoding_context(
+        model, inputs, variable_dtype, "incremental", model_kwargs,
+        batch_dims=inputs.shape.dims, length_dim=None, position=step, states=states,
+        constant_states=constant_states)
+    logits = _run_model(model, context, inputs)
+    if len(context.new_states) != len(states):
+      raise mtf.MtfError(
+          "incremental decoding of %r: the layers recorded %d states in incremental "
+          "mode but %d in first_part mode" % (model.name, len(context.new_states),
+                                               len(states)))
+    return (_finish_logits(model, logits, temperature, sampling_keep_top_k),
+            context.new_states)
   return logits_fn
 
 
@@ -107,14 +240,21 @@ def sample_autoregressive(model, partial_sequences, stop_at_token=1, max_steps=N
     partial_sequences = mtf.zeros_like(partial_sequences)
   kwargs = _model_kwargs(encoder_output, encoder_sequence_id, encoder_inputs,
                          shared_params, encoder_layer_outputs)
-  # Creates the model's variables outside the loop; the calls inside reuse them.
-  model.call_simple(inputs=_decoder_inputs(partial_sequences, bos_id), targets=None,
-                    compute_loss=False, mode=ModeKeys.PREDICT,
-                    variable_dtype=variable_dtype, **kwargs)
-  logits_fn = _logits_fn(model, variable_dtype, bos_id, kwargs, temperature,
-                         sampling_keep_top_k)
+  if _cached(model):
+    states, constant_states = _prefill(model, partial_sequences, bos_id, variable_dtype,
+                                       kwargs)
+    logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, kwargs, temperature,
+                                       sampling_keep_top_k, constant_states)
+  else:
+    # Creates the model's variables outside the loop; the calls inside reuse them.
+    model.call_simple(inputs=_decoder_inputs(partial_sequences, bos_id), targets=None,
+                      compute_loss=False, mode=ModeKeys.PREDICT,
+                      variable_dtype=variable_dtype, **kwargs)
+    states = None
+    logits_fn = _logits_fn(model, variable_dtype, bos_id, kwargs, temperature,
+                           sampling_keep_top_k)
   ids = mtf_beam_search.greedy_decode(
-      logits_fn, partial_sequences, temperature=temperature,
+      logits_fn, partial_sequences, temperature=temperature, initial_states=states,
       eos_id=-1 if never_end else stop_at_token, max_steps=max_steps)
   if remove_partial_sequences:
     ids *= mtf.cast(mtf.equal(partial_sequences, 0), tf.int32)
@@ -163,13 +303,29 @@ def beam_search(model, inputs, decode_length,
     encoder_inputs = mtf.broadcast(encoder_inputs, dims[:-1] + [beam_dim] + dims[-1:])
   kwargs = _model_kwargs(encoder_output, encoder_sequence_id, encoder_inputs,
                          shared_params, encoder_layer_outputs)
-  model.call_simple(inputs=_decoder_inputs(inputs, bos_id), targets=None,
-                    compute_loss=False, mode=ModeKeys.PREDICT,
-                    variable_dtype=variable_dtype, **kwargs)
-  beams, _ = mtf_beam_search.beam_search(
-      _logits_fn(model, variable_dtype, bos_id, kwargs), inputs, alpha,
-      decode_length=decode_length)
+  beams, _ = beam_search_with_scores(model, inputs, decode_length, variable_dtype,
+                                     alpha, kwargs, bos_id=bos_id)
   return mtf.gather(beams, mtf.constant(inputs.mesh, 0, dtype=tf.int32), beam_dim)
+
+
+def beam_search_with_scores(model, inputs, decode_length, variable_dtype, alpha,
+                            model_kwargs, bos_id=0):
+  """mtf.beam_search over model's logits (cached where supported): (beams [batch...,
+  beam, length], scores [batch..., beam]). model_kwargs: beam-broadcast decoder
+  arguments (encoder_output, ...); bos_id: the input id read at the first position."""
+  if _cached(model):
+    states, constant_states = _prefill(model, inputs, bos_id, variable_dtype,
+                                       model_kwargs)
+    logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs,
+                                       constant_states=constant_states)
+  else:
+    model.call_simple(inputs=_decoder_inputs(inputs, bos_id), targets=None,
+                      compute_loss=False, mode=ModeKeys.PREDICT,
+                      variable_dtype=variable_dtype, **model_kwargs)
+    states = None
+    logits_fn = _logits_fn(model, variable_dtype, bos_id, model_kwargs)
+  return mtf_beam_search.beam_search(logits_fn, inputs, alpha, states=states,
+                                     decode_length=decode_length)
 
 
 def encode_for_decoding(model, inputs, variable_dtype=mtf.VariableDType(tf.float32)):

@@ -317,7 +317,8 @@ class Unitransformer:
   def _positional_embedding(self, context, x):
     mesh = x.mesh
     length_dim = context.length_dim
-    if self.max_length_dim is None or length_dim.size > self.max_length_dim.size:
+    if length_dim is not None and (self.max_length_dim is None
+                                   or length_dim.size > self.max_length_dim.size):
       if context.position_is_default:
         raise mtf.ShapeError(
             "Unitransformer %r: length dim %s of the inputs exceeds max_length %s (the "
@@ -332,6 +333,8 @@ class Unitransformer:
       table = mtf.layers.embedding_weights(
           mesh, self.max_length_dim, self.model_dim, context.variable_dtype,
           "positional_embedding", ensemble_dim=self.ensemble_dim)
+    if context.incremental:  # one position: the scalar context.position
+      return mtf.gather(table, context.position, self.max_length_dim)
     if context.position_is_default:
       sliced = mtf.slice(table, 0, length_dim.size, self.max_length_dim.name)
       return mtf.rename_dimension(sliced, self.max_length_dim.name, length_dim.name)

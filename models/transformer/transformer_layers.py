@@ -19,6 +19,7 @@ from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.graph import current_scope_name
 from models.transformer import attention
 from models.transformer import relative_position
+from models.transformer.context import cached_memory, incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
 
 RELATIVE_ATTENTION_TYPES = (None, "bias", "bias_shared", "contextual")
@@ -115,6 +116,7 @@ class DenseReluDense(TransformerLayer):
     self.activation = activation
     self.use_bias = use_bias
 
+  @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape."""
     del losses
@@ -133,7 +135,7 @@ class DenseReluDense(TransformerLayer):
         variable_dtype=context.variable_dtype, name="wi")
     if context.train and self.dropout_rate:
       h = mtf.dropout(h, rate=self.dropout_rate,
-                      noise_shape=h.shape - [context.length_dim])
+                      noise_shape=h.shape - [d for d in [context.length_dim] if d])
     return mtf.layers.dense(h, [io_dim], reduced_dims=[hidden_dim],
                             use_bias=self.use_bias,
                             variable_dtype=context.variable_dtype, name="wo")
@@ -249,7 +251,10 @@ class SelfAttention(TransformerLayer):
     return mtf.Dimension("memory_length", context.length_dim.size)
 
   def rename_length_to_memory_length(self, x, context):
-    """x with the context's length dim called "memory_length"."""
+    """x with the context's length dim called "memory_length" (unchanged in
+    incremental decoding, which has no length dim)."""
+    if context.length_dim is None:
+      return x
     return _rename_length(x, context.length_dim.name)
 
   def _relative_bias(self, context, query_position, memory_position, heads_dims,
@@ -337,8 +342,26 @@ class SelfAttention(TransformerLayer):
       bias = rel_bias if bias is None else bias + rel_bias
     return bias
 
+  @property
+  def supports_incremental_decoding(self):
+    """Whether cached decoding can run this layer one position at a time: plain
+    softmax attention (a "hybrid" or custom attention_func needs the whole sequence)."""
+    return self.attention_func is None
+
+  def cached_kv(self, context, k, v):
+    """(k, v, memory_length, memory_position) after the decoding caches: in
+    incremental mode k and v (one position) are written into the cached keys and
+    values, which cover the whole memory (see context.cached_memory)."""
+    if self.shared_kv:
+      (k,), memory_length, memory_position = memory_through_caches(self, context, [k])
+      return k, k, memory_length, memory_position
+    (k, v), memory_length, memory_position = memory_through_caches(self, context, [k, v])
+    return k, v, memory_length, memory_position
+
+  @incremental_aware
   def call(self, context, x, losses=None):
-    """[batch..., length, d_model] -> the same shape."""
+    """[batch..., length, d_model] -> the same shape (in incremental decoding:
+    [batch..., d_model], one position attending to the cached keys and values)."""
     io_dim = x.shape.dims[-1]
     with class_scope(self):
       params = self.make_params(context, io_dim)
@@ -348,8 +371,7 @@ class SelfAttention(TransformerLayer):
         k = v = params.compute_kv(memory)
       else:
         k, v = params.compute_k(memory), params.compute_v(memory)
-      memory_length = self.memory_length(context)
-      memory_position = self.rename_length_to_memory_length(context.get_position(), context)
+      k, v, memory_length, memory_position = self.cached_kv(context, k, v)
       bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)
       o = self.attention_fn(q, k, v, memory_length_dim=memory_length, key_dim=self.kv_dim,
                             value_dim=self.kv_dim, bias=bias, context=context,
@@ -357,6 +379,19 @@ class SelfAttention(TransformerLayer):
       attention_output = params.compute_output(
           o, output_shape=self.expected_attention_output_shape(x, params))
       return self.layer_output_from_attention_output(context, attention_output, losses)
+
+
+def memory_through_caches(layer, context, tensors):
+  """(tensors, memory_length, memory_position) for a self-attention layer's memory
+  tensors (keys, values, ...): through the decoding caches (context.cached_memory),
+  with the memory dim and positions of this mode (in incremental mode the whole cache,
+  positions 0..length-1; else the length dim renamed "memory_length")."""
+  tensors = cached_memory(context, tensors)
+  if context.incremental:
+    memory_length = tensors[0].shape.get_dim_by_name("memory_length")
+    return tensors, memory_length, mtf.range(context.mesh, memory_length, tf.int32)
+  memory_position = layer.rename_length_to_memory_length(context.get_position(), context)
+  return tensors, layer.memory_length(context), memory_position
 
 
 def _as_memory(memory, what, length_axis=-2):
@@ -486,10 +521,16 @@ def enc_dec_attention(self_attention_layer, memory_antecedent, context, x, losse
   memory_length = memory.shape.get_dim_by_name("memory_length")
   params = layer.make_params(context, x.shape.dims[-1], memory.shape.dims[-1])
   q = params.compute_q(x)
-  if layer.shared_kv:
-    k = v = params.compute_kv(memory)
+  if context.incremental and context.constant_states is not None:
+    # Decoding: the keys and values of the encoder output computed in first_part mode.
+    k, v = context.get_constant_state()
   else:
-    k, v = params.compute_k(memory), params.compute_v(memory)
+    if layer.shared_kv:
+      k = v = params.compute_kv(memory)
+    else:
+      k, v = params.compute_k(memory), params.compute_v(memory)
+    if context.mode == "first_part" and context.constant_states is not None:
+      context.record_constant_state((k, v))
   bias = enc_dec_attention_bias(layer, context, params.query_heads_dims)
   kwargs = layer.attention_kwargs_from_context(context)
   if z_loss_coeff:
@@ -529,6 +570,14 @@ class EncDecAttention(SelfAttention):
                          type(self).__name__, self.name), op=self.name)
     return memory
 
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding attends from each position to the encoder output's keys and
+    values, computed once (constant states); the relative-position spans of a
+    relative_attention_type need the whole target sequence."""
+    return not callable(self.attention_func) and self.relative_attention_type is None
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] attends to the encoder output; returns x's shape."""
     with class_scope(self):
@@ -580,6 +629,12 @@ class LocalSelfAttention(SelfAttention):
     """0 when causal, else radius."""
     return 0 if _model_flag(context, "fully_autoregressive") else self.radius
 
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding attends to the cached window of radius positions."""
+    return True
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape."""
     del losses
@@ -590,6 +645,11 @@ class LocalSelfAttention(SelfAttention):
         k = v = params.compute_kv(x)
       else:
         k, v = params.compute_k(x), params.compute_v(x)
+      if context.incremental:
+        return self._call_incremental(context, x, params, q, k, v)
+      if context.mode == "first_part":
+        memory = [_rename_length(t, context.length_dim.name) for t in (k, v)]
+        cached_memory(context, memory[:1] if self.shared_kv else memory)
       kwargs = self.attention_kwargs_from_context(context)
       kwargs["context"] = context
       o = attention.local_attention_1d(
@@ -599,6 +659,15 @@ class LocalSelfAttention(SelfAttention):
           sequence_id=context.sequence_id, write_priority=context.write_priority,
           read_priority=context.read_priority, attention_kwargs=kwargs)
       return params.compute_output(o, output_shape=x.shape)
+
+  def _call_incremental(self, context, x, params, q, k, v):
+    """One query attends to the cached keys and values, masked by compute_bias to the
+    window (p - radius, p]."""
+    k, v, memory_length, memory_position = self.cached_kv(context, k, v)
+    bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)
+    o = attention.attention(q, k, v, memory_length, self.kv_dim, self.kv_dim, bias=bias,
+                            context=context, **self.attention_kwargs_from_context(context))
+    return params.compute_output(o, output_shape=x.shape)
 
 
 @gin.configurable(module="transformer_layers")
@@ -610,6 +679,13 @@ class ParallelLayer(TransformerLayer):
     self.layer_classes = [c() if isinstance(c, type) else c for c in layer_classes]
     self.use_scope = use_scope
 
+  @property
+  def supports_incremental_decoding(self):
+    """Whether every parallel layer supports cached decoding."""
+    from models.transformer import decoding  # pylint: disable=g-import-not-at-top
+    return all(decoding.layer_supports_incremental(l) for l in self.layer_classes)
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """Sum of the layers' outputs on x, times len(layers)**-0.5."""
     del losses
