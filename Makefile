@@ -26,7 +26,7 @@ train: $(STAMP)
 	$(MAIN) --mode=decode
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadfile tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache

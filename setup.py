@@ -27,7 +27,7 @@ setuptools.setup(
         "text": ["sentencepiece"],
         # jax/jaxlib run XLA's SPMD partitioner on host CPUs in the GSPMD tests (version
         # verified with TF 2.21); nbclient/nbformat/ipykernel execute colab/ notebooks.
-        "test": ["pytest", "hypothesis", "jax==0.10.2", "jaxlib==0.10.2", "nbclient",
+        "test": ["pytest", "pytest-xdist", "hypothesis", "jax==0.10.2", "jaxlib==0.10.2", "nbclient",
                  "nbformat", "ipykernel", "sentencepiece", "tensorflow-datasets"],
     },
 )
