@@ -77,7 +77,8 @@ def find_checkpoints(directory, basename="model.ckpt"):
     notes.append("the latest checkpoint the state file names, %s, is incomplete (its "
                  ".index or data file is missing)" % _name(listed[-1]))
   newest_step = max([files.step_from_prefix(p) or -1 for p in complete] + [-1])
-  newer = [p for p in scanned if p not in complete and files.step_from_prefix(p) > newest_step]
+  newer = [p for p in scanned
+           if p not in complete and files.step_from_prefix(p) > newest_step]
   if newer:
     notes.append("found newer complete checkpoint(s) the state file does not list: %s"
                  % ", ".join(_name(p) for p in newer))
@@ -90,8 +91,9 @@ def find_checkpoints(directory, basename="model.ckpt"):
 
 def leftovers(directory, basename="model.ckpt"):
   """Files a killed save or prune left behind: the hidden temporaries this library
-  writes through (checkpoints, the state file, text files), and data shards of `<basename>-<step>` prefixes that have no .index
-  (and that the state file does not name). Returns their paths, sorted."""
+  writes through (checkpoints, the state file, text files), and data shards of
+  `<basename>-<step>` prefixes that have no .index (and that the state file does not
+  name). Returns their paths, sorted."""
   listed, _ = files.read_state_file(directory)
   listed = set(listed)
   found = []

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError
+from models.transformer import decode_io
 from models.transformer import evaluation
 from models.transformer import model_graph
 from models.transformer import run_setup
@@ -159,18 +160,8 @@ def train_model(estimator, vocabulary, sequence_length, batch_size, train_datase
 def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
   """Decoded strings of every example input_fn yields (cut at EOS)."""
   vocab = _vocab(vocabulary, "targets")
-  return [_text(row["outputs"], vocab) for row in
+  return [decode_io.ids_to_text(row["outputs"], vocab) for row in
           estimator.predict(input_fn, checkpoint_path=checkpoint_path)]
-
-
-def _text(ids, vocab, eos_id=1):
-  out = []
-  for i in np.asarray(ids).tolist():
-    if i == eos_id:
-      break
-    if i:
-      out.append(i)
-  return vocab.decode(out)
 
 
 @gin.configurable(module="utils")
@@ -208,11 +199,11 @@ def decode_from_dataset(estimator, vocabulary, model_type, batch_size, sequence_
       {"inputs": np.concatenate([b["inputs"] for b in batches])}).batch(batch_size),
                    vocabulary, checkpoint_path=checkpoint_path)
   step = mtf.checkpoint.step_from_prefix(checkpoint_path or estimator.latest_checkpoint())
-  vocab_in, vocab_out = _vocab(vocabulary, "inputs"), _vocab(vocabulary, "targets")
-  for key, lines in (("decodes", decodes),
-                     ("inputs", [_text(r, vocab_in) for b in batches for r in b["inputs"]]),
-                     ("targets", [_text(r, vocab_out) for b in batches
-                                  for r in b["targets"]])):
+  def texts(key):
+    vocab = _vocab(vocabulary, key)
+    return [decode_io.ids_to_text(row, vocab) for b in batches for row in b[key]]
+  for key, lines in (("decodes", decodes), ("inputs", texts("inputs")),
+                     ("targets", texts("targets"))):
     utils.write_lines_to_file(lines, "%s/%s-%d" % (decode_output_dir, key, step or 0))
   return decodes
 
@@ -245,7 +236,7 @@ def save_scores(results, vocabulary, scores_filename=None, save_example_text=Tru
       for key in ("inputs", "targets"):
         if results and key in results[0]:
           vocab = _vocab(vocabulary, key)
-          utils.write_lines_to_file([_text(r[key], vocab) for r in results],
+          utils.write_lines_to_file([decode_io.ids_to_text(r[key], vocab) for r in results],
                                     "%s.%s" % (scores_filename, key))
   return scores
 
@@ -268,7 +259,7 @@ def save_scores_to_tfrecords(results, vocabulary, scores_filename, shard_idx=0,
         feature[key + "_ids"] = tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
         if not save_ids_only:
           feature[key + "_text"] = tf.train.Feature(bytes_list=tf.train.BytesList(
-              value=[_text(ids, _vocab(vocabulary, key)).encode("utf-8")]))
+              value=[decode_io.ids_to_text(ids, _vocab(vocabulary, key)).encode("utf-8")]))
       writer.write(tf.train.Example(features=tf.train.Features(
           feature=feature)).SerializeToString())
   return path

@@ -37,8 +37,9 @@ def test_auto_layout_chooses_trains_and_records(tmp_path, capsys):
   # The choice is what the search function returns for the same train graph, and the
   # recorded operative config reproduces it without a search.
   gin.clear_config()
-  model_fn = lambda: utils.build_model(model_type="lm", input_vocab_size=256,  # pylint: disable=g-long-lambda
-                                       output_vocab_size=256)
+  def model_fn():
+    return utils.build_model(model_type="lm", input_vocab_size=256,
+                             output_vocab_size=256)
   try:
     from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
     gin_setup.parse_gin([], trainer_helpers.tiny_lm_bindings(model_dir, corpus)[:7])
