@@ -7,6 +7,10 @@
 gin files are looked up as given, then under each --gin_location_prefix (default: the
 repository's gin_configs/); gin_configs/defaults.gin is parsed first when present. The
 mesh shape, layout, backend, model, data and schedule all come from gin.
+
+Across processes (docs/multi_host.md): --cluster=h0:2222,h1:2222 (or TF_CONFIG) makes
+this process the chief of that cluster's workers; a TF_CONFIG task of type "worker"
+makes it serve as that worker.
 """
 import os
 import sys
@@ -24,6 +28,8 @@ flags.DEFINE_multi_string("gin_location_prefix", [], "Directories to find gin fi
                           "(default: the repository's gin_configs/).")
 flags.DEFINE_enum("mode", None, ["train", "eval", "perplexity_eval", "decode", "export"],
                   "Overrides utils.run.mode.")
+flags.DEFINE_string("cluster", None, "Worker addresses host:port,... to lay the mesh "
+                    "over (default: TF_CONFIG, else this process alone).")
 
 
 def main(argv):
@@ -38,15 +44,33 @@ def main(argv):
     params.append("utils.run.model_dir = %r" % FLAGS.model_dir)
   if FLAGS.mode:
     params.append("utils.run.mode = %r" % FLAGS.mode)
+  from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
   try:
     gin_setup.parse_gin(FLAGS.gin_file, params, FLAGS.gin_location_prefix or None)
-    utils.run()
+    role, addresses, task = cluster_setup.configure(FLAGS.cluster)
+    if role == "worker":
+      cluster_setup.serve(addresses, task, _bound("utils.run.mesh_shape", ""))
+    elif addresses:
+      from mesh_tf import cluster  # pylint: disable=g-import-not-at-top
+      with cluster.raise_lost_task(addresses):
+        utils.run()
+    else:
+      utils.run()
   except MtfError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.exit(1)
   except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     sys.exit(130)
+
+
+def _bound(name, default):
+  """gin's binding of name, or default when it is unbound."""
+  import gin  # pylint: disable=g-import-not-at-top
+  try:
+    return gin.query_parameter(name)
+  except ValueError:
+    return default
 
 
 if __name__ == "__main__":
