@@ -73,5 +73,9 @@ def mesh_devices(mesh_shape, backend):
   if backend != "placement":
     raise cluster_lib.ClusterError(
         "a cluster run needs make_mesh_impl.backend = 'placement' (got %r)" % (backend,))
-  return cluster_lib.connect(_state["addresses"], mesh_shape, _state["device_type"],
-                             _state["timeout"])
+  devices = cluster_lib.connect(_state["addresses"], mesh_shape, _state["device_type"],
+                                _state["timeout"])
+  print("mesh laid over %d devices of %d worker tasks (%s)"
+        % (len(devices), len(_state["addresses"]), ",".join(_state["addresses"])),
+        flush=True)
+  return devices

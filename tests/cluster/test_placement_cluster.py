@@ -1,8 +1,11 @@
 """A placement mesh over two worker processes (4 CPUs each), driven by one client."""
+import subprocess
+
 import numpy as np
 import pytest
 
 import cluster_helpers
+import lm_cluster_helpers
 import mesh_tf as mtf
 from models.mlp.model import MlpModel, synthetic_digits
 
@@ -30,3 +33,33 @@ def test_mlp_across_processes_matches_one_device_and_restores_anywhere(workers, 
     mtf.restore_checkpoint(result["checkpoint"], impl)
     np.testing.assert_allclose(float(eval_step(images, labels)), result["eval_loss"],
                                rtol=1e-5)
+
+
+def test_make_train_lm_across_processes_matches_one_process(workers, tmp_path):
+  corpus = lm_cluster_helpers.trainer_helpers.write_corpus(tmp_path)
+  cluster_dir, local_dir = tmp_path / "cluster", tmp_path / "local"
+  run = subprocess.run(
+      lm_cluster_helpers.cluster_command(lm_cluster_helpers.lm_params(cluster_dir, corpus),
+                                         workers),
+      cwd=cluster_helpers.REPO_ROOT, env=cluster_helpers.env(), capture_output=True,
+      text=True, timeout=240, check=False)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "8 devices of 2 worker tasks" in run.stdout
+  assert "PlacementMeshImpl" in run.stdout and "batch:2;model:4" in run.stdout
+  history = lm_cluster_helpers.run_here(lm_cluster_helpers.lm_params(local_dir, corpus))
+  cluster_losses = lm_cluster_helpers.losses_of(cluster_dir)
+  assert [s for s, _ in cluster_losses] == [1, 2, 3, 4]
+  np.testing.assert_allclose([l for _, l in cluster_losses], [l for _, l in history],
+                             rtol=1e-5)
+  lm_cluster_helpers.assert_same_weights(
+      lm_cluster_helpers.checkpoint_weights(cluster_dir),
+      lm_cluster_helpers.checkpoint_weights(local_dir))
+  # The chief's checkpoint restores in this one process on [] and on [2,4].
+  evals = [lm_cluster_helpers.run_here(
+      lm_cluster_helpers.lm_params(cluster_dir, corpus),
+      ["utils.run.mode = 'eval'", "utils.run.mesh_shape = %r" % mesh,
+       "utils.run.layout_rules = %r" % layout])
+           for mesh, layout in (("", ""), ("batch:2,model:4", "batch:batch,d_ff:model,"
+                                            "heads:model,vocab:model"))]
+  assert evals[0]["step"] == evals[1]["step"] == 4
+  np.testing.assert_allclose(evals[0]["loss"], evals[1]["loss"], rtol=1e-5)
