@@ -13,4 +13,5 @@ from mesh_tf.cluster.spec import ClusterError
 from mesh_tf.cluster.spec import cluster_spec
 from mesh_tf.cluster.spec import from_tf_config
 from mesh_tf.cluster.spec import parse_addresses
+from mesh_tf.cluster.spec import processes_of_devices
 from mesh_tf.cluster.spec import task_devices

@@ -84,3 +84,8 @@ def task_of_device(device):
   """The task index in a device name (0 for a device with no task: the local one)."""
   spec = tf.DeviceSpec.from_string(device if device.startswith("/") else "/" + device)
   return spec.task or 0
+
+
+def processes_of_devices(devices):
+  """The task of each device in a mesh's device list (for cross-process accounting)."""
+  return [task_of_device(d) for d in devices]

@@ -83,6 +83,18 @@ def local_workers(log_dir, num_tasks=2, virtual_cpus=4):
     stop(procs)
 
 
+@contextlib.contextmanager
+def local_listener():
+  """A loopback socket that accepts connections; yields its "localhost:port"."""
+  s = socket.socket()
+  try:
+    s.bind(("localhost", 0))
+    s.listen(8)
+    yield "localhost:%d" % s.getsockname()[1]
+  finally:
+    s.close()
+
+
 def run_script(args, timeout=240):
   """Runs `python args...` in the repository; returns the CompletedProcess."""
   return subprocess.run([sys.executable] + list(args), cwd=REPO_ROOT, env=env(),

@@ -63,3 +63,18 @@ def test_make_train_lm_across_processes_matches_one_process(workers, tmp_path):
                                             "heads:model,vocab:model"))]
   assert evals[0]["step"] == evals[1]["step"] == 4
   np.testing.assert_allclose(evals[0]["loss"], evals[1]["loss"], rtol=1e-5)
+
+
+def test_trainer_refuses_a_cluster_that_does_not_fit_the_mesh(workers, tmp_path):
+  corpus = lm_cluster_helpers.trainer_helpers.write_corpus(tmp_path)
+  params = lm_cluster_helpers.lm_params(tmp_path / "m", corpus) + [
+      "utils.run.mesh_shape = 'batch:2,model:2'"]
+  run = subprocess.run(lm_cluster_helpers.cluster_command(params, workers),
+                       cwd=cluster_helpers.REPO_ROOT, env=cluster_helpers.env(),
+                       capture_output=True, text=True, timeout=240, check=False)
+  assert run.returncode == 1
+  errors = [l for l in run.stderr.splitlines() if l.startswith("error:")]
+  assert errors == ["error: mesh batch:2;model:2 has 4 processors but the cluster's 2 "
+                    "tasks offer 4/4 CPU devices (8 in all); start the workers with "
+                    "--virtual_cpus=2, or change the mesh"], run.stderr[-2000:]
+  assert not (tmp_path / "m" / "checkpoint").exists()
