@@ -4,7 +4,7 @@ rows:2;cols:4 over the given cluster's 8 devices, from the same initial weights.
     python tests/cluster/mlp_client.py CLUSTER MODEL_DIR
 
 Prints one JSON line: both runs' losses, the cluster run's final eval loss, the
-checkpoint path, and the cross-process bytes measured and predicted per task.
+checkpoint path, the devices, and the error connecting with a mesh that does not fit.
 """
 import json
 import os
@@ -34,13 +34,19 @@ def train(impl):
 
 def main(cluster_arg, model_dir):
   single_losses = train(mtf.PlacementMeshImpl("", "", [""]))[1]
+  try:
+    cluster.connect(cluster_arg, "rows:2;cols:2")  # 4 processors on 8 devices
+    mismatch = None
+  except cluster.ClusterError as e:
+    mismatch = str(e)
   devices = cluster.connect(cluster_arg, MESH)
   impl = mtf.PlacementMeshImpl(MESH, LAYOUT, devices)
   _, losses, eval_loss = train(impl)
   path = mtf.save_checkpoint(os.path.join(model_dir, "model.ckpt"), impl,
                              global_step=STEPS)
   print(json.dumps({"single_losses": single_losses, "losses": losses,
-                    "eval_loss": eval_loss, "checkpoint": path, "devices": devices}))
+                    "eval_loss": eval_loss, "checkpoint": path, "devices": devices,
+                    "mismatch_error": mismatch}))
 
 
 if __name__ == "__main__":
