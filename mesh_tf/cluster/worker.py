@@ -23,23 +23,10 @@ flags.DEFINE_integer("task", None, "This worker's index in --cluster (default: "
 flags.DEFINE_integer("virtual_cpus", 1, "CPU devices this worker offers.")
 
 
-def make_server(addresses, task, virtual_cpus=1, start=True):
-  """A tf.distribute.Server for task `task` of `addresses`, with virtual_cpus CPUs."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from mesh_tf.cluster import spec  # pylint: disable=g-import-not-at-top
-  if not 0 <= task < len(addresses):
-    raise spec.ClusterError("--task=%d is not an index of the %d workers %s"
-                            % (task, len(addresses), ",".join(addresses)), task=task)
-  if virtual_cpus < 1:
-    raise spec.ClusterError("--virtual_cpus=%d: a worker needs at least 1" % virtual_cpus)
-  config = tf.compat.v1.ConfigProto(device_count={"CPU": int(virtual_cpus)})
-  return tf.distribute.Server(spec.cluster_spec(addresses), job_name=spec.JOB,
-                              task_index=task, config=config, start=start)
-
-
 def main(argv):
   del argv
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  from mesh_tf.cluster import server as server_lib  # pylint: disable=g-import-not-at-top
   from mesh_tf.cluster import spec  # pylint: disable=g-import-not-at-top
   try:
     if FLAGS.cluster:
@@ -52,7 +39,7 @@ def main(argv):
       task = found[2] if FLAGS.task is None else FLAGS.task
     if task is None:
       raise spec.ClusterError("give --task=N, this worker's index in --cluster")
-    server = make_server(addresses, task, FLAGS.virtual_cpus)
+    server = server_lib.make_server(addresses, task, FLAGS.virtual_cpus)
   except ValueError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.exit(1)

@@ -53,14 +53,14 @@ def addresses():
 
 def serve(addresses_, task, mesh_shape):
   """Runs this process as worker `task`, with its share of the mesh's devices."""
-  from mesh_tf.cluster import worker  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import server as server_lib  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   size = mtf.convert_to_shape(mesh_shape).size
   if size % len(addresses_):
     raise cluster_lib.ClusterError(
         "mesh %s of %d processors cannot be split evenly over %d workers"
         % (mtf.convert_to_shape(mesh_shape).to_string, size, len(addresses_)))
-  server = worker.make_server(addresses_, task, size // len(addresses_))
+  server = server_lib.make_server(addresses_, task, size // len(addresses_))
   print("worker %d of %d serving %s with %d CPU devices"
         % (task, len(addresses_), addresses_[task], size // len(addresses_)), flush=True)
   server.join()
