@@ -70,3 +70,12 @@ def test_lost_task_error_names_the_task_and_only_for_peer_errors():
     assert "resume from the last checkpoint" in str(err)
     assert faults.lost_task_error(ValueError("x"), addresses) is None
     assert faults.lost_task_error(unavailable, [live]) is None  # all alive: not a loss
+
+
+@pytest.mark.parametrize("task, cpus, words", [(2, 4, "--task=2 is not an index of the 2"),
+                                               (-1, 4, "--task=-1"),
+                                               (0, 0, "--virtual_cpus=0")])
+def test_worker_refuses_bad_task_or_device_count(task, cpus, words):
+  from mesh_tf.cluster import server  # pylint: disable=g-import-not-at-top
+  with pytest.raises(cluster.ClusterError, match=words):
+    server.make_server(["localhost:1", "localhost:2"], task, cpus, start=False)

@@ -44,8 +44,11 @@ def _emitted_records(model, impl, feeds):
   return lowerings[-1].comm_records
 
 
-@pytest.mark.parametrize("build", [_mlp, _tiny_lm], ids=["mlp", "transformer_layer"])
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+CASES = [(layout, _mlp) for layout in LAYOUTS] + [("dp+mp", _tiny_lm), ("mp+dp", _tiny_lm)]
+
+
+@pytest.mark.parametrize("layout, build", CASES,
+                         ids=["%s-%s" % (l, b.__name__[1:]) for l, b in CASES])
 def test_crossing_bytes_measured_equal_predicted(layout, build):
   mesh_shape, rules = LAYOUTS[layout]
   model, feeds = build()
