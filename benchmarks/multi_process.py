@@ -83,7 +83,8 @@ def main(_):
   base = results[FLAGS.configs[0]]
   print(common.machine_line())
   print("tiny LM %s on mesh %s, layout %s; %d steps x %d repeats, median per step"
-        % (common.LM_SIZES[FLAGS.size], MESH, LAYOUT, FLAGS.steps, FLAGS.repeats))
+        % (dict(common.LM_SIZES[FLAGS.size], heads=8), MESH, LAYOUT, FLAGS.steps,
+           FLAGS.repeats))
   rows = [["processes x devices", "ms/step", "vs %s" % FLAGS.configs[0],
            "cross-process B/step", "max B/process", "loss after 2 steps"]]
   for name, r in results.items():
