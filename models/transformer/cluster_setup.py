@@ -16,7 +16,9 @@ writes checkpoints (full-shape and name-based, so they restore on any mesh).
 import gin
 
 from mesh_tf import cluster as cluster_lib
+from mesh_tf.cluster import spec
 
+JOB_WORKER = spec.JOB  # the TF_CONFIG task type of a worker
 # Set by configure(): the worker addresses of this run, or None for one process.
 _state = {"addresses": None, "device_type": "CPU", "timeout": 10.0}
 
@@ -79,3 +81,23 @@ def mesh_devices(mesh_shape, backend):
         % (len(devices), len(_state["addresses"]), ",".join(_state["addresses"])),
         flush=True)
   return devices
+
+
+def run_in_role(cluster_flag, run_fn):
+  """Runs this process's role: a worker serves (never returns); the chief runs run_fn
+  with a lost worker reported as a ClusterError naming it; one process runs run_fn."""
+  role, addresses_, task = configure(cluster_flag)
+  if role == JOB_WORKER:
+    return serve(addresses_, task, _bound("utils.run.mesh_shape", ""))
+  if addresses_:
+    with cluster_lib.raise_lost_task(addresses_):
+      return run_fn()
+  return run_fn()
+
+
+def _bound(name, default):
+  """gin's binding of name, or default when it is unbound."""
+  try:
+    return gin.query_parameter(name)
+  except ValueError:
+    return default

@@ -47,30 +47,13 @@ def main(argv):
   from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
   try:
     gin_setup.parse_gin(FLAGS.gin_file, params, FLAGS.gin_location_prefix or None)
-    role, addresses, task = cluster_setup.configure(FLAGS.cluster)
-    if role == "worker":
-      cluster_setup.serve(addresses, task, _bound("utils.run.mesh_shape", ""))
-    elif addresses:
-      from mesh_tf import cluster  # pylint: disable=g-import-not-at-top
-      with cluster.raise_lost_task(addresses):
-        utils.run()
-    else:
-      utils.run()
+    cluster_setup.run_in_role(FLAGS.cluster, utils.run)
   except MtfError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.exit(1)
   except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     sys.exit(130)
-
-
-def _bound(name, default):
-  """gin's binding of name, or default when it is unbound."""
-  import gin  # pylint: disable=g-import-not-at-top
-  try:
-    return gin.query_parameter(name)
-  except ValueError:
-    return default
 
 
 if __name__ == "__main__":

@@ -46,3 +46,20 @@ def test_cluster_needs_the_placement_backend():
 def test_uneven_worker_split_is_refused_before_serving():
   with pytest.raises(cluster.ClusterError, match="cannot be split evenly over 3"):
     cluster_setup.serve(["a:1", "b:2", "c:3"], 0, "batch:2,model:4")
+
+
+def test_run_in_role_runs_alone_or_names_a_lost_worker():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import cluster_helpers  # pylint: disable=g-import-not-at-top
+  assert cluster_setup.run_in_role(None, lambda: "ran") == "ran"
+  port, = cluster_helpers.free_ports(1)  # nobody listens: the worker is gone
+
+  def step_fails():
+    raise tf.errors.UnavailableError(None, None, "Socket closed")
+  with cluster_helpers.local_listener() as live:
+    with pytest.raises(cluster.ClusterError, match="lost worker task 1 ") as info:
+      cluster_setup.run_in_role("%s,localhost:%d" % (live, port), step_fails)
+    assert info.value.task == 1
+    with pytest.raises(ValueError, match="not a cluster failure"):  # passed through
+      cluster_setup.run_in_role(live, lambda: (_ for _ in ()).throw(
+          ValueError("not a cluster failure")))
