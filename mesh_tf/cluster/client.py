@@ -52,13 +52,18 @@ def mesh_devices_for(mesh_shape, counts, device_type="CPU"):
   per_task = set(counts.values())
   total = sum(counts.values())
   if len(per_task) != 1 or total != mesh_shape.size:
+    share = (mesh_shape.size // len(counts) if mesh_shape.size % len(counts) == 0
+             else None)
+    if device_type.upper() == "CPU" and share:
+      hint = "start the workers with --virtual_cpus=%d, or change the mesh" % share
+    else:
+      hint = "give every worker the same number of %s devices (mesh size / workers)" % (
+          device_type)
     raise spec.ClusterError(
         "mesh %s has %d processors but the cluster's %d tasks offer %s %s devices (%d "
-        "in all); start the workers with --virtual_cpus=%s, or change the mesh"
-        % (mesh_shape.to_string or "[]", mesh_shape.size, len(counts),
-           "/".join(str(counts[t]) for t in sorted(counts)), device_type, total,
-           "%d" % (mesh_shape.size // len(counts)) if mesh_shape.size % len(counts) == 0
-           else "<mesh size / tasks>"), mesh_dim=None)
+        "in all); %s" % (mesh_shape.to_string or "[]", mesh_shape.size, len(counts),
+                         "/".join(str(counts[t]) for t in sorted(counts)), device_type,
+                         total, hint))
   return spec.task_devices(len(counts), per_task.pop(), device_type)
 
 

@@ -35,8 +35,11 @@ def main(argv):
       found = spec.from_tf_config()
       if found is None:
         raise spec.ClusterError("give --cluster=host:port,... (or set TF_CONFIG)")
-      addresses = found[0]
-      task = found[2] if FLAGS.task is None else FLAGS.task
+      addresses, task_type, index = found
+      if task_type != spec.JOB and FLAGS.task is None:
+        raise spec.ClusterError("TF_CONFIG names a %r task; a worker needs type %r "
+                                "(or --task=N)" % (task_type, spec.JOB))
+      task = index if FLAGS.task is None else FLAGS.task
     if task is None:
       raise spec.ClusterError("give --task=N, this worker's index in --cluster")
     server = server_lib.make_server(addresses, task, FLAGS.virtual_cpus)

@@ -79,3 +79,11 @@ def test_worker_refuses_bad_task_or_device_count(task, cpus, words):
   from mesh_tf.cluster import server  # pylint: disable=g-import-not-at-top
   with pytest.raises(cluster.ClusterError, match=words):
     server.make_server(["localhost:1", "localhost:2"], task, cpus, start=False)
+
+
+def test_gpu_mismatch_hint_asks_for_equal_gpus():
+  with pytest.raises(cluster.ClusterError, match="offer 2/1 GPU devices .* same number "
+                     "of GPU devices"):
+    cluster.mesh_devices_for("batch:4", {0: 2, 1: 1}, device_type="GPU")
+  assert cluster.mesh_devices_for("batch:4", {0: 2, 1: 2}, "GPU")[3] == (
+      "/job:worker/replica:0/task:1/device:GPU:1")
