@@ -57,3 +57,36 @@ def format_report(records, mesh_shape):
   widths = [max(len(row[i]) for row in rows) for i in range(4)]
   return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
                    for row in rows)
+
+
+def bytes_crossing_processes(records, mesh_shape, process_of_pnum):
+  """{process: bytes its processors send to processors of other processes} for records.
+
+  Each group (the processors differing only on the record's mesh axes, in processor-
+  coordinate order) is a ring: allreduce, allconcat and receive send each processor's
+  share (the per-processor formulas above) to its successor on the ring, and that share
+  crosses the boundary when the successor sits in another process; alltoall sends 1/n
+  of the slice straight to each other member, so the pieces for members of other
+  processes cross. process_of_pnum[p] is the process (task) holding processor p.
+  """
+  from mesh_tf.shapes import processor_groups  # pylint: disable=g-import-not-at-top
+  from mesh_tf.shapes import convert_to_shape  # pylint: disable=g-import-not-at-top
+  mesh_shape = convert_to_shape(mesh_shape)
+  process_of_pnum = list(process_of_pnum)
+  out = {p: 0.0 for p in sorted(set(process_of_pnum))}
+  groups = {}
+  for r in records:
+    if r.group_size <= 1:
+      continue
+    if r.mesh_axes not in groups:
+      groups[r.mesh_axes] = processor_groups(mesh_shape, list(r.mesh_axes))
+    n = r.group_size
+    for group in groups[r.mesh_axes]:
+      for i, pnum in enumerate(group):
+        here = process_of_pnum[pnum]
+        if r.kind == "alltoall":
+          away = sum(1 for q in group if process_of_pnum[q] != here)
+          out[here] += away * r.slice_bytes / n
+        elif process_of_pnum[group[(i + 1) % n]] != here:
+          out[here] += bytes_sent_per_processor(r)
+  return out

@@ -53,7 +53,10 @@ def make_mesh_impl(mesh_shape, layout_rules):
   mesh_shape = mtf.convert_to_shape(mesh_shape)
   layout_rules = mtf.convert_to_layout_rules(layout_rules)
   backend = configured_backend()
-  devices = mesh_devices(mesh_shape.size, backend)
+  from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
+  devices = cluster_setup.mesh_devices(mesh_shape, backend)  # None: one process
+  if devices is None:
+    devices = mesh_devices(mesh_shape.size, backend)
   return mtf.make_mesh_impl(mesh_shape=mesh_shape, layout=layout_rules, devices=devices)
 
 

@@ -1,0 +1,102 @@
+"""The tiny Transformer LM on mesh batch:2;model:4 laid over worker processes on this
+host (loopback gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2. Prints the median step
+time and the bytes per step that cross a process boundary (communication accounting),
+each as a ratio to 1 x 8, and the losses (which must agree).
+
+  python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small]
+
+Each configuration starts its workers (mesh_tf.cluster.worker) and a client process
+(this script with --client), which connects, trains and reports one JSON line; all
+processes are killed before the next configuration starts. The client is a separate
+process in every configuration, so 1 x 8 pays the same client-worker hop as the others.
+"""
+import json
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+from benchmarks import common
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("steps", 10, "Train steps per timed block.")
+flags.DEFINE_integer("repeats", 5, "Timed blocks (the median is reported).")
+flags.DEFINE_string("size", "small", "Model size: tiny (for smoke tests) or small.")
+flags.DEFINE_list("configs", ["1x8", "2x4", "4x2"], "processes x devices per process.")
+flags.DEFINE_string("client", None, "Internal: run as the client of this cluster.")
+
+MESH = "batch:2;model:4"
+LAYOUT = "batch:batch;d_ff:model;heads:model;vocab:model"
+
+
+def run_client(cluster_arg):
+  """Connects, times the train step, and prints one JSON line of results."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  from mesh_tf import cluster  # pylint: disable=g-import-not-at-top
+  from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
+  from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
+  devices = cluster.connect(cluster_arg, MESH)
+  c = config.TinyLmConfig(**dict(common.LM_SIZES[FLAGS.size], heads=8))
+  batch = config.synthetic_batch(c)
+  inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
+  tf.random.set_seed(0)
+  model = mtf_model.TinyLmModel(c)
+  impl = mtf.PlacementMeshImpl(MESH, LAYOUT, devices)
+  step = model.make_train_step(impl)
+  losses = [float(step(inputs, targets)) for _ in range(2)]  # traces once, records
+  crossing = communication.bytes_crossing_processes(
+      impl.comm_log, MESH, cluster.processes_of_devices(devices))
+  seconds = common.time_alternating({"step": lambda: step(inputs, targets)},
+                                    FLAGS.steps, FLAGS.repeats)["step"]
+  print(json.dumps({"seconds": seconds, "losses": losses,
+                    "crossing": [crossing[t] for t in sorted(crossing)]}))
+
+
+def run_config(processes, per_process):
+  """Starts the workers and a client for one configuration; returns its results."""
+  from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=root)
+  with local.local_workers(processes, per_process, env=env, cwd=root) as (addresses, _):
+    client = subprocess.run(
+        [sys.executable, "-m", "benchmarks.multi_process", "--client=" + ",".join(addresses),
+         "--size=" + FLAGS.size, "--steps=%d" % FLAGS.steps,
+         "--repeats=%d" % FLAGS.repeats], cwd=root, env=env, capture_output=True,
+        text=True, timeout=900, check=False)
+  if client.returncode:
+    raise RuntimeError("client of %dx%d failed:\n%s"
+                       % (processes, per_process, client.stderr[-3000:]))
+  return json.loads([l for l in client.stdout.splitlines() if l.startswith("{")][-1])
+
+
+def main(_):
+  if FLAGS.client:
+    run_client(FLAGS.client)
+    return
+  results = {}
+  for name in FLAGS.configs:
+    processes, per_process = (int(s) for s in name.split("x"))
+    results[name] = run_config(processes, per_process)
+  base = results[FLAGS.configs[0]]
+  print(common.machine_line())
+  print("tiny LM %s on mesh %s, layout %s; %d steps x %d repeats, median per step"
+        % (dict(common.LM_SIZES[FLAGS.size], heads=8), MESH, LAYOUT, FLAGS.steps,
+           FLAGS.repeats))
+  rows = [["processes x devices", "ms/step", "vs %s" % FLAGS.configs[0],
+           "cross-process B/step", "max B/process", "loss after 2 steps"]]
+  for name, r in results.items():
+    rows.append([name, "%.1f" % (1e3 * r["seconds"]),
+                 "%.2f" % (r["seconds"] / base["seconds"]),
+                 "%.0f" % sum(r["crossing"]), "%.0f" % max(r["crossing"]),
+                 "%.6f" % r["losses"][-1]])
+  common.print_table(rows)
+  print("cross-process bytes: communication.bytes_crossing_processes of the collectives "
+        "the placement backend emitted, with processors laid task-major over the "
+        "processes.")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,103 @@
+"""The trainer on several processes: where the cluster comes from, and each role.
+
+    # on every worker host (task i of N):
+    TF_CONFIG='{"cluster": {"worker": ["h0:2222", "h1:2222"]},
+                "task": {"type": "worker", "index": i}}' \\
+        python -m models.transformer.main --gin_file=...      # serves, never returns
+    # on the chief (the single client: builds the program, reads data, checkpoints):
+    TF_CONFIG='{... "task": {"type": "chief", "index": 0}}' \\
+        python -m models.transformer.main --gin_file=... --mode=train
+
+or, instead of TF_CONFIG, `--cluster=h0:2222,h1:2222` on the chief and
+`python -m mesh_tf.cluster.worker --cluster=... --task=i --virtual_cpus=k` on workers.
+The placement mesh is laid over all workers' devices, task-major; only the chief
+writes checkpoints (full-shape and name-based, so they restore on any mesh).
+"""
+import gin
+
+from mesh_tf import cluster as cluster_lib
+from mesh_tf.cluster import spec
+
+JOB_WORKER = spec.JOB  # the TF_CONFIG task type of a worker
+# Set by configure(): the worker addresses of this run, or None for one process.
+_state = {"addresses": None, "device_type": "CPU", "timeout": 10.0}
+
+
+@gin.configurable(module="cluster_setup")
+def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0):
+  """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process),
+  the device type the mesh uses on the workers, and seconds to wait for each worker."""
+  return cluster, device_type, float(connect_timeout)
+
+
+def configure(cluster_flag=None):
+  """Decides this process's role from --cluster, gin and TF_CONFIG; returns
+  ("single" | "chief" | "worker", worker addresses or None, task index)."""
+  cluster, device_type, timeout = cluster_config()
+  cluster = cluster_flag or cluster
+  _state.update(device_type=device_type, timeout=timeout)
+  if cluster:
+    _state["addresses"] = cluster_lib.parse_addresses(cluster)
+    return "chief", _state["addresses"], 0
+  found = cluster_lib.from_tf_config()
+  if found is None:
+    _state["addresses"] = None
+    return "single", None, 0
+  addresses, task_type, index = found
+  _state["addresses"] = addresses
+  return task_type, addresses, index
+
+
+def addresses():
+  """The configured worker addresses, or None when the run is one process."""
+  return _state["addresses"]
+
+
+def serve(addresses_, task, mesh_shape):
+  """Runs this process as worker `task`, with its share of the mesh's devices."""
+  from mesh_tf.cluster import server as server_lib  # pylint: disable=g-import-not-at-top
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  size = mtf.convert_to_shape(mesh_shape).size
+  if size % len(addresses_):
+    raise cluster_lib.ClusterError(
+        "mesh %s of %d processors cannot be split evenly over %d workers"
+        % (mtf.convert_to_shape(mesh_shape).to_string, size, len(addresses_)))
+  server = server_lib.make_server(addresses_, task, size // len(addresses_))
+  print("worker %d of %d serving %s with %d CPU devices"
+        % (task, len(addresses_), addresses_[task], size // len(addresses_)), flush=True)
+  server.join()
+
+
+def mesh_devices(mesh_shape, backend):
+  """The mesh's devices on the cluster (connecting to it), or None for one process."""
+  if _state["addresses"] is None:
+    return None
+  if backend != "placement":
+    raise cluster_lib.ClusterError(
+        "a cluster run needs make_mesh_impl.backend = 'placement' (got %r)" % (backend,))
+  devices = cluster_lib.connect(_state["addresses"], mesh_shape, _state["device_type"],
+                                _state["timeout"])
+  print("mesh laid over %d devices of %d worker tasks (%s)"
+        % (len(devices), len(_state["addresses"]), ",".join(_state["addresses"])),
+        flush=True)
+  return devices
+
+
+def run_in_role(cluster_flag, run_fn):
+  """Runs this process's role: a worker serves (never returns); the chief runs run_fn
+  with a lost worker reported as a ClusterError naming it; one process runs run_fn."""
+  role, addresses_, task = configure(cluster_flag)
+  if role == JOB_WORKER:
+    return serve(addresses_, task, _bound("utils.run.mesh_shape", ""))
+  if addresses_:
+    with cluster_lib.raise_lost_task(addresses_):
+      return run_fn()
+  return run_fn()
+
+
+def _bound(name, default):
+  """gin's binding of name, or default when it is unbound."""
+  try:
+    return gin.query_parameter(name)
+  except ValueError:
+    return default
