@@ -48,13 +48,15 @@ def mesh_devices(mesh_size, backend):
     return ["/cpu:%d" % i for i in range(mesh_size)]
 
 
-def make_mesh_impl(mesh_shape, layout_rules):
-  """A MeshImpl of the gin-configured backend (placement by default)."""
+def make_mesh_impl(mesh_shape, layout_rules, devices=None):
+  """A MeshImpl of the gin-configured backend (placement by default), on devices (by
+  default the cluster's, else this process's)."""
   mesh_shape = mtf.convert_to_shape(mesh_shape)
   layout_rules = mtf.convert_to_layout_rules(layout_rules)
   backend = configured_backend()
   from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
-  devices = cluster_setup.mesh_devices(mesh_shape, backend)  # None: one process
+  if devices is None:
+    devices = cluster_setup.mesh_devices(mesh_shape, backend)  # None: one process
   if devices is None:
     devices = mesh_devices(mesh_shape.size, backend)
   return mtf.make_mesh_impl(mesh_shape=mesh_shape, layout=layout_rules, devices=devices)
@@ -166,6 +168,11 @@ def _whole(name, value, minimum, allow_none=False):
   return int(value)
 
 
+def check_train_steps(train_steps):
+  """train_steps as an int >= 0, else a one-line MtfError."""
+  return _whole("train_steps", train_steps, 0)
+
+
 def check_run_parameters(model_dir, train_steps, save_checkpoints_steps,
                          iterations_per_loop, keep_checkpoint_max, eval_steps,
                          sequence_length, mesh_shape, auto_layout=False):
@@ -176,7 +183,8 @@ def check_run_parameters(model_dir, train_steps, save_checkpoints_steps,
   if not model_dir or not isinstance(model_dir, (str, os.PathLike)):
     _fail("model_dir", model_dir, "give a directory with --model_dir (or bind "
           "utils.run.model_dir)")
-  train_steps = _whole("train_steps", train_steps, 0)
+  if not callable(train_steps):  # else computed once the batch size is known
+    train_steps = check_train_steps(train_steps)
   save_checkpoints_steps = _whole("save_checkpoints_steps", save_checkpoints_steps, 1)
   iterations_per_loop = _whole("iterations_per_loop", iterations_per_loop, 1)
   _whole("keep_checkpoint_max", keep_checkpoint_max, 1, allow_none=True)

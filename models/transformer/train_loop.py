@@ -76,13 +76,14 @@ class Trainer:
     num_microbatches: split each batch into this many microbatches.
     skip_nonfinite_updates: if True, a step whose loss is NaN/Inf leaves every variable
       unchanged and training goes on; if False (default) training stops with an error.
+    total_run_steps: the schedules' total steps (default train_steps).
   """
 
   def __init__(self, model_fn, mesh_impl, model_dir, batch_size, sequence_length,
                feature_keys, variable_dtype, train_steps, optimizer=None,
                learning_rate_schedule=None, save_checkpoints_steps=1000,
                keep_checkpoint_max=5, iterations_per_loop=100, num_microbatches=1,
-               skip_nonfinite_updates=False):
+               skip_nonfinite_updates=False, total_run_steps=None):
     self.mesh_impl = mesh_impl
     self.model_dir = model_dir
     self.train_steps = train_steps
@@ -91,7 +92,7 @@ class Trainer:
     self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     mtf.optimize.set_global_step(self.global_step)
     self.optimizer = make_optimizer(optimizer, make_learning_rate(
-        learning_rate_schedule, self.global_step, train_steps))
+        learning_rate_schedule, self.global_step, total_run_steps or train_steps))
     self.graph = model_graph.ModelGraph(
         model_fn(), batch_size, sequence_length, feature_keys, ModeKeys.TRAIN,
         variable_dtype, optimizer=self.optimizer, num_microbatches=num_microbatches)
@@ -232,7 +233,7 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
               train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
               keep_checkpoint_max, iterations_per_loop, eval_steps, init_checkpoint,
               num_microbatches=1, eval_decode_batches=0, skip_nonfinite_updates=False,
-              operative_config_extra=""):
+              operative_config_extra="", total_run_steps=None):
   """Train mode of utils.run (which holds model_dir's lock around it); returns the
   trainer's [(step, loss)] history. operative_config_extra is appended to
   operative_config.gin."""
@@ -246,7 +247,8 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
                     keep_checkpoint_max=keep_checkpoint_max,
                     iterations_per_loop=iterations_per_loop,
                     num_microbatches=num_microbatches,
-                    skip_nonfinite_updates=skip_nonfinite_updates)
+                    skip_nonfinite_updates=skip_nonfinite_updates,
+                    total_run_steps=total_run_steps)
   evaluator = eval_dataset = None
   if eval_dataset_fn is not None and eval_steps:
     eval_dataset = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,

@@ -18,6 +18,15 @@ from models.transformer import auto_layout
 from models.transformer import decode_io
 from models.transformer import model_dir_guard
 
+# The original's entry points (they take the MeshEstimator of get_estimator).
+from models.transformer.entry_points import (
+    compute_log_likelihoods, decode, decode_from_dataset, decode_from_file,
+    encode_delimited_lm, encode_inputs, eval_model, export_model,
+    flexible_ckpt_init_mapping, get_estimator, infer_model, save_scores,
+    save_scores_to_tfrecords, score_from_dataset, score_from_strings,
+    score_with_estimator, score_with_estimator_lazy, train_model)
+
+
 MODES = ("train", "eval", "perplexity_eval", "decode", "export")
 
 
@@ -165,43 +174,65 @@ def _default_vocabulary():
 
 
 @gin.configurable(module="utils")
-def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_fn=None,
-        eval_dataset_fn=None, dataset_split="train", mode="train",
-        save_checkpoints_steps=1000, keep_checkpoint_max=5, iterations_per_loop=100,
-        batch_size=("sequences_per_batch", 8), train_steps=1000, sequence_length=256,
-        mesh_shape="", layout_rules="", learning_rate_schedule=None, optimizer=None,
-        eval_steps=None, perplexity_eval_steps=10, eval_checkpoint_step=None,
-        init_checkpoint=None, decode_input_file=None, decode_output_file=None,
-        export_path=None, export_checkpoint_step=None, num_microbatches=1,
-        eval_dir_suffix=None, seed=0, eval_decode_batches=0, skip_nonfinite_updates=False):
+def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
+        model_dir=gin.REQUIRED, model_type="bitransformer", vocabulary=None,
+        train_dataset_fn=None, eval_dataset_fn=None, dataset_split="train",
+        autostack=True, eval_checkpoint_step=None, export_checkpoint_step=None,
+        export_path="", mode="train", iterations_per_loop=100,
+        save_checkpoints_steps=5000, keep_checkpoint_max=None, eval_summary_dir=None,
+        batch_size=("tokens_per_replica", 2048), train_steps=auto_train_steps,
+        total_run_steps=None, sequence_length=None, mesh_shape="", mesh_devices=None,
+        layout_rules="", learning_rate_schedule=None, optimizer=None, predict_fn=None,
+        variable_filter=None, perplexity_eval_steps=100, init_checkpoint=None,
+        ensemble_inputs=None, train_model_fn=train_model, skip_seen_data=False,
+        seen_data_init_step=0, output_eval_examples=True,
+        checkpoint_input_pipeline=False, eval_dir_suffix=None, eval_steps=None,
+        decode_input_file=None, decode_output_file=None, num_microbatches=1, seed=0,
+        eval_decode_batches=0, skip_nonfinite_updates=False):
   """Builds the mesh and model from gin and runs `mode`; returns the mode's result.
 
-  Args (the original's names where it had them):
+  The original's parameters, in its order and with its defaults (gin_configs/
+  defaults.gin binds this port's defaults: an LM, 1000 steps, ...), then the port's.
+
+  Args:
+    tpu_job_name, gcp_project, tpu_zone, autostack, output_eval_examples: accepted
+      and unused (nothing to connect to, no variable stacking in TF 2).
+    tpu: must be None: a TPU runs the library under TPUStrategy (README).
     model_dir: checkpoints, summaries, eval results, operative_config.gin.
     model_type: "lm" (decoder-only Unitransformer) or "bitransformer".
     vocabulary: a vocabulary object (default ByteVocabulary).
     train_dataset_fn, eval_dataset_fn: fn(sequence_length, vocabulary, dataset_split)
       -> unbatched tf.data.Dataset of int32 feature dicts.
     dataset_split: the split trained on ("train") or evaluated in eval mode.
+    eval_checkpoint_step: evaluate or decode this step's checkpoint (default: latest).
+    export_path, export_checkpoint_step: where export writes the SavedModel (default
+      <model_dir>/export), and which checkpoint it uses.
     mode: "train", "eval" / "perplexity_eval", "decode" or "export".
-    save_checkpoints_steps, keep_checkpoint_max: checkpoint period and count.
     iterations_per_loop: steps between progress lines and summaries.
+    save_checkpoints_steps, keep_checkpoint_max: checkpoint period and count (None
+      keeps all).
     batch_size: (method, value), see compute_batch_size, or an int.
-    train_steps: the global step training stops at.
+    train_steps: the global step training stops at, or fn(batch_size, sequence_length)
+      (auto_train_steps) computing it.
+    total_run_steps: the learning-rate schedules' total (default train_steps).
     sequence_length: int, or {"inputs": n, "targets": m}.
     mesh_shape, layout_rules: e.g. "batch:2;model:4", "batch:batch;d_ff:model".
       layout_rules = "auto" lets mtf.auto_mtf choose the rules (and, when mesh_shape is
       a device count such as 8, the mesh shape) for the train step; see auto_layout.py.
+    mesh_devices: device names for the mesh (default: the backend's).
     learning_rate_schedule: fn(step, total_train_steps) or a number; None keeps the
       optimizer's default.
     optimizer: an mtf optimizer class (default AdafactorOptimizer).
-    eval_steps / perplexity_eval_steps: batches per eval (periodic and eval mode);
-      periodic eval during training runs only when eval_steps is set.
-    eval_checkpoint_step: evaluate or decode this step's checkpoint (default: latest).
-    init_checkpoint: weights to start from when model_dir has no checkpoint.
+    perplexity_eval_steps / eval_steps: batches per eval (eval mode / periodic eval
+      during training, which runs only when eval_steps is set).
+    init_checkpoint: weights to start from when model_dir has no checkpoint (see
+      should_load_variable and init_checkpoint_variable_mapping).
+    eval_summary_dir, predict_fn, variable_filter, ensemble_inputs, train_model_fn,
+      skip_seen_data, seen_data_init_step, checkpoint_input_pipeline: the original's
+      options this trainer does not offer; a non-default value is an error.
+    eval_dir_suffix: eval results go to <model_dir>/eval_<suffix>.
     decode_input_file, decode_output_file: prompts in, text out (decode mode).
-    export_path, export_checkpoint_step: where export writes the SavedModel (default
-      <model_dir>/export), and which checkpoint it uses.
+    num_microbatches: microbatches per step (default: serialize_num_microbatches).
     seed: seeds TensorFlow's global random state (initializers, tf.data shuffles),
       Python's and numpy's before anything is built, so two runs of one config give
       identical results; None leaves them unseeded.
@@ -211,6 +242,15 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
       naming the step and the last good checkpoint; True skips that step's update
       instead (every variable keeps its value) and goes on.
   """
+  del tpu_job_name, gcp_project, tpu_zone, autostack, output_eval_examples
+  _refuse_unsupported(tpu=(tpu, None), eval_summary_dir=(eval_summary_dir, None),
+                      predict_fn=(predict_fn, None),
+                      variable_filter=(variable_filter, None),
+                      ensemble_inputs=(ensemble_inputs, None),
+                      train_model_fn=(train_model_fn, train_model),
+                      skip_seen_data=(skip_seen_data, False),
+                      seen_data_init_step=(seen_data_init_step, 0),
+                      checkpoint_input_pipeline=(checkpoint_input_pipeline, False))
   from models.transformer import run_setup  # pylint: disable=g-import-not-at-top
   if mode not in MODES:
     raise MtfError("unknown mode %r; choose one of %s" % (mode, ", ".join(MODES)))
@@ -219,6 +259,7 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
           model_dir, train_steps, save_checkpoints_steps, iterations_per_loop,
           keep_checkpoint_max, eval_steps, sequence_length, mesh_shape,
           auto_layout=auto_layout.wants_auto(layout_rules)))
+  export_path = export_path or None
   with contextlib.ExitStack() as held:
     if mode == "train":  # one trainer per model_dir, refused before anything is built
       held.enter_context(model_dir_guard.claimed_model_dir(model_dir))
@@ -239,10 +280,12 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
     if not isinstance(batch_size, int):
       batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules,
                                       batch_size)
+    if callable(train_steps):
+      train_steps = run_setup.check_train_steps(train_steps(batch_size, sequence_length))
     if num_microbatches == 1:  # the original's gin option, when bound
       num_microbatches = serialize_num_microbatches(
           mtf.Dimension("batch", batch_size), sequence_length, mesh_shape, layout_rules)
-    mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
+    mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules, mesh_devices)
     run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
     variable_dtype = get_variable_dtype()
     # A fresh model per mtf graph (train, eval, decode): models remember their graph.
@@ -260,7 +303,8 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
           dataset_split, batch_size, sequence_length, variable_dtype, train_steps,
           optimizer, learning_rate_schedule, save_checkpoints_steps, keep_checkpoint_max,
           iterations_per_loop, eval_steps, init_checkpoint, num_microbatches,
-          eval_decode_batches, skip_nonfinite_updates, operative_config_extra=chosen)
+          eval_decode_batches, skip_nonfinite_updates, operative_config_extra=chosen,
+          total_run_steps=total_run_steps)
     checkpoint = _checkpoint_at(model_dir, eval_checkpoint_step)
     if mode in ("eval", "perplexity_eval"):
       from models.transformer import evaluation  # pylint: disable=g-import-not-at-top
@@ -277,6 +321,15 @@ def run(model_dir=gin.REQUIRED, model_type="lm", vocabulary=None, train_dataset_
         model_fn, model_dir, _checkpoint_at(model_dir, export_checkpoint_step), vocabulary,
         batch_size, sequence_length, variable_dtype,
         export_path or os.path.join(model_dir, "export"))
+
+
+def _refuse_unsupported(**given_and_default):
+  """MtfError naming the original's run options given a value this trainer ignores."""
+  given = sorted(name for name, (value, default) in given_and_default.items()
+                 if value is not default and value != default)
+  if given:
+    raise MtfError("utils.run: %s not supported by this port's trainer; leave %s at "
+                   "the default" % (", ".join(given), "it" if len(given) == 1 else "them"))
 
 
 def _checkpoint_at(model_dir, step):
@@ -526,11 +579,3 @@ def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
   if finalize_config:
     gin.finalize()
 
-
-# The original's entry points (they take the MeshEstimator of get_estimator).
-from models.transformer.entry_points import (  # pylint: disable=g-import-not-at-top,wrong-import-position
-    compute_log_likelihoods, decode, decode_from_dataset, decode_from_file,
-    encode_delimited_lm, encode_inputs, eval_model, export_model,
-    flexible_ckpt_init_mapping, get_estimator, infer_model, save_scores,
-    save_scores_to_tfrecords, score_from_dataset, score_from_strings,
-    score_with_estimator, score_with_estimator_lazy, train_model)

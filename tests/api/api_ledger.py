@@ -4,13 +4,6 @@ regenerate_ledger.py, then reviewed; test_original_api.py fails on a failing nam
 missing here and on a listed name that now conforms (stale)."""
 
 _BY_REASON = {
-    "utils.run keeps the port's parameters and defaults (model_dir first, model_type "
-    "'lm', a global batch of 8 sequences...): reordering them under the original's TPU "
-    "connection parameters and defaults would change what existing gin configs of the "
-    "port train; the original's entry points (get_estimator, train_model, ...) are "
-    "offered with its signatures": """
-        mesh_tensorflow.transformer.utils.run
-        """,
     "TPUEstimator-only: a model_fn for tf.estimator, which TF 2.21 removed; "
     "utils.get_estimator returns the MeshEstimator that plays its role": """
         mesh_tensorflow.transformer.utils.tpu_estimator_model_fn

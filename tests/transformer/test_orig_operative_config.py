@@ -101,8 +101,10 @@ def test_full_module_paths_bind_to_port_configurables():
       "mesh_tensorflow.optimize.AdafactorOptimizer.beta1 = 0.5",
       "mesh_tensorflow.transformer.utils.run.tpu_job_name = 'worker'",
       "mesh_tensorflow.transformer.utils.run.train_steps = 7",
+      "mesh_tensorflow.transformer.utils.run.no_such_option = 1",
   ]))
-  assert [s.binding for s in skipped] == ["utils.run.tpu_job_name"]
+  assert [s.binding for s in skipped] == ["utils.run.no_such_option"]
+  assert gin.query_parameter("utils.run.tpu_job_name") == "worker"
   assert gin.query_parameter("transformer_layers.SelfAttention.num_heads") == 3
   assert gin.query_parameter("mesh_tf.optimize.AdafactorOptimizer.beta1") == 0.5
   assert gin.query_parameter("utils.run.train_steps") == 7
