@@ -117,6 +117,11 @@ class GSPMDMeshImpl(MeshImpl):
     self._sharding_cache = {}
 
   @property
+  def needs_xla(self):
+    """True: the sharding annotations only take effect when XLA compiles the step."""
+    return True
+
+  @property
   def device_assignment(self):
     """The device_assignment given (e.g. the TPU DeviceAssignment), or None."""
     return self._device_assignment

@@ -136,10 +136,6 @@ class SimdMeshImpl(MeshImpl):
     """
     return [[self._l2p[p] for p in group] for group in self.processor_groups(mesh_axes)]
 
-  def group_assignment(self, mesh_axes):
-    """Public name of `_create_group_assignment`."""
-    return self._create_group_assignment(mesh_axes)
-
   # ---- primitives (delegated to the runtime) ----
   def slicewise(self, fn, *inputs):
     return self._runtime.slicewise(fn, *inputs)

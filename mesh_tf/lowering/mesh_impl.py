@@ -75,6 +75,12 @@ class MeshImpl:
     return self._shape
 
   @property
+  def needs_xla(self):
+    """Whether a tf.function lowering onto this mesh must be XLA-compiled
+    (jit_compile=True): only backends whose program XLA partitions need it."""
+    return False
+
+  @property
   def ndims(self):
     return self._shape.ndims
 

@@ -80,7 +80,7 @@ def main(argv):
   print("mesh %s, layout %s, %d devices, %s" % (FLAGS.mesh_shape, FLAGS.layout, mesh_size,
                                                 type(mesh_impl).__name__))
   train_step = model.make_train_step(
-      mesh_impl, jit_compile=isinstance(mesh_impl, mtf.GSPMDMeshImpl))
+      mesh_impl, jit_compile=mesh_impl.needs_xla)
   eval_step = model.make_eval_step(mesh_impl)
   print("eval loss before training: %.4f" % float(eval_step(eval_images, eval_labels)))
 

@@ -50,11 +50,11 @@ class DecodeGraph:
     return mtf.Lowering(self.graph, {self.mesh: mesh_impl}, feeds=feeds)
 
   def make_decode_fn(self, mesh_impl):
-    """A tf.function(int32 [batch, length]) -> decoded int32 ids (XLA-compiled on the
-    GSPMD backend, whose sharding annotations need it)."""
+    """A tf.function(int32 [batch, length]) -> decoded int32 ids (XLA-compiled when
+    the backend needs it, mesh_impl.needs_xla)."""
     self.lowering(mesh_impl)
 
-    @tf.function(jit_compile=isinstance(mesh_impl, mtf.GSPMDMeshImpl))
+    @tf.function(jit_compile=mesh_impl.needs_xla)
     def decode(inputs):
       return self.lowering(mesh_impl, inputs).export_to_tf_tensor(self.outputs)
     return decode

@@ -67,7 +67,7 @@ class Evaluator:
                variable_dtype, decode_batches=0):
     self.mesh_impl = mesh_impl
     self.decode_batches = int(decode_batches or 0)
-    jit = isinstance(mesh_impl, mtf.GSPMDMeshImpl)
+    jit = mesh_impl.needs_xla
     self.graph = model_graph.ModelGraph(model_fn(), batch_size, sequence_length,
                                         feature_keys, ModeKeys.EVAL, variable_dtype)
     graph = self.graph

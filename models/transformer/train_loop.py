@@ -103,7 +103,7 @@ class Trainer:
     self.skip_nonfinite_updates = skip_nonfinite_updates
     graph = self.graph
 
-    @tf.function(jit_compile=isinstance(mesh_impl, mtf.GSPMDMeshImpl))
+    @tf.function(jit_compile=mesh_impl.needs_xla)
     def train_step(features):
       rate = current_learning_rate(self.optimizer)
       loss = shared_steps.lower_train_step(graph.lowering(mesh_impl, features),
