@@ -24,7 +24,8 @@ from mesh_tf.shapes import Shape
 
 def natural_output_shape(weights_shape, indices_shape, dim):
   """indices dims, then the dims of weights other than dim (the one-hot einsum's order)."""
-  return Shape(indices_shape.dims + [d for d in weights_shape.dims if d != dim])
+  return Shape(indices_shape.dims + [d for d in weights_shape.dims
+                                     if d != dim and d not in indices_shape.dims])
 
 
 def _check_layout(impl, op_name, weights_shape, indices_shape, dim):
