@@ -42,3 +42,19 @@ def test_simd_scaling_prints_equal_op_counts():
   counts = [line.split()[3] for line in out.splitlines()
             if line.split() and line.split()[0] in ("8", "64", "512")]
   assert len(counts) == 3 and len(set(counts)) == 1, out
+
+
+def test_step_time_prints_every_variant_with_equal_first_losses():
+  out = _run("benchmarks.step_time", "--steps=1", "--repeats=1", "--batch=8", "--length=8",
+             "--vocab=32", "--d_model=16", "--d_ff=32")
+  rows = [line.split() for line in out.splitlines()
+          if line.startswith(("plain TF ", "DTensor ", "mesh_tf "))]
+  labels = [" ".join(r[:-4]) for r in rows]
+  assert labels == ["plain TF single", "DTensor dp", "DTensor mp", "DTensor dp+mp"] + [
+      "mesh_tf %s %s" % (b, l) for b in ("placement", "simd")
+      for l in ("single", "dp", "mp", "dp+mp")], out
+  assert rows[0][-3] == "1.00"  # the baseline's ratio to itself
+  # Same weights and data: every variant's loss before its first update is plain TF's.
+  for row in rows:
+    assert int(row[-2]) > 0
+    assert abs(float(row[-1]) - float(rows[0][-1])) < 1e-4, row

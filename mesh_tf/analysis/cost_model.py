@@ -15,6 +15,9 @@ processor computes, and the bytes each processor holds:
 - reshapes: an allconcat for each split dim whose split cannot be kept (reshape_plan);
 - slicewise ops: an allconcat for each split dim the op cannot work on split;
 - shifts along a split dim: one neighbour receive of the slice;
+- gather: a local lookup, owing (deferred) an allreduce of the output slice over the mesh
+  axis splitting the gathered dim; its gradient, a local segment sum owing one of the
+  weights slice over the mesh axes splitting the indices;
 - everything else (elementwise, broadcast, variables, assignment, import): no traffic.
 
 Ops of any other class are listed in `unmodelled_ops` rather than guessed.
@@ -25,6 +28,7 @@ import collections
 from mesh_tf.lowering.mesh_impl import CollectiveRecord, MeshImpl
 from mesh_tf.analysis import communication
 from mesh_tf.ops.einsum import EinsumOperation, contraction_plan
+from mesh_tf.ops import gather as gather_ops
 from mesh_tf.ops import elementwise as elementwise_ops
 from mesh_tf.ops import reduce as reduce_ops
 from mesh_tf.ops.reshape import ReshapeOperation, reshape_plan
@@ -124,6 +128,28 @@ def _slicewise(impl, op):
   return records, float(sum(impl.slice_size(y.shape) for y in op.outputs))
 
 
+def _owed_allreduce(impl, op, axes):
+  y = op.outputs[0]
+  if not axes:
+    return []
+  axes = tuple(axes)
+  return [_Pending(y, CollectiveRecord(
+      "allreduce", axes, list_product([impl.shape[a].size for a in axes]),
+      _nbytes(impl, y), op.name))]
+
+
+def _gather(impl, op):
+  w = op.inputs[0]
+  mesh_axis = impl.tensor_layout(w.shape)[w.shape.dims.index(op.dim)]
+  axes = [] if mesh_axis is None else [mesh_axis]
+  return _owed_allreduce(impl, op, axes), float(impl.slice_size(op.outputs[0].shape))
+
+
+def _gather_grad(impl, op):
+  return (_owed_allreduce(impl, op, op.summed_mesh_axes(impl)),
+          float(impl.slice_size(op.inputs[0].shape)))
+
+
 def _shift(impl, op):
   x = op.inputs[0]
   axis = x.shape.dimension_names.index(op.dim_name)
@@ -140,6 +166,8 @@ def _shift(impl, op):
 
 _RULES = [
     (EinsumOperation, _einsum),
+    (gather_ops.GatherOperation, _gather),
+    (gather_ops.GatherGradOperation, _gather_grad),
     (reduce_ops.ReduceOperation, _reduce),
     (ReshapeOperation, _reshape),
     (slicing_ops.ShiftOperation, _shift),

@@ -357,6 +357,39 @@ class _Replay:
     args["size"] = self._prepend(args["size"], -tf.ones([self.k], tf.int32))
     return _call_raw(op, args, attrs)
 
+  def _rule_GatherV2(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    axis = tf.get_static_value(self._plain(op.inputs[2]))
+    if axis is None or axis < 0 or attrs.get("batch_dims", 0) < 0:
+      raise _Fallback("gather with a dynamic or negative axis")
+    params, indices = op.inputs[0], op.inputs[1]
+    p_extents = self.extents(params)
+    if (axis == 0 and attrs.get("batch_dims", 0) == 0 and
+        (p_extents is None or not any(e > 1 for e in p_extents))):
+      # the same table on every core: one lookup at every core's indices
+      table = tf.reshape(self.get(params)[0], params.shape.as_list())
+      return [tf.gather(table, self.as_stacked(indices))]
+    # per-core tables: the mesh axes become batch dims of the lookup
+    args = {"params": self.as_stacked(params, extents),
+            "indices": self.as_stacked(indices, extents),
+            "axis": tf.constant(axis + self.k, op.inputs[2].dtype)}
+    attrs = dict(attrs, batch_dims=attrs.get("batch_dims", 0) + self.k)
+    return _call_raw(op, args, attrs)
+
+  def _rule_UnsortedSegmentSum(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
+    data, ids = op.inputs[0], op.inputs[1]
+    n = tf.get_static_value(self._plain(op.inputs[2]))
+    if n is None or not data.shape.is_fully_defined():
+      raise _Fallback("segment sum of unknown size")
+    cores = int(np.prod(extents))
+    # core c sums into segments [c * n, (c + 1) * n); negative ids stay dropped
+    offsets = np.arange(cores, dtype=np.int64).reshape(
+        list(extents) + [1] * ids.shape.rank) * int(n)
+    seg = self.as_stacked(ids, extents)
+    seg = tf.where(seg >= 0, seg + tf.constant(offsets, seg.dtype), -1)
+    rest = data.shape.as_list()[ids.shape.rank:]
+    total = tf.math.unsorted_segment_sum(self.as_stacked(data, extents), seg, cores * int(n))
+    return [tf.reshape(total, list(extents) + [int(n)] + rest)]
+
   def _rule_StridedSlice(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     args = self._data_args(groups, {"begin", "end", "strides"}, extents)
     zeros, ones = tf.zeros([self.k], tf.int32), tf.ones([self.k], tf.int32)

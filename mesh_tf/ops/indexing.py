@@ -9,9 +9,10 @@ from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops.einsum import einsum
+from mesh_tf.ops.gather import GatherOperation, natural_output_shape
 from mesh_tf.ops.reduce import reduce_max, reduce_min
 from mesh_tf.ops.reshape import reshape
-from mesh_tf.shapes import Dimension, Shape, convert_to_dimension
+from mesh_tf.shapes import Dimension, Shape, convert_to_dimension, convert_to_shape
 
 
 class RangeOperation(Operation):
@@ -71,13 +72,24 @@ def one_hot(indices, output_dim, on_value=1.0, off_value=0.0, dtype=tf.float32,
 
 
 def gather(weights, indices, dim, output_shape=None):
-  """weights looked up at indices along dim: an einsum with one_hot(indices, dim), so it
-  works when dim is split."""
+  """weights looked up at indices along dim (which may be split); indices outside
+  [0, dim.size) look up zeros.
+
+  Lowered as a local tf.gather (ops/gather.py) when indices share no dim with weights;
+  otherwise (a batched lookup) as an einsum with one_hot(indices, dim).
+  """
   dim = convert_to_dimension(dim)
   if dim not in weights.shape.dims:
     raise ShapeError("gather: dim %s is not a dim of %s %s" % (dim, weights.name,
                                                                 weights.shape),
                      tensor=weights.name, dim=dim.name)
+  natural = natural_output_shape(weights.shape, indices.shape, dim)
+  if output_shape is not None:
+    output_shape = convert_to_shape(output_shape)
+  shared = set(indices.shape.dims) & set(weights.shape.dims)
+  if (not shared and indices.dtype.is_integer and dim not in indices.shape.dims and
+      (output_shape is None or set(output_shape.dims) == set(natural.dims))):
+    return GatherOperation(weights, indices, dim, output_shape).outputs[0]
   return einsum([one_hot(indices, dim, dtype=weights.dtype), weights],
                 reduced_dims=[dim], output_shape=output_shape)
 
