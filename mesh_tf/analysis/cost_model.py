@@ -164,6 +164,10 @@ def _shift(impl, op):
                            _nbytes(impl, x), op.name)], 0.0
 
 
+# Ops whose output may owe an allreduce, paid when first read (lazy_allreduce).
+LAZY_ALLREDUCE_OPS = (EinsumOperation, gather_ops.GatherOperation,
+                      gather_ops.GatherGradOperation)
+
 _RULES = [
     (EinsumOperation, _einsum),
     (gather_ops.GatherOperation, _gather),

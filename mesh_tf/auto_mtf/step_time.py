@@ -15,7 +15,6 @@ from mesh_tf.analysis import communication
 from mesh_tf.analysis import cost_model
 from mesh_tf.lowering.mesh_impl import MeshImpl
 from mesh_tf.ops import elementwise as elementwise_ops
-from mesh_tf.ops import einsum as einsum_ops
 from mesh_tf.ops import slicewise as slicewise_ops
 from mesh_tf.ops import slicing as slicing_ops
 from mesh_tf.shapes import LayoutRules, convert_to_layout_rules, convert_to_shape
@@ -68,9 +67,9 @@ class StepTimeModel:
     ops = (cost_model.operations_needed(graph, self._fetches) if self._fetches
            else list(graph.operations))
     self.operations = ops
-    lazy = set()  # tensors that may owe an allreduce: einsum and add_n outputs
+    lazy = set()  # tensors that may owe an allreduce: einsum, gather and add_n outputs
     for op in ops:
-      if isinstance(op, (einsum_ops.EinsumOperation, elementwise_ops.AddNOperation)):
+      if isinstance(op, cost_model.LAZY_ALLREDUCE_OPS + (elementwise_ops.AddNOperation,)):
         lazy.update(op.outputs)
     self._lazy = lazy
     groups = collections.OrderedDict()  # signature -> [representative op, count, dims]
@@ -88,8 +87,8 @@ class StepTimeModel:
         read = [x for x in op.inputs if x in lazy]
         if read:
           self._events.append(("read", read, None, None))
-        if isinstance(op, einsum_ops.EinsumOperation):
-          self._events.append(("einsum", op, sig, groups[sig][2]))
+        if isinstance(op, cost_model.LAZY_ALLREDUCE_OPS):
+          self._events.append(("owing", op, sig, groups[sig][2]))
     self._groups = list(groups.items())
     by_dims = collections.OrderedDict()  # dims -> [(signature, op, count)]
     for sig, (op, count, dims) in self._groups:
@@ -215,7 +214,7 @@ class StepTimeModel:
         for x in what:
           if x in pending:
             pay(pending.pop(x))
-      elif kind == "einsum":
+      elif kind == "owing":
         hit = memo.get((sig, where_of[dims]))
         if hit is None:
           hit = self._lookup(mesh_sizes, axis_of, what, sig, dims, make_impl)
