@@ -23,9 +23,10 @@ import re
 
 import tensorflow as tf
 
-API_JSON = pathlib.Path(os.environ.get(
-    "MTF_SHARED_DIR",
-    pathlib.Path(__file__).resolve().parents[2].parent / "shared")) / "api" / "original_api.json"
+API_JSON = pathlib.Path(os.environ.get(  # the same override as api_conformance.py's
+    "MESH_TF_SHARED",
+    pathlib.Path(__file__).resolve().parents[2].parent / "shared")) / "api" / \
+    "original_api.json"
 
 CORE_MODULES = [
     "mesh_tensorflow", "mesh_tensorflow.ops", "mesh_tensorflow.layers",
