@@ -21,6 +21,13 @@ LENGTH = mtf.Dimension("length", 3)
 CLASSES = mtf.Dimension("classes", 4)
 
 
+def backend_mesh_impl(backend, mesh_shape, layout):
+  """A fresh MeshImpl of backend ("placement", "simd", "gspmd") on the first virtual CPUs."""
+  n = mtf.convert_to_shape(mesh_shape).size
+  return mtf.make_mesh_impl(backend, mesh_shape, layout,
+                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
+
+
 def new_mesh():
   """A fresh (graph, mesh) pair."""
   graph = mtf.Graph()

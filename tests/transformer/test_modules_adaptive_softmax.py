@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from layers.layer_testing import check_layer
 from models.transformer import adaptive_softmax as asm
 from models.transformer import transformer
@@ -24,12 +25,6 @@ CASES = [("placement", "", ""),
          ("placement", "rows:2;cols:4", "batch:rows;vocab:cols"),
          ("simd", "rows:2;cols:4", "batch:rows;d_model:cols")]
 CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def tf_log_probs(hidden, p):
@@ -76,7 +71,7 @@ def test_adaptive_softmax_matches_tf(case):
     loss = -tf.reduce_sum(picked * real) / float(ids.shape.num_elements())
     return [tf.gather(table, ids), log_probs, loss]
   (_, log_probs, _), params = check_layer(
-      _impl(*case), [(ids, [BATCH, LENGTH]), (hidden, [BATCH, LENGTH, D_DIM])], build,
+      mtf_testing.backend_mesh_impl(*case), [(ids, [BATCH, LENGTH]), (hidden, [BATCH, LENGTH, D_DIM])], build,
       reference, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
   assert params["decoder/embedding_cluster_logits"].shape == (2, D)
@@ -118,7 +113,7 @@ def test_unitransformer_trains_with_the_adaptive_softmax_loss_fn():
   assert "transformer/embedding_cluster_logits" in [v.name for v in variables]
   grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
   updates = [mtf.assign(v, v.outputs[0] - 0.5 * g) for v, g in zip(variables, grads)]
-  impl = _impl(*CASES[1])
+  impl = mtf_testing.backend_mesh_impl(*CASES[1])
   losses = []
   for _ in range(3):
     lowering = mtf.Lowering(graph, {mesh: impl})

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from test_transformer_layers import (  # pylint: disable=g-multiple-import
     D_MODEL, LENGTH, SCOPE, _x, batch_dim, causal_mask, check_against_reference,
     model_dim, ref_attention, run_layer)
@@ -16,12 +17,6 @@ CASES = [("placement", "", ""),
          ("placement", "rows:2;cols:4", "batch:rows;hidden_ffn:cols;heads:cols"),
          ("simd", "rows:2;cols:4", "batch:rows;hidden_conv_wide:cols")]
 CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def layer_norm(x, scale, bias):
@@ -44,7 +39,7 @@ def pad_to(x, size):
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_gated_linear_unit_matches_tf(case):
   x = _x(1)
-  result, w = run_layer(et.GatedLinearUnitLayer(), _impl(*case), x)
+  result, w = run_layer(et.GatedLinearUnitLayer(), mtf_testing.backend_mesh_impl(*case), x)
   assert sorted(n[len(SCOPE) + 1:] for n in result.values) == [
       "glu_0/bias", "glu_0/kernel", "glu_1/bias", "glu_1/kernel"]
 
@@ -58,7 +53,7 @@ def test_gated_linear_unit_matches_tf(case):
 def test_encoder_convolutional_layer_matches_tf(case):
   x = _x(2)
   layer = et.EncoderConvolutionalLayer(d_model=D_MODEL, dropout_rate=0.1)
-  result, w = run_layer(layer, _impl(*case), x)
+  result, w = run_layer(layer, mtf_testing.backend_mesh_impl(*case), x)
   shapes = {n[len(SCOPE) + 1:]: v.shape for n, v in result.values.items()}
   assert shapes["dense_layer/kernel"] == (D_MODEL, 4 * D_MODEL)
   assert shapes["separable_conv1d/depthwise_filter"] == (9, 4 * D_MODEL)
@@ -81,7 +76,7 @@ def test_encoder_convolutional_layer_matches_tf(case):
 def test_decoder_convolutional_layer_matches_tf(case):
   x = _x(3)
   layer = et.DecoderConvolutionalLayer(d_model=D_MODEL, dropout_rate=0.0)
-  result, w = run_layer(layer, _impl(*case), x)
+  result, w = run_layer(layer, mtf_testing.backend_mesh_impl(*case), x)
 
   def ref(x, **v):
     conv = lambda t, name, width: separable(
@@ -110,7 +105,7 @@ def test_decoder_attention_layer_matches_tf(case):
   memory_dim = mtf.Dimension("memory_length", 6)
   encoder = np.random.RandomState(9).normal(size=(2, 6, D_MODEL)).astype(np.float32)
   x = _x(4)
-  result, w = run_layer(layer, _impl(*case), x, imports={
+  result, w = run_layer(layer, mtf_testing.backend_mesh_impl(*case), x, imports={
       "encoder_output": (encoder, [batch_dim, memory_dim, model_dim])})
   names = sorted(n[len(SCOPE) + 1:] for n in result.values)
   assert names == sorted(["enc_dec_attention/EncDecAttention/" + c for c in "qkvo"] +

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from test_transformer_layers import (  # pylint: disable=g-multiple-import
     CAUSAL, D_MODEL, LENGTH, SCOPE, Result, _x, batch_dim, causal_mask,
     check_against_reference, ref_attention)
@@ -21,12 +22,6 @@ CASES = [("placement", "", ""),
          ("simd", "rows:2;cols:4", "batch:rows;d_ff:cols")]
 CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
 D_FF, HEADS, D_KV = 16, 4, 2
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def run_with_random_weights(layer, impl, x, seed=3, encoder_output=None):
@@ -66,7 +61,7 @@ def run_with_random_weights(layer, impl, x, seed=3, encoder_output=None):
 def test_dense_relu_dense_fixup(case):
   x = _x(1)
   layer = fl.DenseReluDenseFixup(hidden_size=D_FF, num_blocks=4)
-  result, w, initial = run_with_random_weights(layer, _impl(*case), x)
+  result, w, initial = run_with_random_weights(layer, mtf_testing.backend_mesh_impl(*case), x)
   short = {n[len(SCOPE) + 1:]: v for n, v in initial.items()}
   assert sorted(short) == ["wi/kernel", "wi_bias", "wi_shift", "wo/kernel", "wo_shift"]
   assert not np.any(short["wo/kernel"]) and short["wi_shift"] == 0.0
@@ -85,7 +80,7 @@ def test_dense_relu_dense_fixup(case):
 def test_self_attention_fixup(case):
   x = _x(2)
   layer = fl.SelfAttentionFixup(num_blocks=4, num_heads=HEADS, key_value_size=D_KV)
-  result, w, initial = run_with_random_weights(layer, _impl(*case), x)
+  result, w, initial = run_with_random_weights(layer, mtf_testing.backend_mesh_impl(*case), x)
   prefix = [n for n in initial if n.endswith("/o")][0][:-1]
   assert not np.any(initial[prefix + "o"]), "o starts at zero"
   # Glorot uniform: q has variance 2 / (fan_in + fan_out); v that divided by num_blocks.
@@ -108,7 +103,7 @@ def test_enc_dec_attention_fixup():
   encoder = np.random.RandomState(5).normal(size=(2, 6, D_MODEL)).astype(np.float32)
   layer = fl.EncDecAttentionFixup(num_blocks=2, default_init="he", num_heads=HEADS,
                                   key_value_size=D_KV)
-  result, w, initial = run_with_random_weights(layer, _impl(*CASES[1]), x,
+  result, w, initial = run_with_random_weights(layer, mtf_testing.backend_mesh_impl(*CASES[1]), x,
                                                encoder_output=encoder)
   prefix = [n for n in initial if n.endswith("/o")][0][:-1]
   assert not np.any(initial[prefix + "o"])
@@ -143,7 +138,7 @@ def test_fixup_sublayers_in_a_layer_stack():
   names = sorted(v.name for v in graph.trainable_variables)
   assert [n for n in names if "fixup" in n] == [
       "layer_000/fixup_scale", "layer_000/fixup_shift", "layer_000/fixup_shift_1"]
-  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[1])})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[1])})
   values = {}
   for i, v in enumerate(graph.trainable_variables):
     laid = lowering.variables[v]

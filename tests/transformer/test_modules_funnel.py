@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from layers.layer_testing import check_layer
 from models.transformer import funnel_transformer as ft
 from models.transformer import transformer
@@ -24,12 +25,6 @@ CASES = [("placement", "", ""),
 CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
 Model = collections.namedtuple("Model", ["model_dim", "autoregressive",
                                          "fully_autoregressive"])
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def _layers(blocks):
@@ -91,7 +86,7 @@ def _run(case, stack, reference):
     contexts.append(context)
     with mtf.variable_scope("encoder"):
       return stack.call(context, xt)
-  (got,), params = check_layer(_impl(*case), [(x, [BATCH, LENGTH, D_DIM])], build,
+  (got,), params = check_layer(mtf_testing.backend_mesh_impl(*case), [(x, [BATCH, LENGTH, D_DIM])], build,
                                lambda xs, p: reference(xs[0], p), rtol=1e-4, atol=1e-5)
   return got, params, contexts[0]
 
@@ -168,7 +163,7 @@ def _funnel_graph(with_decode=False):
 def test_bitransformer_funnel_attends_to_the_pooled_encoder():
   graph, mesh, inputs, fetches = _funnel_graph(with_decode=True)
   assert fetches[3].shape.dims[1] == mtf.Dimension("memory_length", 4)
-  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[0])})
   ref = [lowering.export_to_tf_tensor(t).numpy() for t in fetches]
   weights = {v.name: laid.read_full().numpy() for v, laid in lowering.variables.items()}
   np.testing.assert_array_equal(ref[2], np.minimum(inputs, 1)[:, ::2])
@@ -181,7 +176,7 @@ def test_bitransformer_funnel_attends_to_the_pooled_encoder():
   np.testing.assert_array_equal(decoded[:, 0], ref[0][:, 0].argmax(-1))
   for case in CASES[1:]:
     graph, mesh, _, fetches = _funnel_graph()
-    lowering = mtf.Lowering(graph, {mesh: _impl(*case)})
+    lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*case)})
     for v, laid in lowering.variables.items():
       laid.assign_full(weights[v.name])
     for i, (t, r) in enumerate(zip(fetches, ref)):

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from test_transformer_layers import (  # pylint: disable=g-multiple-import
     D_MODEL, SCOPE, _x, check_against_reference, run_layer)
 from models.transformer.memory_layers import ProductKeyValueMemory
@@ -14,12 +15,6 @@ CASES = [("placement", "", ""),
          ("placement", "rows:2;cols:4", "batch:rows;pkm_values:cols"),
          ("simd", "rows:2;cols:4", "batch:rows;d_model:cols")]
 CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def tf_memory(x, query_kernel, sub_keys_1, sub_keys_2, values):
@@ -42,7 +37,7 @@ def tf_memory(x, query_kernel, sub_keys_1, sub_keys_2, values):
 def test_product_key_memory_matches_tf(case):
   x = _x(5)
   layer = ProductKeyValueMemory(key_size=KEY, n_keys=N_KEYS, n_heads=HEADS, knn=KNN)
-  result, w = run_layer(layer, _impl(*case), x)
+  result, w = run_layer(layer, mtf_testing.backend_mesh_impl(*case), x)
   shapes = {n[len(SCOPE) + 1:]: v.shape for n, v in result.values.items()}
   assert shapes == {"query/kernel": (D_MODEL, HEADS, KEY),
                     "sub_keys_1": (HEADS, N_KEYS, KEY // 2),

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from mesh_tf.errors import MtfError, ShapeError
 from models.transformer import moe
 
@@ -64,12 +65,6 @@ def _hparams(**overrides):
   for name, value in values.items():
     hp.set_hparam(name, value)
   return hp
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def _run(build, x, impl, weights=None, seed=7):
@@ -159,7 +154,7 @@ V2_LAYOUTS = [
 @pytest.fixture(scope="module")
 def v2_single():
   x = np.random.RandomState(0).normal(size=(4, 8, 8)).astype(np.float32)
-  values, full, w = _run(_v2(_hparams()), x, _impl("placement", "", ""))
+  values, full, w = _run(_v2(_hparams()), x, mtf_testing.backend_mesh_impl("placement", "", ""))
   return x, values, full, w
 
 
@@ -178,7 +173,7 @@ def test_moe_layer_v2_matches_tf(v2_single):
 def test_moe_layer_v2_does_not_depend_on_layout(v2_single, backend, mesh_shape, layout):
   x, ref, full, _ = v2_single
   got, _, _ = _run(_v2(_hparams(), layout, mesh_shape), x,
-                   _impl(backend, mesh_shape, layout), weights=full)
+                   mtf_testing.backend_mesh_impl(backend, mesh_shape, layout), weights=full)
   for key in ref:
     np.testing.assert_allclose(got[key], ref[key], rtol=2e-4, atol=2e-5, err_msg=key)
 
@@ -232,7 +227,7 @@ def test_router_reads_token_embeddings(mode):
   x = rng.normal(size=(4, 8, 8)).astype(np.float32)
   emb = rng.normal(size=(4, 8, 8)).astype(np.float32)
   hp = _hparams(moe_num_experts=4, moe_word_embed_mode=mode)
-  values, full, w = _run(_v1_with_embeddings(hp, emb), x, _impl("placement", "", ""))
+  values, full, w = _run(_v1_with_embeddings(hp, emb), x, mtf_testing.backend_mesh_impl("placement", "", ""))
   assert full[_var(full, "top_2_gating/kernel")].shape == (
       (16, 4) if mode == "concat" else (8, 4))
 
@@ -246,7 +241,7 @@ def test_router_reads_token_embeddings(mode):
     return tf.reshape(tf.einsum("egco,gsec->gso", out, combine), x.shape), loss
   _check_against_tf(values, full, x, w, reference)
   got, _, _ = _run(_v1_with_embeddings(hp, emb), x,
-                   _impl("simd", "rows:2;cols:4", "batch:rows;experts:cols"), weights=full)
+                   mtf_testing.backend_mesh_impl("simd", "rows:2;cols:4", "batch:rows;experts:cols"), weights=full)
   for key in values:
     np.testing.assert_allclose(got[key], values[key], rtol=2e-4, atol=2e-5, err_msg=key)
 
@@ -296,6 +291,6 @@ def test_moe1d_in_a_unitransformer_routes_on_the_input_embeddings():
   logits, loss = model.call_simple(ids, ids, compute_loss=True, mode="eval")
   kernel = [v for v in graph.trainable_variables if v.name.endswith("gating/kernel")]
   assert [v.shape.to_integer_list for v in kernel] == [[16, 4]]
-  lowering = mtf.Lowering(graph, {mesh: _impl("placement", "", "")})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl("placement", "", "")})
   assert np.isfinite(lowering.export_to_tf_tensor(loss).numpy())
   assert lowering.export_to_tf_tensor(logits).numpy().shape == (4, 8, 16)

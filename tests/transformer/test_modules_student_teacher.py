@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from models.transformer import model_graph
 from models.transformer import transformer
 from models.transformer import transformer_layers
@@ -40,12 +41,6 @@ def _targets():
   t = np.random.RandomState(0).randint(2, VOCAB, size=(BATCH, LENGTH)).astype(np.int32)
   t[1, 6:] = 0  # padding
   return t
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def _graph(model, targets):
@@ -98,7 +93,7 @@ def single_device_run():
   grads = mtf.gradients([loss], [logits] + [v.outputs[0] for v in variables])
   fetches = [logits, teacher_logits, loss] + grads
   tf.random.set_seed(1)
-  values, full, _ = _lower(graph, mesh, _impl("placement", "", ""), fetches)
+  values, full, _ = _lower(graph, mesh, mtf_testing.backend_mesh_impl("placement", "", ""), fetches)
   names = [v.name for v in variables]
   return targets, values, full, names, graph
 
@@ -135,7 +130,7 @@ def test_distillation_does_not_depend_on_layout(single_device_run, backend, mesh
   graph, mesh, logits, loss = _graph(_distill(), targets)
   variables = graph.trainable_variables
   grads = mtf.gradients([loss], [logits] + [v.outputs[0] for v in variables])
-  got, _, _ = _lower(graph, mesh, _impl(backend, mesh_shape, layout),
+  got, _, _ = _lower(graph, mesh, mtf_testing.backend_mesh_impl(backend, mesh_shape, layout),
                      [logits, None, loss] + grads, weights=full)
   for i, (g, r) in enumerate(zip(got, ref)):
     if i == 1:  # the teacher logits are fetched on one device only
@@ -152,10 +147,10 @@ def test_distill_start_step_reads_the_global_step(single_device_run):
   previous = mtf.optimize.set_global_step(step)
   try:
     graph, mesh, logits, loss = _graph(_distill(distill_start_step=5), targets)
-    (before, got_logits), _, _ = _lower(graph, mesh, _impl("placement", "", ""),
+    (before, got_logits), _, _ = _lower(graph, mesh, mtf_testing.backend_mesh_impl("placement", "", ""),
                                         [loss, logits], weights=full)
     step.assign(6)
-    (after,), _, _ = _lower(graph, mesh, _impl("placement", "", ""), [loss], weights=full)
+    (after,), _, _ = _lower(graph, mesh, mtf_testing.backend_mesh_impl("placement", "", ""), [loss], weights=full)
   finally:
     mtf.optimize.set_global_step(previous)
   hard = tf.reduce_sum(tf.nn.softmax_cross_entropy_with_logits(
@@ -169,7 +164,7 @@ def test_initialize_loads_the_teacher_checkpoint(tmp_path, single_device_run):
   teacher = _lm(16, 16)
   graph, mesh, _, _ = _graph(teacher, targets)
   tf.random.set_seed(11)
-  lowering = mtf.Lowering(graph, {mesh: _impl("placement", "", "")})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl("placement", "", "")})
   saved = {v.name: laid.read_full().numpy() for v, laid in lowering.variables.items()}
   mtf.save_checkpoint(str(tmp_path / "teacher"), lowering)
 
@@ -178,7 +173,7 @@ def test_initialize_loads_the_teacher_checkpoint(tmp_path, single_device_run):
                                      teacher_checkpoint=str(tmp_path / "teacher"),
                                      initialize_student_weights=True)
   graph, mesh, _, _ = _graph(model, targets)
-  lowering = mtf.Lowering(graph, {mesh: _impl("placement", "rows:2;cols:4",
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl("placement", "rows:2;cols:4",
                                               "batch:rows;d_ff:cols")})
   results = model.initialize(lowering)
   assert len(results) == 2
@@ -223,7 +218,7 @@ def test_make_bi_student_teacher_trains_through_the_model_graph():
                               optimizer=mtf.optimize.SgdOptimizer(0.5))
   names = [v.name for v in mg.graph.trainable_variables]
   assert "student/shared/embedding" in names and "teacher/shared/embedding" in names
-  impl = _impl("placement", "rows:2;cols:4", "batch:rows;d_ff:cols")
+  impl = mtf_testing.backend_mesh_impl("placement", "rows:2;cols:4", "batch:rows;d_ff:cols")
   features = {"inputs": _targets(), "targets": np.roll(_targets(), 1, axis=0)}
   losses = []
   for _ in range(3):

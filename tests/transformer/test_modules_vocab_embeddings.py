@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from layers.layer_testing import check_layer
 from models.transformer import vocab_embeddings as ve
 
@@ -18,12 +19,6 @@ CASES = [("placement", "", ""),
          ("placement", "rows:2;cols:4", "batch:rows;vocab:cols"),
          ("simd", "rows:2;cols:4", "batch:rows;d_model:cols")]
 CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def _inputs(seed=0):
@@ -40,7 +35,7 @@ def _check(case, make, reference, rtol=1e-5, atol=1e-5):
       embedding = make(ids.mesh)
       return [embedding.ids_to_embedding(ids, None),
               embedding.hidden_to_logits(hidden, None)]
-  _, params = check_layer(_impl(*case), _inputs(), build,
+  _, params = check_layer(mtf_testing.backend_mesh_impl(*case), _inputs(), build,
                           lambda xs, p: reference(xs[0], xs[1], {
                               k[len("decoder/"):]: v for k, v in p.items()}),
                           rtol=rtol, atol=atol)
@@ -151,7 +146,7 @@ def test_mixtape_training_noise_and_dropout_are_layout_independent():
                       mode=mode)
     logits = mixtape.hidden_to_logits(h, context)
     tf.random.set_seed(7)
-    outs[(mode, case)] = mtf.Lowering(graph, {mesh: _impl(*case)}).export_to_tf_tensor(
+    outs[(mode, case)] = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*case)}).export_to_tf_tensor(
         logits).numpy()
   np.testing.assert_allclose(outs[("train", CASES[0])], outs[("train", CASES[1])],
                              rtol=1e-5, atol=1e-5)
@@ -198,7 +193,7 @@ def test_embeddings_in_a_unitransformer_with_shared_softmax():
     gin.clear_config()
   names = sorted(v.name for v in graph.trainable_variables)
   assert "transformer/embedding_mixture" in names, names
-  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[0])})
   got = lowering.export_to_tf_tensor(logits).numpy()
   # The mixture's logits are log-probabilities already.
   np.testing.assert_allclose(np.exp(got).sum(-1), 1.0, rtol=1e-5)

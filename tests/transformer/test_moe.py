@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from mesh_tf.errors import LayoutError, MtfError, ShapeError
 from models.transformer import moe
 
@@ -205,12 +206,6 @@ LAYOUTS = [
 ]
 
 
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
-
-
 def _moe_graph(layout, mesh_shape, x, w_out):
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "m")
@@ -234,7 +229,7 @@ def test_outputs_and_gradients_do_not_depend_on_layout():
   results = []
   for backend, mesh_shape, layout in LAYOUTS:
     graph, mesh, fetches, names = _moe_graph(layout, mesh_shape, x, w_out)
-    vals, full, lowering = _lower(graph, mesh, _impl(backend, mesh_shape, layout),
+    vals, full, lowering = _lower(graph, mesh, mtf_testing.backend_mesh_impl(backend, mesh_shape, layout),
                                   fetches, weights)
     if weights is None:  # every layout runs with the first one's initial weights
       weights = {n: full[n] for n in names}
@@ -322,7 +317,7 @@ def test_moe_lm_trains_with_experts_split_like_the_batch():
   grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
   updates = mtf.optimize.AdafactorOptimizer(learning_rate=0.05, decay_rate=0.8).apply_grads(
       grads, variables)
-  impl = _impl("placement", mesh_shape, layout)
+  impl = mtf_testing.backend_mesh_impl("placement", mesh_shape, layout)
   summaries, losses = [], []
   for _ in range(5):  # eagerly: tracing this graph costs more than a few eager steps
     lowering = mtf.Lowering(graph, {mesh: impl}, feeds={ids: tf.constant(targets)})
@@ -390,7 +385,7 @@ def test_experts_not_divisible_by_their_mesh_dim_names_layer_and_dim():
 def test_experts_not_divisible_at_lowering_names_the_tensor_dim():
   ctx, x, graph, mesh = _context()
   moe.MoE1D(num_experts=6, hidden_size=8, group_size=8).call(ctx, x)
-  impl = _impl("placement", "rows:2;cols:4", "experts:cols")
+  impl = mtf_testing.backend_mesh_impl("placement", "rows:2;cols:4", "experts:cols")
   with pytest.raises(LayoutError, match="experts"):
     mtf.Lowering(graph, {mesh: impl})
 
