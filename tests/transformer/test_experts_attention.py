@@ -158,6 +158,8 @@ def test_moe1d_experts_attention_returns_queries_and_keys():
           lowering.variables}
   ref_q, ref_k = ref_experts(tf.constant(x), full["switch_gating"], full["wi"],
                              [full["q_wo"], full["k_wo"]])
+  chosen = np.argmax(np.einsum("bld,de->ble", x, full["switch_gating"].numpy()), -1)
+  assert len(np.unique(chosen)) > 1, "the toy input should use several experts"
   np.testing.assert_allclose(lowering.export_to_tf_tensor(q).numpy(), ref_q.numpy(),
                              rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(lowering.export_to_tf_tensor(k).numpy(), ref_k.numpy(),
