@@ -7,7 +7,7 @@ Offered as models.transformer.transformer_layers.ExpertsSelfAttention and
 import gin
 
 import mesh_tf as mtf
-from mesh_tf.errors import ShapeError
+from mesh_tf.errors import MtfError, ShapeError
 from models.transformer import attention
 from models.transformer import transformer_layers as tl
 from models.transformer.context import incremental_aware
@@ -35,9 +35,9 @@ class ExpertsSelfAttention(tl.SelfAttention):
                activation="relu", z_loss=None, expert_computation="qkv", **kwargs):
     super().__init__(**kwargs)
     if expert_computation not in attention.EXPERT_COMPUTATIONS:
-      raise mtf.errors.MtfError("%s: unknown expert_computation %r (choose %s)" % (
+      raise MtfError("%s: unknown expert_computation %r (choose %s)" % (
           type(self).__name__, expert_computation, attention.EXPERT_COMPUTATIONS),
-                                rule=str(expert_computation))
+                     rule=str(expert_computation))
     self.expert_computation = expert_computation
     self._hparams = HParams(
         moe_gating=moe_gating, num_experts=num_experts, loss_coef=loss_coef,
