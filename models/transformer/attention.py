@@ -5,7 +5,8 @@ with the memory dim named), `AttentionParams` (the projection variables, stored 
 the original's checkpoints store them), `local_attention_1d` (windowed attention whose
 length dim may be split over the mesh), `visibility_mask_to_attention_bias`, the
 variants `hybrid_attention` (softmax blended with doubly-normalised attention) and
-`synthetic_attention` (the Synthesizer's learned logits), and
+`synthetic_attention` (the Synthesizer's learned logits), `ExpertsAttentionParams`
+(projections by a mixture of experts), and
 `maybe_reshape_attention_input_for_2d_sharding`, which attention() applies.
 """
 import tensorflow as tf
@@ -451,6 +452,144 @@ class AttentionParams:
           self.output_dim]
     return mtf.einsum([o, mtf.cast(self.wo, o.dtype)],
                       output_shape=mtf.convert_to_shape(output_shape))
+
+
+EXPERT_COMPUTATIONS = ("qkv", "q", "kv")
+
+
+class ExpertsAttentionParams(AttentionParams):
+  """Attention projections computed by a mixture of experts (a Switch/top-2 MoE1D).
+
+  expert_computation "qkv": one MoE1D(use_experts_attention=True) computes the queries
+  and the shared keys/values (variables "wi", "q_wo", "k_wo" and the router's); "q": the
+  queries by the experts, keys/values by the dense "kv"; "kv": keys/values by the
+  experts, queries by the dense "q". The output projection is the dense "o". As in the
+  original, combine_dims and shared_kv must be True and the query and key/value heads
+  must be the same size. experts_hparams: an HParams with the ExpertsSelfAttention
+  arguments (num_experts, loss_coef, group_size, ...). The experts' balancing loss goes
+  to context.losses.
+  """
+
+  def __init__(self, mesh, query_input_dim, memory_input_dim, output_dim, key_dim,
+               value_dim, query_heads_dims, memory_heads_dims, variable_dtype,
+               shared_kv=False, no_query=False, combine_dims=True, ensemble_dim=None,
+               keep_query_heads_dims=False, fold_scaling_into_initializer=True,
+               context=None, experts_hparams=None, expert_computation="qkv"):
+    what = "ExpertsAttentionParams"
+    if expert_computation not in EXPERT_COMPUTATIONS:
+      raise MtfError("%s: unknown expert_computation %r (choose %s)" % (
+          what, expert_computation, EXPERT_COMPUTATIONS), rule=str(expert_computation))
+    if not combine_dims or not shared_kv:
+      raise MtfError("%s: needs combine_dims=True and shared_kv=True (got %r, %r)" % (
+          what, combine_dims, shared_kv), rule="shared_kv")
+    if no_query or ensemble_dim is not None:
+      raise MtfError("%s: no_query and ensemble_dim are not supported" % what,
+                     rule="ensemble_dim")
+    if context is None or experts_hparams is None:
+      raise MtfError("%s: needs the layer's context and experts_hparams" % what)
+    if mtf.layers.unit_scaling_convention():
+      raise MtfError("%s: the unit scaling convention is not supported" % what)
+    super().__init__(mesh, query_input_dim, memory_input_dim, output_dim, key_dim,
+                     value_dim, query_heads_dims, memory_heads_dims, variable_dtype,
+                     shared_kv=shared_kv, no_query=no_query, combine_dims=combine_dims,
+                     ensemble_dim=ensemble_dim,
+                     keep_query_heads_dims=keep_query_heads_dims,
+                     fold_scaling_into_initializer=fold_scaling_into_initializer,
+                     make_attention_vars=False)
+    q_size, kv_size = mtf.Shape(self.q_dims).size, mtf.Shape(self.k_dims).size
+    if expert_computation != "q" and q_size != kv_size:
+      raise ShapeError("%s: expert_computation %r needs query heads %s and key/value "
+                       "heads %s of one size" % (what, expert_computation, self.q_dims,
+                                                 self.k_dims), dim="heads")
+    self.context = context
+    self.experts_hparams = experts_hparams
+    self.expert_computation = expert_computation
+    if expert_computation == "q":
+      self.wkv = self._make("kv", [memory_input_dim], self.k_dims,
+                            memory_input_dim.size ** -0.5)
+      self.wk = self.wv = self.wkv
+    elif expert_computation == "kv":
+      stddev = query_input_dim.size ** -0.5
+      if fold_scaling_into_initializer:
+        stddev *= key_dim.size ** -0.5
+      self.wq = self._make("q", [query_input_dim], self.q_dims, stddev)
+    # The experts' output dim is called "d_model" (as in the original), so a layout
+    # splitting "heads" does not split the experts' output.
+    self.moe_output_dim = mtf.Dimension("d_model", q_size)
+    from models.transformer import moe  # pylint: disable=g-import-not-at-top
+    h = experts_hparams
+    self.moe_layer = moe.MoE1D(
+        moe_gating=h.moe_gating, num_experts=h.num_experts, loss_coef=h.loss_coef,
+        group_size=h.group_size, min_expert_capacity=h.min_expert_capacity,
+        capacity_factor_train=h.capacity_factor_train,
+        capacity_factor_eval=h.capacity_factor_eval,
+        switch_policy_train=h.switch_policy_train,
+        switch_policy_eval=h.switch_policy_eval, switch_dropout=h.switch_dropout,
+        switch_temperature=h.switch_temperature, switch_jitter=h.switch_jitter,
+        ntlb_top_k=h.ntlb_top_k, hidden_size=h.hidden_size,
+        output_dim=self.moe_output_dim,
+        use_experts_attention=expert_computation == "qkv", activation=h.activation,
+        z_loss=h.z_loss)
+    self._query_antecedent = self._kv = None
+    self._experts_called = False
+
+  def _experts(self, antecedent):
+    """The MoE on antecedent ([q, kv] for "qkv"). Tokens of the context's length (or
+    one decoding position) go through MoE1D.call; another memory (the encoder output)
+    is routed without the decoder's padding mask. Later calls reuse the variables."""
+    context = self.context
+    with mtf.variable_scope("", reuse=True if self._experts_called else None):
+      self._experts_called = True
+      if (context.length_dim is None or context.length_dim in antecedent.shape.dims
+          or antecedent.shape.ndims < 3):
+        return self.moe_layer.call(context, antecedent)
+      from models.transformer import moe  # pylint: disable=g-import-not-at-top
+      out, loss = moe.transformer_moe_layer_v1(
+          antecedent, self.moe_output_dim, self.moe_layer.hparams, context.train,
+          context.variable_dtype, layout=getattr(context.model, "layout", None),
+          mesh_shape=getattr(context.model, "mesh_shape", None),
+          activation=self.experts_hparams.activation,
+          num_microbatches=context.num_microbatches)
+      if context.losses is not None:
+        context.losses.append(loss)
+      return out
+
+  def _split_heads(self, t, heads_dims):
+    """[..., d_model(heads*d)] -> [..., heads..., d] (heads-major, like combine_dims)."""
+    t = mtf.rename_dimension(t, t.shape.dims[-1].name, heads_dims[0].name)
+    return mtf.reshape(t, mtf.Shape(t.shape.dims[:-1] + heads_dims))
+
+  def compute_q(self, query_antecedent):
+    """Queries [..., heads, d_kv]; with "qkv" the keys/values of query_antecedent too."""
+    if self.expert_computation == "kv":
+      return super().compute_q(query_antecedent)
+    out = self._experts(query_antecedent)
+    if self.expert_computation == "qkv":
+      out, kv = out
+      self._query_antecedent, self._kv = query_antecedent, kv
+    return self._split_heads(out, self.q_dims)
+
+  def compute_kv(self, memory_antecedent):
+    """The shared keys/values [..., heads, d_kv] (for "qkv" and memory_antecedent the
+    query antecedent: those computed with the queries)."""
+    if self.expert_computation == "q":
+      return AttentionParams.compute_k(self, memory_antecedent)
+    if self.expert_computation == "qkv":
+      if memory_antecedent is self._query_antecedent:
+        kv = self._kv
+      else:
+        kv = self._experts(memory_antecedent)[1]
+    else:
+      kv = self._experts(memory_antecedent)
+    return self._split_heads(kv, self.k_dims)
+
+  def compute_k(self, memory_antecedent):
+    """The keys: the shared keys/values."""
+    return self.compute_kv(memory_antecedent)
+
+  def compute_v(self, memory_antecedent):
+    """The values: the shared keys/values."""
+    return self.compute_kv(memory_antecedent)
 
 
 def attention_params_simple(mesh, io_dim, kv_dim, heads_dim, variable_dtype):

@@ -33,6 +33,9 @@ class MoE1D(transformer_layer.TransformerLayer):
   with its own weights: variables "wi/kernel" [experts, d_model, expert_hidden] and
   "wo/kernel" [experts, expert_hidden, output_dim], plus the router
   "<gating>_gating/kernel". The balancing loss goes to context.losses.
+  With use_experts_attention=True (ExpertsAttentionParams) each expert has one hidden
+  layer "wi" and two output projections "q_wo" and "k_wo": call returns the list
+  [queries, keys/values], both routed by the same gates.
   """
 
   def __init__(self, num_experts=16, loss_coef=1e-2, hidden_size=4096, group_size=1024,
@@ -46,9 +49,6 @@ class MoE1D(transformer_layer.TransformerLayer):
                ntlb_top_k=4, output_dim=None, use_experts_attention=False, z_loss=None,
                word_embed_mode=None, use_second_place_expert_prob=None,
                use_second_place_expert_prob_temp=None, top_n_num_experts_per_token=3):
-    if use_experts_attention:
-      raise MtfError("MoE1D: use_experts_attention=True is not supported; use the "
-                     "attention layers' own experts variants")
     if use_second_place_expert_prob is not None:
       raise MtfError("MoE1D: use_second_place_expert_prob=%r is not supported; choose "
                      "the second expert with second_policy_train/eval" % (
@@ -71,7 +71,8 @@ class MoE1D(transformer_layer.TransformerLayer):
         moe_word_embed_mode=word_embed_mode,
         moe_use_second_place_expert_prob=use_second_place_expert_prob,
         moe_use_second_place_expert_prob_temp=use_second_place_expert_prob_temp,
-        moe_top_n_num_experts_per_token=top_n_num_experts_per_token)
+        moe_top_n_num_experts_per_token=top_n_num_experts_per_token,
+        moe_use_experts_attention=use_experts_attention)
     self._activation = activation
 
   @property
@@ -80,7 +81,8 @@ class MoE1D(transformer_layer.TransformerLayer):
     return self._hparams
 
   def call(self, context, x, losses=None):
-    """Routes each token of x to its experts; returns a Tensor shaped like x."""
+    """Routes each token of x to its experts; returns a Tensor shaped like x (with
+    use_experts_attention a list of two, their last dim the output dim)."""
     has_length_dim = context.length_dim in x.shape.dims
     if not has_length_dim:
       # Incremental decoding passes one position: give it a length dim of size 1.
@@ -110,7 +112,9 @@ class MoE1D(transformer_layer.TransformerLayer):
     if losses is not None:
       losses.append(loss)
     if not has_length_dim:
-      y = mtf.reshape(y, mtf.Shape(y.shape.dims[:-2] + y.shape.dims[-1:]))
+      drop_length = lambda t: mtf.reshape(t, mtf.Shape(t.shape.dims[:-2] +
+                                                       t.shape.dims[-1:]))
+      y = [drop_length(t) for t in y] if isinstance(y, list) else drop_length(y)
     return y
 
   def _moe_layer(self, context, *args, **kwargs):
@@ -132,6 +136,21 @@ def expert_network(expert_inputs, experts_dim, hidden_dim, output_dim, hparams, 
   return mtf.layers.dense(
       h, output_dim, expert_dims=[experts_dim], use_bias=False,
       reduced_dims=h.shape.dims[-1:], variable_dtype=variable_dtype, name="wo")
+
+
+def experts_attention_network(expert_inputs, experts_dim, hidden_dim, output_dim,
+                              hparams, train, variable_dtype, activation):
+  """The experts of experts attention: one hidden layer "wi" shared by the queries and
+  the keys/values, then "q_wo" and "k_wo"; returns [queries, keys/values]."""
+  h = mtf.layers.dense_product(
+      expert_inputs, reduced_dims=expert_inputs.shape.dims[-1:], new_dims=[hidden_dim],
+      expert_dims=[experts_dim], activation_functions=activation, use_bias=False,
+      variable_dtype=variable_dtype, name="wi")
+  if hparams.moe_dropout_rate:
+    h = mtf.dropout(h, is_training=train, rate=hparams.moe_dropout_rate)
+  return [mtf.layers.dense(h, output_dim, expert_dims=[experts_dim], use_bias=False,
+                           reduced_dims=h.shape.dims[-1:], variable_dtype=variable_dtype,
+                           name=name) for name in ("q_wo", "k_wo")]
 
 
 def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
@@ -159,20 +178,25 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
 
   Returns:
     (output shaped like inputs with output_dim last, scalar loss: balancing loss times
-    moe_loss_coef, plus the router z-loss when moe_z_loss is set).
+    moe_loss_coef, plus the router z-loss when moe_z_loss is set). With
+    hparams.moe_use_experts_attention the output is the list [queries, keys/values]
+    (experts_attention_network).
   """
+  experts = (experts_attention_network if hparams.get("moe_use_experts_attention")
+             else expert_network)
   return moe_layer_with_experts(
       inputs, output_dim, hparams, train, variable_dtype, layout=layout,
       mesh_shape=mesh_shape, nonpadding=nonpadding, activation=activation,
       num_microbatches=num_microbatches, token_embeddings=token_embeddings,
-      experts=expert_network)
+      experts=experts)
 
 
 def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype, layout,
                            mesh_shape, nonpadding, activation, num_microbatches,
                            token_embeddings, experts):
   """transformer_moe_layer_v1 with the expert computation given: experts(expert_inputs,
-  experts_dim, hidden_dim, output_dim, hparams, train, variable_dtype, activation)."""
+  experts_dim, hidden_dim, output_dim, hparams, train, variable_dtype, activation),
+  a Tensor or a list of Tensors (each combined back to the tokens: a list out)."""
   orig_dims = inputs.shape.dims
   batch_and_length_dims, input_dim = orig_dims[:-1], orig_dims[-1]
   hidden_dim = _hidden_dim(hparams)
@@ -229,14 +253,17 @@ def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype, l
   expert_inputs = relayout_rename(expert_inputs, mtf.Shape(
       [outer_batch_dim, experts_dim, groups_dim_unsplit, capacity_dim, input_dim]))
 
-  expert_output = experts(expert_inputs, experts_dim, hidden_dim, output_dim, hparams,
-                          train, variable_dtype, activation)
+  expert_outputs = experts(expert_inputs, experts_dim, hidden_dim, output_dim, hparams,
+                           train, variable_dtype, activation)
 
-  # Expert layout -> token layout, then weight each expert's answer by its gate.
-  expert_output = relayout_rename(expert_output, mtf.Shape(
-      [outer_batch_dim, experts_dim_unsplit, num_groups_dim, capacity_dim, output_dim]))
-  output = mtf.einsum([expert_output, combine_tensor], output_shape=mtf.Shape(
-      moe_input_dims[:-1] + [output_dim]))
-  output = reshape_keeping_splits(output, batch_and_length_dims + [output_dim])
-  return output, loss
+  def to_tokens(expert_output):
+    # Expert layout -> token layout, then weight each expert's answer by its gate.
+    expert_output = relayout_rename(expert_output, mtf.Shape(
+        [outer_batch_dim, experts_dim_unsplit, num_groups_dim, capacity_dim, output_dim]))
+    output = mtf.einsum([expert_output, combine_tensor], output_shape=mtf.Shape(
+        moe_input_dims[:-1] + [output_dim]))
+    return reshape_keeping_splits(output, batch_and_length_dims + [output_dim])
+  if isinstance(expert_outputs, list):
+    return [to_tokens(t) for t in expert_outputs], loss
+  return to_tokens(expert_outputs), loss
 

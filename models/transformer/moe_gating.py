@@ -77,6 +77,7 @@ _DEFAULT_MOE_HPARAMS = dict(
     moe_use_second_place_expert_prob=None,
     moe_use_second_place_expert_prob_temp=None,
     moe_top_n_num_experts_per_token=3,
+    moe_use_experts_attention=False,
 )
 
 

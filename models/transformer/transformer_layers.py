@@ -5,8 +5,9 @@ Each layer is a gin-configurable `TransformerLayer` holding hyperparameters only
 e.g. ".../layer_000/SelfAttention/q", as the original's checkpoints have them) and
 returns a tensor shaped like x. Also here: the encoder-decoder attention functions
 (`enc_dec_attention`, `enc_dec_attention_bias`, `relative_position_spans`), and, read
-from attention_variants.py and conv_layers.py, the original's other attention and
-convolutional layers (TalkingHeadsSelfAttention, Conv1DLayer, ...).
+from attention_variants.py, experts_attention.py and conv_layers.py, the original's
+other attention and convolutional layers (TalkingHeadsSelfAttention,
+ExpertsSelfAttention, Conv1DLayer, ...).
 """
 import contextlib
 import importlib
@@ -358,6 +359,16 @@ class SelfAttention(TransformerLayer):
     (k, v), memory_length, memory_position = memory_through_caches(self, context, [k, v])
     return k, v, memory_length, memory_position
 
+  def compute_qkv(self, context, params, x):
+    """Queries, keys and values of x (keys and values over "memory_length")."""
+    q = params.compute_q(x)
+    memory = self.rename_length_to_memory_length(x, context)
+    if self.shared_kv:
+      k = v = params.compute_kv(memory)
+    else:
+      k, v = params.compute_k(memory), params.compute_v(memory)
+    return q, k, v
+
   @incremental_aware
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> the same shape (in incremental decoding:
@@ -365,12 +376,7 @@ class SelfAttention(TransformerLayer):
     io_dim = x.shape.dims[-1]
     with class_scope(self):
       params = self.make_params(context, io_dim)
-      q = params.compute_q(x)
-      memory = self.rename_length_to_memory_length(x, context)
-      if self.shared_kv:
-        k = v = params.compute_kv(memory)
-      else:
-        k, v = params.compute_k(memory), params.compute_v(memory)
+      q, k, v = self.compute_qkv(context, params, x)
       k, v, memory_length, memory_position = self.cached_kv(context, k, v)
       bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)
       o = self.attention_fn(q, k, v, memory_length_dim=memory_length, key_dim=self.kv_dim,
@@ -710,6 +716,7 @@ _REEXPORTED_FROM = {
         "GeneralBilinearSelfAttention", "GeneralBilinearEncDecAttention",
         "TransparentEncDecAttention", "BranchedSelfAttention", "BranchedEncDecAttention",
         "Synthesizer"),
+    "experts_attention": ("ExpertsSelfAttention", "ExpertsEncDecAttention"),
     "conv_layers": (
         "Conv1D", "Conv1DLayer", "SeparableConv1DLayer", "Conv1DLocalAttn",
         "LightweightConv1DLocalAttn", "DynamicConv1DLocalAttn", "LocalConvAttnBlock"),
@@ -732,3 +739,4 @@ def __dir__():
 # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
 from models.transformer import attention_variants  # registers the layers with gin
 from models.transformer import conv_layers
+from models.transformer import experts_attention

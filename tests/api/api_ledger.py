@@ -8,12 +8,6 @@ _BY_REASON = {
     "utils.get_estimator returns the MeshEstimator that plays its role": """
         mesh_tensorflow.transformer.utils.tpu_estimator_model_fn
         """,
-    "experts attention needs MoE1D(use_experts_attention=True) (shared q/kv experts), "
-    "not ported yet (issue 19)": """
-        mesh_tensorflow.transformer.attention.ExpertsAttentionParams
-        mesh_tensorflow.transformer.transformer_layers.ExpertsEncDecAttention
-        mesh_tensorflow.transformer.transformer_layers.ExpertsSelfAttention
-        """,
     "hyper-prompt / MTL-prompt helpers: where the original takes each example's task "
     "id and how it names their variables could not be confirmed (issue 19); "
     "SelfAttention(use_hyperprompt=True) raises a clear error": """

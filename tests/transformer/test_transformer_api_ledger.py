@@ -29,10 +29,11 @@ OFFERED = {
         TalkingHeadsSelfAttention TalkingHeadsEncDecAttention GeneralBilinearSelfAttention
         GeneralBilinearEncDecAttention BranchedSelfAttention BranchedEncDecAttention
         Synthesizer Conv1D Conv1DLayer SeparableConv1DLayer Conv1DLocalAttn
-        LightweightConv1DLocalAttn DynamicConv1DLocalAttn LocalConvAttnBlock""",
+        LightweightConv1DLocalAttn DynamicConv1DLocalAttn LocalConvAttnBlock
+        ExpertsSelfAttention ExpertsEncDecAttention""",
     "attention": """attention AttentionParams attention_params_simple local_attention_1d
         visibility_mask_to_attention_bias hybrid_attention synthetic_attention
-        maybe_reshape_attention_input_for_2d_sharding""",
+        maybe_reshape_attention_input_for_2d_sharding ExpertsAttentionParams""",
     "moe": """MoE1D MoE2D transformer_moe_layer_v1 transformer_moe_layer_v2
         set_default_moe_hparams HParams""",
     "vocab_embeddings": """FactorizedVocabEmbedding AdaptiveVocabEmbedding
@@ -82,11 +83,7 @@ _HYPERPROMPT = ("HyperPrompt task prompts (SelfAttention(use_hyperprompt=True)) 
 NOT_OFFERED = {
     # 10.1
     # 10.2
-    "transformer_layers.ExpertsSelfAttention": "needs MoE1D(use_experts_attention="
-                                               "True), which moe.MoE1D does not offer",
-    "transformer_layers.ExpertsEncDecAttention": "see ExpertsSelfAttention",
     # 10.3
-    "attention.ExpertsAttentionParams": "see transformer_layers.ExpertsSelfAttention",
     "attention.make_params_hyperprompt": _HYPERPROMPT,
     "attention.make_params_mtlprompt": _HYPERPROMPT,
     "attention.concat_hyper_prompts_kv": _HYPERPROMPT,
