@@ -10,17 +10,29 @@ sinusoid of the positions and a signal of the step (sinusoid, or the learned row
 - "highway": x <- x * carry + block(...) * transform, with gates sigmoid(dense(...))
   of the state ("s"), the transformed state ("t") and the step's input ("i") as chosen
   by gates_inputs; carry = 1 - transform when couple_carry_transform_gates.
-- "act": adaptive computation time ("basic" ACT): a halting unit p = sigmoid(w . x + b)
-  (b starts at 1) accumulates per position until it passes 1 - act_epsilon; the output
-  mixes each step's state with the update weights (p, or the remainder at the halting
-  step), at most act_max_steps steps. Steps after every position halted change nothing,
-  so the loop is unrolled to act_max_steps.
+- "act": adaptive computation time (Graves 2016, as the UT paper uses it): a halting unit
+  p = sigmoid(w . x + b) (b starts at 1) accumulates per position until it passes
+  1 - act_epsilon; at most act_max_steps steps. Each step's update weight is p while a
+  position runs, its remainder R = 1 - (sum of its earlier p) at the step it halts, and 0
+  after. act_type chooses how the output (zeros at first) takes the step's new state s:
+  "basic": output <- s * w + output * (1 - w); "accumulated": output <- s * w + output
+  (the ACT paper's weighted sum); "global": as "basic" with one p per sequence, the mean
+  of the positions' p (it pools over the whole sequence, so it cannot decode
+  incrementally); "random": as "basic" with p drawn uniformly from [0, 1) (no halting
+  unit). Steps after every position halted change nothing, so the loop is unrolled to
+  act_max_steps. The ponder cost act_loss_weight * mean(N + R) (N: the steps a position
+  took) goes to context.losses when act_loss_weight > 0 (a port parameter; the
+  original's UTLayerStack takes no ponder-cost weight, so it defaults to 0).
 
 Optionally num_vanilla_transformer_layers ordinary layers (own weights) run before
 ("before_ut/layer_<i>") and/or after ("after_ut/layer_<i>") the recurrence. Each layer
 is pre-norm residual (rms norm "layer_norm/scale", dropout, residual), or, with
-use_gated_transformer, a highway gate between its input and output ("highway"
-gating_type). The stack ends with the norm "final_layer_norm/scale" and dropout.
+use_gated_transformer, a gate between its input x and output y by gating_type:
+"highway": x * carry + y * transform (gates as in the highway recurrence, from x);
+"gru": update and reset gates z, r = sigmoid(dense([x, y])) ("update_gate",
+"reset_gate"), candidate c = tanh(dense([r * x, y])) ("candidate"), giving
+(1 - z) * y + z * c (the GRU transition function of the UT paper's implementation).
+The stack ends with the norm "final_layer_norm/scale" and dropout.
 """
 import math
 
@@ -31,6 +43,8 @@ import mesh_tf as mtf
 from models.transformer.transformer_layer import TransformerLayer
 
 _RECURRENCE_TYPES = ("basic", "highway", "act")
+_ACT_TYPES = ("basic", "accumulated", "global", "random")
+_GATING_TYPES = ("highway", "gru")
 
 
 def _check_choice(what, value, choices):
@@ -66,7 +80,8 @@ class UTLayerStack(TransformerLayer):
   "sinusoid"); add_position_timing_signal, add_step_timing_signal;
   mix_with_transformer_before_ut, mix_with_transformer_after_ut; gates_inputs (letters
   of "sti"); gate_ffn_layer ("dense", "dense_relu_dense"); use_gated_transformer;
-  gating_type ("highway").
+  gating_type ("highway", "gru"). The port's own: act_loss_weight (the ponder cost's
+  weight, 0 = none as in the original).
   """
 
   def __init__(self, layers, dropout_rate=0.0, norm_epsilon=1e-6,
@@ -81,15 +96,15 @@ class UTLayerStack(TransformerLayer):
                mix_with_transformer_before_ut=gin.REQUIRED,
                mix_with_transformer_after_ut=gin.REQUIRED, gates_inputs=gin.REQUIRED,
                gate_ffn_layer=gin.REQUIRED, use_gated_transformer=gin.REQUIRED,
-               gating_type=gin.REQUIRED):
+               gating_type=gin.REQUIRED, act_loss_weight=0.0):
     _check_choice("recurrence_type", recurrence_type, _RECURRENCE_TYPES)
-    _check_choice("act_type", act_type, ("basic",))
+    _check_choice("act_type", act_type, _ACT_TYPES)
     _check_choice("add_or_concat_timing_signal", add_or_concat_timing_signal,
                   ("add", "concat"))
     _check_choice("step_timing_signal_type", step_timing_signal_type,
                   ("learned", "sinusoid"))
     _check_choice("gate_ffn_layer", gate_ffn_layer, ("dense", "dense_relu_dense"))
-    _check_choice("gating_type", gating_type, ("highway",))
+    _check_choice("gating_type", gating_type, _GATING_TYPES)
     if not isinstance(position_start_index, int) and position_start_index != "step":
       raise mtf.MtfError("UTLayerStack: position_start_index=%r must be an int or "
                          "'step'" % (position_start_index,))
@@ -118,6 +133,7 @@ class UTLayerStack(TransformerLayer):
     self.gate_ffn_layer = gate_ffn_layer
     self.use_gated_transformer = use_gated_transformer
     self.gating_type = gating_type
+    self.act_loss_weight = act_loss_weight
 
   @property
   def layers(self):
@@ -259,7 +275,9 @@ class UTLayerStack(TransformerLayer):
     return y
 
   def gating(self, context, x, transformed_x, mask):
-    """Highway gate between a layer's input x and its output transformed_x."""
+    """The gating_type gate between a layer's input x and its output transformed_x."""
+    if self.gating_type == "gru":
+      return self._gru_gate(context, x, transformed_x, mask)
     with mtf.variable_scope("transform_gate"):
       transform = self.ffn_layer_multi_inputs(
           context, mask, [x], ffn_layer_type=self.gate_ffn_layer, activation=mtf.sigmoid,
@@ -273,8 +291,19 @@ class UTLayerStack(TransformerLayer):
             activation=mtf.sigmoid, preprocess=True)
     return x * carry + transformed_x * transform
 
+  def _gru_gate(self, context, x, transformed_x, mask):
+    def ffn(scope, inputs, activation):
+      with mtf.variable_scope(scope):
+        return self.ffn_layer_multi_inputs(
+            context, mask, inputs, ffn_layer_type=self.gate_ffn_layer,
+            activation=activation, preprocess=True)
+    update = ffn("update_gate", [x, transformed_x], mtf.sigmoid)
+    reset = ffn("reset_gate", [x, transformed_x], mtf.sigmoid)
+    candidate = ffn("candidate", [reset * x, transformed_x], mtf.tanh)
+    return (1.0 - update) * transformed_x + update * candidate
+
   def vanilla_transformer_layer(self, context, x, mask):
-    """Every layer of the block once: pre-norm, dropout, residual (or highway gate)."""
+    """Every layer of the block once: pre-norm, dropout, residual (or the gate)."""
     for layer in self._layers:
       with mtf.variable_scope(layer.name or ""):
         norm_x = self._layer_norm(context, self._masked(x, mask))
@@ -338,9 +367,12 @@ class UTLayerStack(TransformerLayer):
     with self._shared_weights():
       return self._act(context, x, mask)
 
-  def _act(self, context, x, mask):
-    model_dim = x.shape.dims[-1]
-    positions_shape = x.shape - [model_dim]
+  def _halting_probability(self, context, state, halting_shape):
+    """This step's p: from the halting unit (per position, or pooled per sequence for
+    "global"), or uniform noise for "random"."""
+    if self.act_type == "random":
+      return mtf.random_uniform(context.mesh, halting_shape, dtype=state.dtype)
+    model_dim = state.shape.dims[-1]
     with mtf.variable_scope("act_halting"):
       kernel = mtf.get_variable(context.mesh, "kernel", mtf.Shape([model_dim]),
                                 initializer=tf.random_normal_initializer(
@@ -349,14 +381,30 @@ class UTLayerStack(TransformerLayer):
       bias = mtf.get_variable(context.mesh, "bias", mtf.Shape([]),
                               initializer=tf.constant_initializer(1.0),
                               dtype=context.variable_dtype)
+    p = mtf.sigmoid(mtf.einsum([state, kernel], output_shape=state.shape - [model_dim])
+                    + bias)
+    if self.act_type == "global":
+      p = mtf.reduce_mean(p, output_shape=halting_shape)
+    return p
+
+  def _act(self, context, x, mask):
+    model_dim = x.shape.dims[-1]
+    halting_shape = x.shape - [model_dim]
+    if self.act_type == "global":
+      if context.mode == "incremental":
+        raise mtf.MtfError(
+            "UTLayerStack: act_type='global' pools the halting probability over the "
+            "whole sequence (dim %r), so it cannot decode incrementally" %
+            context.length_dim.name)
+      halting_shape -= [context.length_dim]
     threshold = 1.0 - self.act_epsilon
-    halting = mtf.zeros(context.mesh, positions_shape, dtype=x.dtype)
-    remainders = mtf.zeros(context.mesh, positions_shape, dtype=x.dtype)
-    ponder_times = mtf.zeros(context.mesh, positions_shape, dtype=x.dtype)
-    state, output = x, x
+    halting = mtf.zeros(context.mesh, halting_shape, dtype=x.dtype)
+    remainders = mtf.zeros(context.mesh, halting_shape, dtype=x.dtype)
+    ponder_times = mtf.zeros(context.mesh, halting_shape, dtype=x.dtype)
+    state, output = x, mtf.zeros_like(x)
     for step in range(self.act_max_steps):
       state = self.step_preprocess(context, state, step)
-      p = mtf.sigmoid(mtf.einsum([state, kernel], output_shape=positions_shape) + bias)
+      p = self._halting_probability(context, state, halting_shape)
       running = mtf.cast(mtf.less(halting, 1.0), x.dtype)
       reached = halting + p * running
       new_halted = mtf.cast(mtf.greater(reached, threshold), x.dtype) * running
@@ -367,8 +415,17 @@ class UTLayerStack(TransformerLayer):
       ponder_times += running + new_halted
       update = p * running + new_halted * remainders
       state = self._block(context, state, mask)
-      output = state * update + output * (1.0 - update)
+      if self.act_type == "accumulated":
+        output += state * update
+      else:
+        output = state * update + output * (1.0 - update)
     return output, (ponder_times, remainders)
+
+  def _add_ponder_cost(self, context, ponder_times, remainders):
+    """act_loss_weight * mean(N + R) into context.losses."""
+    if self.act_loss_weight and context.losses is not None:
+      cost = mtf.reduce_mean(ponder_times + remainders, output_shape=[])
+      context.losses.append(cost * self.act_loss_weight)
 
   def call(self, context, x):
     """Dropout, vanilla layers, the recurrence, vanilla layers, final norm, dropout."""
@@ -384,7 +441,8 @@ class UTLayerStack(TransformerLayer):
       elif self.recurrence_type == "highway":
         x = self.ut_highway(context, (x, x, x), mask)
       else:
-        x, _ = self.act_layer(context, x, mask)
+        x, (ponder_times, remainders) = self.act_layer(context, x, mask)
+        self._add_ponder_cost(context, ponder_times, remainders)
     if self.mix_with_transformer_after_ut:
       for i in range(self.num_vanilla_transformer_layers):
         with mtf.variable_scope("after_ut/layer_%d" % i):

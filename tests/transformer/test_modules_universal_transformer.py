@@ -1,5 +1,6 @@
-"""UTLayerStack: the basic, highway and ACT recurrences (timing signals added or
-concatenated, learned or sinusoid step signals, gated layers, vanilla layers around the
+"""UTLayerStack: the basic, highway and ACT recurrences (ACT types basic, accumulated,
+global, random; the ponder cost; timing signals added or concatenated, learned or
+sinusoid step signals, highway- and GRU-gated layers, vanilla layers around the
 recurrence), forward and every gradient against plain TF from the same weights, on one
 device and on a dp+mp layout on placement and SIMD emulation; weight sharing across
 steps; bad options."""
@@ -74,15 +75,20 @@ class Reference:
                        p + "_DenseReluDense_wo_kernel"]
     if not self.o["use_gated_transformer"]:
       return x + y
+    if self.o["gating_type"] == "gru":
+      update = self.gate([x, y], p + "_update_gate")
+      reset = self.gate([x, y], p + "_reset_gate")
+      candidate = self.gate([reset * x, y], p + "_candidate", tf.tanh)
+      return (1 - update) * y + update * candidate
     transform = self.gate([x], p + "_transform_gate")
     carry = (1 - transform if self.o["couple_carry_transform_gates"]
              else self.gate([x], p + "_carry_gate"))
     return x * carry + y * transform
 
-  def gate(self, inputs, p):
+  def gate(self, inputs, p, activation=tf.sigmoid):
     normed = [rms(t, self.v["%s_layer_norm_%d_scale" % (p, i)])
               for i, t in enumerate(inputs)]
-    return dense(tf.concat(normed, -1), self.v, p + "_dense", tf.sigmoid)
+    return dense(tf.concat(normed, -1), self.v, p + "_dense", activation)
 
   def preprocess(self, x, step):
     signals = []
@@ -135,12 +141,16 @@ class Reference:
     kernel = self.v["universal_transformer_act_halting_kernel"]
     bias = self.v["universal_transformer_act_halting_bias"]
     threshold = 1.0 - self.o["act_epsilon"]
-    halting = tf.zeros(x.shape[:-1])
-    remainders = tf.zeros(x.shape[:-1])
-    state, output = x, x
+    pooled = self.o["act_type"] == "global"
+    halting = tf.zeros(x.shape[:1] if pooled else x.shape[:-1])
+    remainders = tf.zeros_like(halting)
+    ponder = tf.zeros_like(halting)
+    state, output = x, tf.zeros_like(x)
     for step in range(self.o["act_max_steps"]):
       state = self.preprocess(state, step)
       p = tf.sigmoid(tf.einsum("bld,d->bl", state, kernel) + bias)
+      if pooled:
+        p = tf.reduce_mean(p, 1)
       running = tf.cast(halting < 1.0, tf.float32)
       reached = halting + p * running
       new_halted = tf.cast(reached > threshold, tf.float32) * running
@@ -148,9 +158,15 @@ class Reference:
       halting += p * running
       remainders += new_halted * (1.0 - halting)
       halting += new_halted * remainders
-      update = (p * running + new_halted * remainders)[..., None]
+      ponder += running + new_halted
+      update = p * running + new_halted * remainders
+      update = update[:, None, None] if pooled else update[..., None]
       state = self.vanilla(state, "universal_transformer_rec_layer_0")
-      output = state * update + output * (1 - update)
+      if self.o["act_type"] == "accumulated":
+        output += state * update
+      else:
+        output = state * update + output * (1 - update)
+    self.ponder_cost = tf.reduce_mean(ponder + remainders)
     return output
 
 
@@ -163,6 +179,14 @@ CONFIGS = {
         use_gated_transformer=True, position_start_index=3,
         mix_with_transformer_after_ut=True),
     "act_step_positions": dict(recurrence_type="act", position_start_index="step"),
+    "act_accumulated": dict(recurrence_type="act", act_type="accumulated",
+                            act_max_steps=4),
+    "act_global_gru_gated": dict(
+        recurrence_type="act", act_type="global", use_gated_transformer=True,
+        gating_type="gru", mix_with_transformer_after_ut=True),
+    "basic_gru_gated_uncoupled": dict(
+        recurrence_type="basic", use_gated_transformer=True, gating_type="gru",
+        mix_with_transformer_before_ut=True, couple_carry_transform_gates=False),
 }
 
 
@@ -204,7 +228,8 @@ def test_act_halts_every_position_within_the_steps():
 
 @pytest.mark.parametrize("option,value,message", [
     ("recurrence_type", "lstm", "recurrence_type='lstm'"),
-    ("act_type", "global", "act_type='global'"),
+    ("act_type", "lstm", "act_type='lstm'"),
+    ("gating_type", "lstm", "gating_type='lstm'"),
     ("gates_inputs", "sx", "gates_inputs='sx'"),
     ("position_start_index", "random", "position_start_index='random'")])
 def test_unsupported_options_are_named(option, value, message):
@@ -243,3 +268,85 @@ def test_cached_decoding_matches_the_full_sequence(recurrence):
   for row, picks in zip(decoded, logits.argmax(-1)):
     end = list(row).index(1) + 1 if 1 in row[1:] else LENGTH  # decoding stops at EOS
     np.testing.assert_array_equal(picks[1:end], row[1:end])
+
+
+class _OutputPlusLosses(tl.TransformerLayer):
+  """The stack's output plus the auxiliary losses it added, so the gradient check
+  covers the ponder cost too."""
+
+  def __init__(self, stack):
+    self.stack = stack
+
+  def call(self, context, x):
+    y = self.stack.call(context, x)
+    for loss in context.losses:
+      y += loss
+    return y
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("act_type", ["basic", "global"])
+def test_ponder_cost_and_its_gradients_match_tf(act_type, case):
+  options = dict(BASE, recurrence_type="act", act_type=act_type, act_max_steps=4,
+                 couple_carry_transform_gates=True)
+  stack = _stack(recurrence_type="act", act_type=act_type, act_max_steps=4,
+                 act_loss_weight=0.5)
+  x = _x(3)
+  result, w = run_layer(_OutputPlusLosses(stack), _impl(*case), x)
+
+  def reference(x, **v):
+    ref = Reference(options, v)
+    y = ref(x)
+    return y + 0.5 * ref.ponder_cost
+
+  check_against_reference(result, w, x, reference, rtol=1e-4, atol=1e-4)
+  assert len(result.losses) == 1 and result.losses[0] > 0.5, result.losses
+
+
+def _act_outputs(act_type, steps, seed=8):
+  from models.transformer.context import Context  # pylint: disable=g-import-not-at-top
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  batch, length = mtf.Dimension("batch", 2), mtf.Dimension("length", LENGTH)
+  x = mtf.import_tf_tensor(mesh, _x(seed), [batch, length,
+                                            mtf.Dimension("d_model", D_MODEL)])
+  losses = []
+  context = Context(None, mesh, [batch], length, mtf.VariableDType(tf.float32),
+                    mode="eval", losses=losses)
+  stack = _stack(recurrence_type="act", act_type=act_type, act_max_steps=steps,
+                 act_loss_weight=2.0)
+  y, (ponder, remainders) = stack.act_layer(context, x, None)
+  stack._add_ponder_cost(context, ponder, remainders)  # pylint: disable=protected-access
+  names = [v.name for v in graph.trainable_variables]
+  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  export = lambda t: lowering.export_to_tf_tensor(t).numpy()
+  return export(y), export(ponder), export(remainders), export(losses[0]), names
+
+
+def test_random_act_halts_on_noise_without_a_halting_unit():
+  steps = 6
+  y, ponder, remainders, cost, names = _act_outputs("random", steps)
+  assert not [n for n in names if "act_halting" in n], names
+  # Noise in [0, 1) halts every position within the steps; no remainder reaches 1.
+  assert ponder.min() >= 1 and ponder.max() <= steps, ponder
+  assert np.all((remainders >= 0) & (remainders < 1)), remainders
+  assert np.all(np.isfinite(y)) and np.abs(y).max() > 0
+  np.testing.assert_allclose(cost, 2.0 * np.mean(ponder + remainders), rtol=1e-5)
+
+
+def test_global_act_halts_each_sequence_as_a_whole():
+  _, ponder, remainders, _, names = _act_outputs("global", 4)
+  assert ponder.shape == (2,) and remainders.shape == (2,), (ponder, remainders)
+  assert any("act_halting" in n for n in names), names
+
+
+def test_global_act_refuses_incremental_decoding():
+  from models.transformer.context import Context  # pylint: disable=g-import-not-at-top
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  batch, length = mtf.Dimension("batch", 2), mtf.Dimension("length", 1)
+  x = mtf.zeros(mesh, [batch, length, mtf.Dimension("d_model", D_MODEL)])
+  context = Context(None, mesh, [batch], length, mtf.VariableDType(tf.float32),
+                    mode="incremental")
+  with pytest.raises(mtf.MtfError, match="act_type='global'.*incrementally"):
+    _stack(recurrence_type="act", act_type="global").act_layer(context, x, None)
