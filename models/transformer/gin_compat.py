@@ -31,22 +31,6 @@ OMITTED_CONFIGURABLES = {
                                 "variable_filter_max_size is offered as a function)",
 }
 
-# Configurables of the original that this port does not offer yet (the Transformer
-# layer zoo and research variants, being ported). A binding of one, or one whose value
-# names one, is skipped and reported while it is not registered here; once it is, the
-# binding applies.
-NOT_YET_PORTED = frozenset("""
-    TalkingHeadsSelfAttention TalkingHeadsEncDecAttention TransparentEncDecAttention
-    GeneralBilinearSelfAttention GeneralBilinearEncDecAttention BranchedSelfAttention
-    BranchedEncDecAttention Synthesizer ExpertsSelfAttention ExpertsEncDecAttention
-    LightweightConv1DLocalAttn DynamicConv1DLocalAttn LocalConvAttnBlock Conv1D
-    Conv1DLayer SeparableConv1DLayer Conv1DLocalAttn MoE2D HeterogeneousMoE1D
-    AdaptiveVocabEmbedding MixtureOfSoftmaxes Mixtape AdaptiveSoftmaxVocabEmbedding
-    ProductKeyValueMemory FunnelTransformerLayerStack BitransformerFunnel UTLayerStack
-    StudentTeacher make_bi_student_teacher DecoderAttentionLayer
-    DecoderConvolutionalLayer EncoderConvolutionalLayer GatedLinearUnitLayer
-    SelfAttentionFixup EncDecAttentionFixup DenseReluDenseFixup""".split())
-
 # Selectors the original's own gin files use that name a configurable by another module
 # than the one registering it (e.g. problems/lm1b.gin binds
 # `dataset.get_tfds_vocabulary`, which lives in the vocabulary module).
@@ -150,20 +134,8 @@ def _references(value):
   return []
 
 
-def _not_yet_ported(selector):
-  """The name if selector names an original configurable not registered here yet."""
-  name = selector.split("/")[-1].split(".")[-1]
-  if name in NOT_YET_PORTED and _configurable(selector.split("/")[-1]) is None:
-    return name
-  return None
-
-
 def _skip_reason(statement):
   """Why a binding statement is skipped here, or None to keep it."""
-  for selector in [statement.selector] + _references(statement.value):
-    missing = _not_yet_ported(selector)
-    if missing:
-      return "%s is not ported yet" % missing
   for selector in _references(statement.value):
     name = selector.split(".")[-1]
     if name in OMITTED_CONFIGURABLES and _configurable(selector) is None:

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from test_transformer_layers import (  # pylint: disable=g-multiple-import
     D_MODEL, LENGTH, _x, check_against_reference, run_layer)
 from models.transformer import transformer_layers as tl
@@ -27,12 +28,6 @@ BASE = dict(act_type="basic", act_max_steps=3, act_epsilon=0.01, num_rec_steps=2
             mix_with_transformer_before_ut=False, mix_with_transformer_after_ut=False,
             gates_inputs="sti", gate_ffn_layer="dense", use_gated_transformer=False,
             gating_type="highway", num_vanilla_transformer_layers=1)
-
-
-def _impl(backend, mesh_shape, layout):
-  n = mtf.convert_to_shape(mesh_shape).size
-  return mtf.make_mesh_impl(backend, mesh_shape, layout,
-                            ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
 def _stack(**overrides):
@@ -197,7 +192,7 @@ def test_ut_layer_stack_matches_tf(config, case):
   options.update(CONFIGS[config])
   stack = _stack(**CONFIGS[config])
   x = _x(7)
-  result, w = run_layer(stack, _impl(*case), x)
+  result, w = run_layer(stack, mtf_testing.backend_mesh_impl(*case), x)
   check_against_reference(result, w, x, lambda x, **v: Reference(options, v)(x),
                           rtol=1e-4, atol=1e-4)
   # One set of block weights serves every step.
@@ -215,7 +210,7 @@ def test_act_halts_every_position_within_the_steps():
                     mode="eval")
   _, (ponder, remainders) = _stack(recurrence_type="act", act_max_steps=4).act_layer(
       context, x, None)
-  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[0])})
   ponder = lowering.export_to_tf_tensor(ponder).numpy()
   remainders = lowering.export_to_tf_tensor(remainders).numpy()
   # A position that halts at step n has ponder time n and a remainder in (0, 1); one
@@ -262,7 +257,7 @@ def test_cached_decoding_matches_the_full_sequence(recurrence):
                                         temperature=0.0)
   logits, _ = model.call_simple(transformer.autoregressive_inputs(decoded), decoded,
                                 compute_loss=False, mode="eval")
-  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[0])})
   decoded = lowering.export_to_tf_tensor(decoded).numpy()
   logits = lowering.export_to_tf_tensor(logits).numpy()
   for row, picks in zip(decoded, logits.argmax(-1)):
@@ -292,7 +287,7 @@ def test_ponder_cost_and_its_gradients_match_tf(act_type, case):
   stack = _stack(recurrence_type="act", act_type=act_type, act_max_steps=4,
                  act_loss_weight=0.5)
   x = _x(3)
-  result, w = run_layer(_OutputPlusLosses(stack), _impl(*case), x)
+  result, w = run_layer(_OutputPlusLosses(stack), mtf_testing.backend_mesh_impl(*case), x)
 
   def reference(x, **v):
     ref = Reference(options, v)
@@ -318,7 +313,7 @@ def _act_outputs(act_type, steps, seed=8):
   y, (ponder, remainders) = stack.act_layer(context, x, None)
   stack._add_ponder_cost(context, ponder, remainders)  # pylint: disable=protected-access
   names = [v.name for v in graph.trainable_variables]
-  lowering = mtf.Lowering(graph, {mesh: _impl(*CASES[0])})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[0])})
   export = lambda t: lowering.export_to_tf_tensor(t).numpy()
   return export(y), export(ponder), export(remainders), export(losses[0]), names
 
