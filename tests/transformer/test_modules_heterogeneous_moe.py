@@ -6,8 +6,9 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+import mtf_testing
 from test_modules_moe import (  # pylint: disable=g-multiple-import
-    D_MODEL, _check_against_tf, _impl, _run, _var, tf_top_2)
+    D_MODEL, _check_against_tf, _run, _var, tf_top_2)
 from models.transformer import heterogeneous_moe as hm
 
 HIDDEN = 8
@@ -47,7 +48,7 @@ def tf_heterogeneous(x, v):
 @pytest.fixture(scope="module")
 def single():
   x = np.random.RandomState(6).normal(size=(4, 8, 8)).astype(np.float32)
-  values, full, w = _run(_build(_layer()), x, _impl("placement", "", ""))
+  values, full, w = _run(_build(_layer()), x, mtf_testing.backend_mesh_impl("placement", "", ""))
   return x, values, full, w
 
 
@@ -67,7 +68,7 @@ def test_heterogeneous_experts_do_not_depend_on_layout(single, backend, mesh_sha
                                                        layout):
   x, ref, full, _ = single
   got, _, _ = _run(_build(_layer(), layout, mesh_shape), x,
-                   _impl(backend, mesh_shape, layout), weights=full)
+                   mtf_testing.backend_mesh_impl(backend, mesh_shape, layout), weights=full)
   for key in ref:
     np.testing.assert_allclose(got[key], ref[key], rtol=2e-4, atol=2e-5, err_msg=key)
 
@@ -78,7 +79,7 @@ def test_masks_and_their_errors():
   experts, hidden = mtf.Dimension("experts", 3), mtf.Dimension("expert_hidden", 4)
   mask = hm.generate_heterogeneous_expert_masks([[1, 1], [2, 4]], 3, experts, mesh,
                                                 hidden)
-  lowering = mtf.Lowering(graph, {mesh: _impl("placement", "", "")})
+  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl("placement", "", "")})
   np.testing.assert_array_equal(lowering.export_to_tf_tensor(mask).numpy(),
                                 [[1, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1]])
   with pytest.raises(mtf.MtfError, match="describes 2 experts, but there are 3"):
