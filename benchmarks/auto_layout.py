@@ -125,14 +125,17 @@ CASES = {
 }
 
 
-def _measure(mesh_shape, rules, make_lowering, loss, update_ops, feeds):
-  """Bytes per device the placement backend sends tracing one train step."""
+def measured_bytes(mesh_shape, rules, make_lowering, loss, update_ops, feeds,
+                   backend="placement"):
+  """Bytes per device the backend sends tracing one train step (variables are created
+  outside the trace, as the trainer does)."""
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mesh_tf import analysis  # pylint: disable=g-import-not-at-top
   from models import train_steps  # pylint: disable=g-import-not-at-top
   n = mtf.convert_to_shape(mesh_shape).size
-  impl = mtf.PlacementMeshImpl(mesh_shape, rules, ["/cpu:%d" % i for i in range(n)])
+  impl = mtf.make_mesh_impl(backend, mesh_shape, rules,
+                            ["/cpu:%d" % i for i in range(n)])
   lowerings = []
 
   @tf.function
@@ -193,7 +196,7 @@ def run_case(key):
   def measured(c):
     if make_lowering is None:
       return None
-    return _measure(c.mesh_shape, c.layout_rules, make_lowering, loss, update_ops, feeds)
+    return measured_bytes(c.mesh_shape, c.layout_rules, make_lowering, loss, update_ops, feeds)
   rows = [["layout", "mesh", "rules", "step ms", "compute ms", "comm ms",
            "pred B/dev", "meas B/dev", "peak B/dev", "fits", "search s"]]
   rows.append(_row("auto", chosen, measured(chosen), report.search_seconds))

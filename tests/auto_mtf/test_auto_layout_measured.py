@@ -7,29 +7,10 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf import analysis
 from mesh_tf import auto_mtf
+from benchmarks import auto_layout
 from benchmarks import overhead
-from models import train_steps
 from models.mlp import model as mlp
-
-
-def _measured_bytes(mesh_shape, rules, make_lowering, loss, update_ops, feeds,
-                    backend="placement"):
-  """Bytes per processor the backend sends tracing one train step."""
-  n = mtf.convert_to_shape(mesh_shape).size
-  impl = mtf.make_mesh_impl(backend, mesh_shape, rules,
-                            ["/cpu:%d" % i for i in range(n)])
-  lowerings = []
-
-  @tf.function
-  def step(*args):
-    lowering = make_lowering(impl, *args)
-    lowerings.append(lowering)
-    return train_steps.lower_train_step(lowering, loss, update_ops)
-  make_lowering(impl)  # creates the variables outside the trace
-  step.get_concrete_function(*feeds)
-  return analysis.total_bytes_per_processor(lowerings[-1].comm_records)
 
 
 def _spread(report, count):
@@ -63,7 +44,7 @@ def test_mlp_chosen_layout_sends_what_was_predicted():
   assert len(picked) == 5
 
   def measure(mesh_shape, rules):
-    return _measured_bytes(mesh_shape, rules, m.lowering, m.loss, m.update_ops,
+    return auto_layout.measured_bytes(mesh_shape, rules, m.lowering, m.loss, m.update_ops,
                            (images, labels))
   _check(picked, measure)
 
@@ -82,6 +63,6 @@ def test_transformer_lm_chosen_layout_sends_what_was_predicted():
     return g.lowering(impl, None if t is None else {"targets": t})
 
   def measure(mesh_shape, rules):
-    return _measured_bytes(mesh_shape, rules, make_lowering, g.loss, g.update_ops,
+    return auto_layout.measured_bytes(mesh_shape, rules, make_lowering, g.loss, g.update_ops,
                            (targets,), backend="simd")
   _check(picked, measure)
