@@ -14,8 +14,9 @@ import tensorflow as tf
 
 from mesh_tf.lowering import mesh_state
 
-from mesh_tf.shapes import (convert_to_layout_rules, convert_to_shape, list_product,
-                            pnum_to_processor_coordinates, processor_groups)
+from mesh_tf.shapes import (convert_to_shape, list_product, pnum_to_processor_coordinates,
+                            processor_groups)
+from mesh_tf.shapes.mesh_layout import MeshLayout
 
 CollectiveRecord = collections.namedtuple(
     "CollectiveRecord", ["kind", "mesh_axes", "group_size", "slice_bytes", "op"],
@@ -54,9 +55,9 @@ class MeshImpl:
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
 
   def __init__(self, shape, layout_rules):
-    self._shape = convert_to_shape(shape)
-    self._layout_rules = convert_to_layout_rules(layout_rules)
-    self._layout_cache = {}
+    self._layout = MeshLayout(shape, layout_rules)
+    self._shape = self._layout.shape
+    self._layout_rules = self._layout.layout_rules
     # Set while a tf.function traces: the state is then shared with the MeshImpls of
     # other traces of that function (see mesh_state).
     self._trace_owner = mesh_state.current_trace_owner()
@@ -70,6 +71,11 @@ class MeshImpl:
                                         self._layout_rules)
 
   # ---- mesh facts ----
+  @property
+  def mesh_layout(self):
+    """The MeshLayout (mesh shape + layout rules) this backend lays tensors out by."""
+    return self._layout
+
   @property
   def shape(self):
     return self._shape
@@ -165,21 +171,13 @@ class MeshImpl:
     del x
     return laid_out
 
-  # ---- layout queries ----
+  # ---- layout queries (the MeshLayout's, through tensor_layout, which GSPMD overrides) ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):
-    return self._layout_rules.tensor_dimension_to_mesh_axis(tensor_dimension, self._shape)
+    return self._layout.tensor_dimension_to_mesh_axis(tensor_dimension)
 
   def tensor_layout(self, arg, tensor_name=None):
     """TensorLayout of an mtf Tensor or Shape; raises LayoutError naming the tensor."""
-    if hasattr(arg, "operation"):
-      tensor_name = tensor_name or arg.name
-      arg = arg.shape
-    shape = convert_to_shape(arg)
-    # Keyed by shape alone: the name only words the error, and illegal layouts raise.
-    if shape not in self._layout_cache:
-      self._layout_cache[shape] = self._layout_rules.tensor_layout(
-          shape, self._shape, tensor_name=tensor_name)
-    return self._layout_cache[shape]
+    return self._layout.tensor_layout(arg, tensor_name=tensor_name)
 
   def mesh_axis_to_cumprod(self, tensor_shape):
     """For each mesh axis, the row-major stride of its tensor dim (None if unused)."""

@@ -6,6 +6,7 @@ from mesh_tf.shapes.layout import LayoutRules
 from mesh_tf.shapes.layout import TensorLayout
 from mesh_tf.shapes.layout import convert_to_layout_rules
 from mesh_tf.shapes.mesh_geometry import pnum_to_group
+from mesh_tf.shapes.mesh_layout import MeshLayout
 from mesh_tf.shapes.mesh_geometry import pnum_to_processor_coordinates
 from mesh_tf.shapes.mesh_geometry import processor_coordinates_to_pnum
 from mesh_tf.shapes.mesh_geometry import processor_groups
@@ -25,7 +26,7 @@ __all__ = [
     "Shape", "convert_to_shape", "list_product", "is_subsequence",
     "transpose_list_of_lists", "combined_dimension", "anonymous_shape",
     "shape_union",
-    "LayoutRules", "TensorLayout", "convert_to_layout_rules",
+    "LayoutRules", "TensorLayout", "convert_to_layout_rules", "MeshLayout",
     "pnum_to_processor_coordinates", "processor_coordinates_to_pnum",
     "pnum_to_group", "processor_groups", "tensor_dim_to_mesh_dim_size",
     "tensor_dim_to_size_per_split",
