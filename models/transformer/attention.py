@@ -140,9 +140,12 @@ SYNTHESIZE_MODES = ("random", "factorized", "dense_minus", "random_plus_alpha",
                     "random_plus", "dense_plus_alpha", "dense_plus")
 
 
-def _synthetic_table(q, memory_length_dim, r, what):
-  """The learned [length, heads, memory_length] table r cut to this call's lengths."""
+def _synthetic_table(q, memory_length_dim, r, what, context=None):
+  """The learned [length, heads, memory_length] table r cut to this call's lengths
+  (in incremental decoding, where q has no length dim: the row of context.position)."""
   r = mtf.slice(r, 0, memory_length_dim.size, memory_length_dim.name)
+  if getattr(context, "incremental", False) and not q.shape.has_dim("length"):
+    return mtf.gather(r, context.position, r.shape.get_dim_by_name("length"))
   length_dim = _require_dim(q, "length", what)
   return mtf.slice(r, 0, length_dim.size, length_dim.name)
 
@@ -221,7 +224,7 @@ def synthetic_attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=Non
     else:
       r = mtf.get_variable(context.mesh, "R", mtf.Shape([length, heads_dim, memory]),
                            dtype=context.variable_dtype)
-    r = _synthetic_table(q, memory_length_dim, mtf.cast(r, q.dtype), what)
+    r = _synthetic_table(q, memory_length_dim, mtf.cast(r, q.dtype), what, context)
     if "plus" in mode:
       logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
       logits = _mix_alpha(logits, r, mode, context)
