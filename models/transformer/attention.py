@@ -6,14 +6,21 @@ the original's checkpoints store them), `local_attention_1d` (windowed attention
 length dim may be split over the mesh), `visibility_mask_to_attention_bias`, the
 variants `hybrid_attention` (softmax blended with doubly-normalised attention) and
 `synthetic_attention` (the Synthesizer's learned logits), `ExpertsAttentionParams`
-(projections by a mixture of experts), and
-`maybe_reshape_attention_input_for_2d_sharding`, which attention() applies.
+(projections by a mixture of experts),
+`maybe_reshape_attention_input_for_2d_sharding`, which attention() applies, and the
+task-prompt helpers of hyper_prompts.py (`concat_hyper_prompts_kv`,
+`make_params_hyperprompt`, `make_params_mtlprompt`).
 """
 import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.ops.halo import halo_exchange_sides
+# pylint: disable=unused-import
+from models.transformer.hyper_prompts import (concat_hyper_prompts_kv,
+                                              make_params_hyperprompt,
+                                              make_params_mtlprompt)
+# pylint: enable=unused-import
 
 # Added to the logits of memory positions a query must not see.
 NEG_INF = -1e9
