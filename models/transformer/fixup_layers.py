@@ -16,6 +16,7 @@ import mesh_tf as mtf
 from mesh_tf.graph.graph import current_scope_name
 from models.transformer import attention
 from models.transformer import transformer_layers
+from models.transformer.context import incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
 
 _INITS = {"he": (2.0, "fan_in"), "glorot": (1.0, "fan_avg")}
@@ -226,8 +227,10 @@ class DenseReluDenseFixup(TransformerLayer):
     self.init_distribution = init_distribution
     self.num_blocks = num_blocks
 
+  @incremental_aware
   def call(self, context, x, losses=None):
-    """[batch..., length, d_model] -> the same shape."""
+    """[batch..., length, d_model] -> the same shape (position-wise: cached decoding
+    calls it on [batch..., d_model])."""
     del losses
     io_dim = x.shape.dims[-1]
     hidden_dim = mtf.Dimension("d_ff", self.hidden_size)

@@ -15,6 +15,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.transformer.context import incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
 
 
@@ -55,8 +56,10 @@ class ProductKeyValueMemory(TransformerLayer):
     scores = mtf.einsum([query, keys], reduced_dims=[self._half_dim])
     return mtf.top_k(scores, self._n_keys_dim, mtf.Dimension("pkm_knn", self.knn))
 
+  @incremental_aware
   def call(self, context, x):
-    """Reads the memory at the best keys for every position of x."""
+    """Reads the memory at the best keys for every position of x (position-wise, so
+    cached decoding needs nothing)."""
     model_dim = x.shape.dims[-1]
     vdt = context.variable_dtype
     product = mtf.Dimension("product_key", 2)

@@ -1,9 +1,10 @@
-"""Cached decoding of the zoo's attention variants equals recomputing the prefix.
+"""Cached decoding of the zoo's layers equals recomputing the prefix.
 
 The Synthesizer keeps its keys and values in the decoding caches and reads the row of
 its learned logits at the decoded position; the encoder-decoder variants (talking
 heads, general bilinear, branched, transparent) compute what they need of the encoder
-output once, in "first_part" mode. Each test decodes with the caches and with
+output once, in "first_part" mode; position-wise layers (gated linear unit, product-key
+memory, Fixup feed-forward) need no state. Each test decodes with the caches and with
 `decoding_mode(cached=False)` on the same weights (the recompute graph's checkpoint)
 and compares the ids and beam scores on one device and on a dp+mp placement mesh (the
 Synthesizer also in SIMD emulation).
@@ -14,6 +15,9 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from models.transformer import decoding
+from models.transformer import evolved_transformer
+from models.transformer import fixup_layers
+from models.transformer import memory_layers
 from models.transformer import transformer
 from models.transformer import transformer_layers as tl
 from test_cached_decoding import (  # pylint: disable=g-multiple-import
@@ -34,21 +38,27 @@ def _synthesizer(mode):
                         attention_kwargs={"max_length": LENGTH, "factorized_dim": 3})
 
 
-SYNTHESIZER_LAYERS = {
+LM_LAYERS = {
     "random_plus_alpha": lambda: [_synthesizer("random_plus_alpha"),
                                   tl.DenseReluDense(hidden_size=16)],
     # no query projection: the logits are the table alone; shared keys/values.
     "factorized": lambda: [_synthesizer("factorized"), _synthesizer("random")],
     "dense": lambda: [_synthesizer("dense_minus"), _synthesizer("dense_plus")],
+    # position-wise layers (no state) and the Evolved Transformer's attention.
+    "position_wise": lambda: [
+        evolved_transformer.GatedLinearUnitLayer(),
+        memory_layers.ProductKeyValueMemory(key_size=8, n_keys=4, n_heads=2, knn=2),
+        evolved_transformer.DecoderAttentionLayer(base_num_heads=2),
+        fixup_layers.DenseReluDenseFixup(hidden_size=16, num_blocks=2)],
 }
 
 
-def _synthesizer_program(layers_name, cached):
-  """Greedy decode and 2-beam search (with scores) of PROMPTS by a Synthesizer LM."""
+def _lm_program(layers_name, cached):
+  """Greedy decode and 2-beam search (with scores) of PROMPTS by an LM of LM_LAYERS."""
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "m")
   model = transformer.Unitransformer(
-      layer_stack=_stack(SYNTHESIZER_LAYERS[layers_name]()), d_model=16,
+      layer_stack=_stack(LM_LAYERS[layers_name]()), d_model=16,
       input_vocab_size=VOCAB, output_vocab_size=VOCAB, autoregressive=True,
       max_length=LENGTH, vocab_divisor=8)
   prompts = mtf.import_tf_tensor(mesh, PROMPTS, _dims())
@@ -100,9 +110,9 @@ def _dp_mp(layout=DP_MP[1]):
   return mtf.PlacementMeshImpl(DP_MP[0], layout, ["/cpu:%d" % i for i in range(8)])
 
 
-@pytest.mark.parametrize("layers_name", sorted(SYNTHESIZER_LAYERS))
-def test_synthesizer_cached_equals_recompute(layers_name, tmp_path):
-  program = lambda cached: _synthesizer_program(layers_name, cached)
+@pytest.mark.parametrize("layers_name", sorted(LM_LAYERS))
+def test_lm_cached_equals_recompute(layers_name, tmp_path):
+  program = lambda cached: _lm_program(layers_name, cached)
   expected, checkpoint, _ = _reference(program, tmp_path)
   graph, mesh, tensors, model = program(True)
   assert decoding.supports_incremental_decoding(model)
