@@ -84,7 +84,8 @@ def make_params_mtlprompt(task_num, num_heads, prefix_hidden_dim, kv_dim, contex
   [task, prompt_length, prefix_hidden] (dropout in training) projected by
   "mtlprompt_k_proj" / "mtlprompt_v_proj" [prefix_hidden, heads, d_kv]. With
   mtlprompt_share the variables (all of them) are created by the first layer that asks
-  and shared by the layers of the model call (context.shared_params["mtlprompt"]).
+  and shared by the layers of the model call (context.shared_params["mtlprompt/<the
+  model's name>"], so an encoder and its decoder keep their own).
 
   Args:
     task_num: int, the number of tasks.
@@ -117,7 +118,8 @@ def make_params_mtlprompt(task_num, num_heads, prefix_hidden_dim, kv_dim, contex
             _variable(context, name, [hidden, heads, kv], hidden.size ** -0.5),
             context.activation_dtype)], output_shape=out)
         for name in ("mtlprompt_k_proj", "mtlprompt_v_proj"))
-  return _shared(context, "mtlprompt", mtlprompt_share, make)
+  key = "mtlprompt/%s" % getattr(context.model, "name", None)
+  return _shared(context, key, mtlprompt_share, make)
 
 
 def make_params_hyperprompt(task_num, num_heads, prefix_hidden_dim, kv_dim, context,
@@ -247,9 +249,11 @@ def concat_hyper_prompts_kv(k, v, scope_encoder_or_decoder, use_hyperprompt,
       if d != task_dim and d not in shape.dims:
         raise ShapeError("%s: the task ids %s have dim %s, which %s %s lacks" % (
             what, select.shape, d, t.name, t.shape), tensor=t.name, dim=d.name)
-    selected = mtf.einsum([select, mtf.rename_dimension(prompt, length_dim.name,
-                                                        memory_length.name)],
-                          output_shape=shape)
+    prompt = mtf.rename_dimension(prompt, length_dim.name, memory_length.name)
+    # (k may have dims the task ids lack, e.g. a beam: the prompts are the same there.)
+    own = [d for d in shape.dims if d in select.shape.dims or d in prompt.shape.dims]
+    selected = mtf.broadcast(mtf.einsum([select, prompt], output_shape=mtf.Shape(own)),
+                             shape)
     outputs.append(mtf.concat([selected, mtf.cast(t, selected.dtype)], memory_length.name))
   new_memory_length = mtf.Dimension(memory_length.name, memory_length.size + length_dim.size)
   return outputs[0], outputs[1], new_memory_length

@@ -247,3 +247,67 @@ def test_missing_prompt_length_or_task_ids_is_named():
     with mtf.variable_scope("b"):
       _hyperprompt_layer(hyperprompt_length_encoder=PROMPT).call(context, x)
   assert not _hyperprompt_layer().supports_incremental_decoding
+
+
+def _prompted_bitransformer():
+  """An encoder-decoder whose self-attention layers prepend task prompts (three
+  tasks; the decoder's hypernetwork shared by its layers)."""
+  from models.transformer import transformer  # pylint: disable=g-import-not-at-top
+
+  def stack(layers):
+    for i, layer in enumerate(layers):
+      layer.set_name("block_000/layer_%03d" % i)
+    return transformer.LayerStack(layers)
+  prompts = dict(num_heads=HEADS, key_value_size=D_KV, use_hyperprompt=True,
+                 hyperprompt_hidden_dim=HIDDEN, hyperprompt_task_num=TASKS,
+                 hyperprompt_length_encoder=PROMPT, hyperprompt_length_decoder=PROMPT + 1)
+  common = dict(d_model=D_MODEL, input_vocab_size=16, max_length=LENGTH, vocab_divisor=8)
+  encoder = transformer.Unitransformer(
+      layer_stack=stack([tl.SelfAttention(**prompts), tl.DenseReluDense(hidden_size=8)]),
+      output_vocab_size=None, autoregressive=False, name="encoder", **common)
+  decoder = transformer.Unitransformer(
+      layer_stack=stack([tl.SelfAttention(hyperprompt_mtlshare=True, **prompts),
+                         tl.SelfAttention(hyperprompt_mtlshare=True, **prompts),
+                         tl.EncDecAttention(num_heads=HEADS, key_value_size=D_KV)]),
+      output_vocab_size=16, autoregressive=True, name="decoder", **common)
+  return transformer.Bitransformer(encoder, decoder)
+
+
+def test_bitransformer_routes_each_example_to_its_task_prompts():
+  """Trained through a Bitransformer, the task embeddings of the tasks in the batch get
+  gradients and the absent task's none; the loss and every gradient, and a beam
+  decode, are the same on one device and on a dp+mp placement mesh."""
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  model = _prompted_bitransformer()
+  dims = [batch_dim, mtf.Dimension("length", LENGTH)]
+  inputs = mtf.import_tf_tensor(mesh, INPUTS, dims)
+  targets = mtf.import_tf_tensor(mesh, np.roll(INPUTS, 1, axis=1), dims)
+  _, loss = model.call_simple(inputs, targets, compute_loss=True, mode=ModeKeys.EVAL)
+  variables = graph.trainable_variables
+  names = [v.name for v in variables]
+  embeddings = [n for n in names if n.endswith("task_embedding")]
+  # One for the encoder's layer, one shared by the decoder's two layers.
+  assert embeddings == ["encoder/block_000/layer_000/SelfAttention/task_embedding",
+                        "decoder/block_000/layer_000/SelfAttention/task_embedding"]
+  grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
+  beams = model.decode(inputs, beam_size=2)
+  results = []
+  for impl in (_impl("", ""), _impl(MESH, DP_MP)):
+    tf.random.set_seed(0)
+    lowering = mtf.Lowering(graph, {mesh: impl})
+    if results:  # the same weights as on one device
+      for v in variables:
+        lowering.variables[v].assign_full(results[0][2][v.name])
+    export = lambda t, lowering=lowering: lowering.export_to_tf_tensor(t).numpy()
+    results.append((export(loss), {n: export(g) for n, g in zip(names, grads)},
+                    {v.name: lowering.variables[v].read_full() for v in variables},
+                    export(beams)))
+  (loss_1, grads_1, _, beams_1), (loss_8, grads_8, _, beams_8) = results
+  np.testing.assert_allclose(loss_8, loss_1, rtol=1e-5)
+  for n in names:
+    np.testing.assert_allclose(grads_8[n], grads_1[n], rtol=1e-4, atol=1e-5, err_msg=n)
+  np.testing.assert_array_equal(beams_8, beams_1)
+  for n in embeddings:
+    used = np.abs(grads_1[n]).sum(axis=1)
+    assert used[TASK_IDS].min() > 0 and used[1] == 0, (n, used)
