@@ -468,6 +468,10 @@ class Synthesizer(tl.SelfAttention):
                relative_attention_num_buckets=32, attention_func=None, combine_dims=True,
                keep_query_heads_dims=False, synthesize_mode="random_plus_alpha",
                fold_scaling_into_initializer=True, **kwargs):
+    if kwargs.get("use_hyperprompt"):
+      raise MtfError("%s: use_hyperprompt (task prompts) is not offered with synthetic "
+                     "attention; use SelfAttention" % type(self).__name__,
+                     rule="use_hyperprompt")
     if synthesize_mode not in attention.SYNTHESIZE_MODES:
       raise MtfError("%s: unknown synthesize_mode %r (known: %s)" % (
           type(self).__name__, synthesize_mode, attention.SYNTHESIZE_MODES),

@@ -247,6 +247,8 @@ def test_missing_prompt_length_or_task_ids_is_named():
     with mtf.variable_scope("b"):
       _hyperprompt_layer(hyperprompt_length_encoder=PROMPT).call(context, x)
   assert not _hyperprompt_layer().supports_incremental_decoding
+  with pytest.raises(MtfError, match="Synthesizer: use_hyperprompt"):
+    tl.Synthesizer(use_hyperprompt=True)
 
 
 def _prompted_bitransformer():
