@@ -156,11 +156,11 @@ class SelfAttention(TransformerLayer):
   training. attention_func: None for plain softmax attention, "hybrid" for
   attention.hybrid_attention, or a function with the signature of attention.attention.
   use_hyperprompt prepends each example's HyperPrompt task prompts to the keys and
-  values (attention.concat_hyper_prompts_kv; every query sees them): hyperprompt_length_
-  encoder / _decoder prompt positions in the encoder / decoder (autoregressive) model,
-  hypernetwork size hyperprompt_hidden_dim, hyperprompt_task_num tasks, one
-  hypernetwork shared by the layers if hyperprompt_mtlshare. Such a layer decodes by
-  recomputing the prefix (no cached decoding).
+  values (attention.concat_hyper_prompts_kv, which says where the task ids come from;
+  every query sees the prompts): hyperprompt_length_encoder (or _decoder, in an
+  autoregressive model) prompt positions, a hypernetwork of size
+  hyperprompt_hidden_dim, hyperprompt_task_num tasks, one hypernetwork shared by the
+  layers if hyperprompt_mtlshare. Such a layer decodes by recomputing the prefix.
   """
 
   def __init__(self, num_heads=8, num_memory_heads=0, key_value_size=128, shared_kv=False,
