@@ -12,6 +12,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
+from mesh_tf.shapes import MeshLayout
 from models.transformer import model_graph
 from models.transformer import train_loop
 from models.transformer.context import ModeKeys
@@ -41,7 +42,7 @@ def _profile():
 
 
 def choose(model_fn, mesh_shape, batch_size, sequence_length, variable_dtype, optimizer):
-  """(mesh Shape, LayoutRules, report) for the train step of model_fn's model."""
+  """(MeshLayout, report) for the train step of model_fn's model."""
   graph = model_graph.ModelGraph(
       model_fn(), batch_size, sequence_length, ["inputs", "targets"], ModeKeys.TRAIN,
       variable_dtype, optimizer=train_loop.make_optimizer(optimizer, None))
@@ -51,12 +52,11 @@ def choose(model_fn, mesh_shape, batch_size, sequence_length, variable_dtype, op
   print("auto layout (utils.run.layout_rules = 'auto'):", flush=True)
   for line in report.summary_lines():
     print("  " + line, flush=True)
-  return chosen_shape, rules, report
+  return MeshLayout(chosen_shape, rules), report
 
 
-def bindings_text(mesh_shape, layout_rules):
-  """gin bindings of the chosen mesh shape and rules, for operative_config.gin."""
+def bindings_text(mesh_layout):
+  """gin bindings of the chosen MeshLayout, for operative_config.gin."""
   return ("\n# Chosen by utils.run.layout_rules = 'auto' (mtf.auto_mtf.choose_layout):\n"
           "utils.run.mesh_shape = %r\nutils.run.layout_rules = %r\n"
-          % (mtf.convert_to_shape(mesh_shape).to_string,
-             str(mtf.convert_to_layout_rules(layout_rules))))
+          % (mesh_layout.shape.to_string, str(mesh_layout.layout_rules)))

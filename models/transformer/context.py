@@ -93,6 +93,11 @@ class Context:
     self.next_states_index = 0
 
   @property
+  def mesh_layout(self):
+    """The model's MeshLayout (the backend's), or None when it has none."""
+    return getattr(self.model, "mesh_layout", None)
+
+  @property
   def incremental(self):
     """Whether this call decodes one position from cached states."""
     return self.mode == "incremental"
