@@ -16,6 +16,7 @@ scalar int Tensor), with no length dim; each layer reads its recorded tensors fr
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.transformer import model_layout
 
 
 class ModeKeys:
@@ -94,8 +95,13 @@ class Context:
 
   @property
   def mesh_layout(self):
-    """The model's MeshLayout (the backend's), or None when it has none."""
-    return getattr(self.model, "mesh_layout", None)
+    """The model's MeshLayout (the backend's), or None when it has none. A model of
+    the original's kind, with only layout and mesh_shape attributes, works too."""
+    mesh_layout = getattr(self.model, "mesh_layout", None)
+    if mesh_layout is None:
+      mesh_layout = model_layout.mesh_layout_of(getattr(self.model, "layout", None),
+                                                getattr(self.model, "mesh_shape", None))
+    return mesh_layout
 
   @property
   def incremental(self):

@@ -8,7 +8,6 @@ import tensorflow as tf
 import mesh_tf as mtf
 import mtf_testing
 from mesh_tf.errors import LayoutError, MtfError, ShapeError
-from models.transformer import model_layout
 from models.transformer import moe
 
 D_MODEL = mtf.Dimension("d_model", 8)
@@ -360,8 +359,7 @@ def _context(model_dim=D_MODEL, layout=None, mesh_shape=None):
   class _Model:
     pass
   model = _Model()
-  model.model_dim = model_dim
-  model.mesh_layout = model_layout.mesh_layout_of(layout, mesh_shape)
+  model.model_dim, model.layout, model.mesh_shape = model_dim, layout, mesh_shape
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "m")
   batch, length = mtf.Dimension("batch", 4), mtf.Dimension("length", 8)
