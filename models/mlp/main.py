@@ -76,8 +76,8 @@ def main(argv):
     return
   gin.parse_config_files_and_bindings([], FLAGS.gin_param)
   backend = {} if FLAGS.backend is None else {"backend": FLAGS.backend}
-  mesh_impl = mtf.make_mesh_impl(mesh_shape=mesh_layout.shape,
-                                 layout=mesh_layout.layout_rules, devices=devices, **backend)
+  mesh_impl = mtf.make_mesh_impl(mesh_shape=mesh_layout.shape, devices=devices,
+                                 layout=mesh_layout.layout_rules, **backend)
   print("mesh %s, layout %s, %d devices, %s" % (FLAGS.mesh_shape, FLAGS.layout, mesh_size,
                                                 type(mesh_impl).__name__))
   train_step = model.make_train_step(

@@ -92,7 +92,8 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
                        % hparams.moe_num_layers)
   return moe.moe_layer_with_experts(
       inputs, output_dim, hparams, train, variable_dtype,
-      model_layout.mesh_layout_of(layout, mesh_shape), nonpadding, activation, num_microbatches, token_embeddings, _heterogeneous_experts)
+      model_layout.mesh_layout_of(layout, mesh_shape), nonpadding, activation,
+      num_microbatches, token_embeddings, _heterogeneous_experts)
 
 
 @gin.configurable(module="heterogeneous_moe")

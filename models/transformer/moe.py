@@ -196,9 +196,9 @@ def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype,
                            mesh_layout, nonpadding, activation, num_microbatches,
                            token_embeddings, experts):
   """transformer_moe_layer_v1 (its layout as a MeshLayout or None) with the expert
-  computation given: experts(expert_inputs,
-  experts_dim, hidden_dim, output_dim, hparams, train, variable_dtype, activation),
-  a Tensor or a list of Tensors (each combined back to the tokens: a list out)."""
+  computation given: experts(expert_inputs, experts_dim, hidden_dim, output_dim,
+  hparams, train, variable_dtype, activation), a Tensor or a list of Tensors (each
+  combined back to the tokens: a list out)."""
   orig_dims = inputs.shape.dims
   batch_and_length_dims, input_dim = orig_dims[:-1], orig_dims[-1]
   hidden_dim = _hidden_dim(hparams)

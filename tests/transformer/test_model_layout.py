@@ -88,7 +88,8 @@ def test_lowering_on_a_mesh_impl_of_another_layout_names_both(impl_mesh, impl_ru
 
 
 def test_bitransformer_parts_are_checked_too():
-  model = transformer.Bitransformer(_lm(RULES, MESH, "encoder"), _lm(RULES, MESH, "decoder"))
+  model = transformer.Bitransformer(_lm(RULES, MESH, "encoder"),
+                                    _lm(RULES, MESH, "decoder"))
   impl = mtf_testing.backend_mesh_impl("simd", MESH, "batch:rows")
   with pytest.raises(LayoutError, match="'encoder' was built for"):
     model_layout.check_agrees(model, impl)
