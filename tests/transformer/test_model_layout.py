@@ -131,3 +131,24 @@ def test_get_estimator_gives_the_model_the_mesh_impls_own_layout(tmp_path):
       cluster=None, mesh_devices=["/cpu:%d" % i for i in range(8)])
   assert estimator.mesh_impl.mesh_layout == MeshLayout("b:2;m:4", "batch:b")
   assert estimator.model_fn().mesh_layout is estimator.mesh_impl.mesh_layout
+
+
+def test_decode_graph_is_checked_unless_built_for_any_mesh():
+  from models.transformer import decode_io  # pylint: disable=g-import-not-at-top
+  single = mtf.PlacementMeshImpl("", "", [""])
+  dtype = mtf.VariableDType(tf.float32)
+  checked = decode_io.DecodeGraph(_lm(RULES, MESH), 2, 8, dtype)
+  with pytest.raises(LayoutError, match="'transformer' was built for mesh shape"):
+    checked.lowering(single)
+  # Export lowers the trained model's graph (built for its mesh) on one device.
+  exported = decode_io.DecodeGraph(_lm(RULES, MESH), 2, 8, dtype, any_mesh=True)
+  prompts = tf.constant([[3, 4, 0, 0, 0, 0, 0, 0]] * 2, tf.int32)
+  ids = exported.lowering(single, prompts).export_to_tf_tensor(exported.outputs)
+  assert ids.shape == (2, 8)
+
+
+def test_a_model_of_the_originals_kind_is_read_through_its_attributes():
+  class OriginalKindModel:
+    layout, mesh_shape = RULES, MESH
+  context = Context(OriginalKindModel(), None, [], None, None)
+  assert context.mesh_layout == MeshLayout(MESH, RULES)
