@@ -63,6 +63,14 @@ def make_mesh_impl(mesh_layout, devices=None):
                             devices=devices)
 
 
+def device_count(mesh_shape):
+  """The device count utils.run.mesh_shape gives (e.g. 8 or "8"), else None."""
+  if isinstance(mesh_shape, int) or (isinstance(mesh_shape, str)
+                                     and mesh_shape.strip().isdigit()):
+    return int(mesh_shape)
+  return None
+
+
 def _fix_lengths(sequence_length):
   """A map function that casts features to int32 and pads/trims them to their length."""
   def fix(example):
@@ -193,8 +201,7 @@ def check_run_parameters(model_dir, train_steps, save_checkpoints_steps,
   lengths = sequence_length if isinstance(sequence_length, dict) else {"": sequence_length}
   for key, length in lengths.items():
     _whole("sequence_length" + ("[%r]" % key if key else ""), length, 1)
-  if isinstance(mesh_shape, int) or (isinstance(mesh_shape, str)
-                                     and mesh_shape.strip().isdigit()):
+  if device_count(mesh_shape) is not None:
     if not auto_layout:
       _fail("mesh_shape", mesh_shape, "a device count needs utils.run.layout_rules = "
             "'auto'; otherwise give the mesh as 'name:size;...'")
