@@ -262,7 +262,7 @@ def maybe_reshape_attention_input_for_2d_sharding(context, q, k, v, bias,
   With 2-D model parallelism (say d_model split over one mesh dim and heads over the
   other) the attention tensors, which have no d_model, would be computed replicated
   over the first mesh dim. This finds such an idle mesh dim M (needs
-  context.model.layout and .mesh_shape), a tensor-dim name N that the layout maps to
+  context.mesh_layout), a tensor-dim name N that the layout maps to
   M and that none of q, k, v, bias has, and a dim D of q (also in k and v, not in
   unsplittable_dims, e.g. batch or heads) whose size M divides; D is then reshaped to
   [D / |M|, N of size |M|] in every input that has it, so the attention is split over
@@ -270,13 +270,10 @@ def maybe_reshape_attention_input_for_2d_sharding(context, q, k, v, bias,
   when nothing applies.
   """
   unchanged = q, k, v, bias
-  model = getattr(context, "model", None)
-  layout = getattr(model, "layout", None)
-  mesh_shape = getattr(model, "mesh_shape", None)
-  if not layout or not mesh_shape:
+  mesh_layout = getattr(context, "mesh_layout", None)
+  if mesh_layout is None:
     return unchanged
-  mesh_shape = mtf.convert_to_shape(mesh_shape)
-  rules = mtf.convert_to_layout_rules(layout)
+  mesh_shape, rules = mesh_layout.shape, mesh_layout.layout_rules
   tensors = [t for t in unchanged if t is not None]
   names = {d.name for t in tensors for d in t.shape.dims}
   used = {rules.tensor_dimension_to_mesh_axis(name, mesh_shape) for name in names}
@@ -556,8 +553,7 @@ class ExpertsAttentionParams(AttentionParams):
       from models.transformer import moe  # pylint: disable=g-import-not-at-top
       out, loss = moe.transformer_moe_layer_v1(
           antecedent, self.moe_output_dim, self.moe_layer.hparams, context.train,
-          context.variable_dtype, layout=getattr(context.model, "layout", None),
-          mesh_shape=getattr(context.model, "mesh_shape", None),
+          context.variable_dtype, layout=context.mesh_layout,
           activation=self.experts_hparams.activation,
           num_microbatches=context.num_microbatches)
       if context.losses is not None:

@@ -19,6 +19,7 @@ import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.graph import current_scope_name
 from models.transformer import attention
+from models.transformer import model_layout
 from models.transformer import relative_position
 from models.transformer.context import cached_memory, incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
@@ -612,11 +613,7 @@ class EncDecAttention(SelfAttention):
 
 def _length_dim_num_splits(context):
   """Over how many processors the model's layout splits the length dim (1 if unknown)."""
-  layout = getattr(context.model, "layout", None)
-  mesh_shape = getattr(context.model, "mesh_shape", None)
-  if layout is None or mesh_shape is None:
-    return 1
-  return mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape, context.length_dim)
+  return model_layout.split_size(context.mesh_layout, context.length_dim)
 
 
 @gin.configurable(module="transformer_layers")

@@ -130,7 +130,7 @@ def _export(graph, mesh, impl, tensors, checkpoint):
   tf.function, as the trainer runs it)."""
   lowering = mtf.Lowering(graph, {mesh: impl})
   mtf.restore_checkpoint(checkpoint, lowering)
-  if isinstance(impl, mtf.GSPMDMeshImpl):
+  if impl.needs_xla:
     run = tf.function(lambda: [mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(t)
                                for t in tensors])
     return [t.numpy() for t in run()]
