@@ -18,7 +18,8 @@ import tensorflow as tf
 
 from mesh_tf.backends import gspmd_sharding
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
-from mesh_tf.shapes import TensorLayout, convert_to_shape
+from mesh_tf.shapes import convert_to_shape
+from mesh_tf.shapes.mesh_layout import MeshLayout
 
 
 class LaidOutTensor:
@@ -115,6 +116,7 @@ class GSPMDMeshImpl(MeshImpl):
     self._device_mesh = gspmd_sharding.make_device_mesh(
         self.shape, device_assignment, logical_to_physical)
     self._sharding_cache = {}
+    self._whole_layout = MeshLayout(self.shape, [])
 
   @property
   def needs_xla(self):
@@ -131,26 +133,18 @@ class GSPMDMeshImpl(MeshImpl):
     """Device ids arranged in the mesh's shape (what `mesh_split` tiles over)."""
     return self._device_mesh
 
-  # ---- layouts: ops see tensors whole; the real layout becomes a sharding ----
-  def sharding_layout(self, arg, tensor_name=None):
-    """The real TensorLayout of a Tensor or Shape (raises LayoutError if illegal)."""
-    return MeshImpl.tensor_layout(self, arg, tensor_name)
-
-  def tensor_layout(self, arg, tensor_name=None):
-    """What ops see: every axis replicated, once the real layout has been validated."""
-    return TensorLayout([None] * len(self.sharding_layout(arg, tensor_name)))
-
-  def tensor_dimension_to_mesh_axis(self, tensor_dimension):
-    """None: ops see no split dims (see sharding_layout for the real one)."""
-    del tensor_dimension
-    return None
+  @property
+  def slice_layout(self):
+    """Every dim whole: ops compute on global tensors, so their plans are empty (no
+    collective is emitted) and XLA partitions by the shardings of tensor_layout."""
+    return self._whole_layout
 
   def sharding_of(self, shape, tensor_name=None):
     """The xla OpSharding of a tensor of this shape under this mesh's layout."""
     shape = convert_to_shape(shape)
     if shape not in self._sharding_cache:
       self._sharding_cache[shape] = gspmd_sharding.sharding_proto(
-          self._device_mesh, self.sharding_layout(shape, tensor_name))
+          self._device_mesh, self.tensor_layout(shape, tensor_name))
     return self._sharding_cache[shape]
 
   def annotate(self, x, laid_out):

@@ -74,7 +74,7 @@ class TopKOperation(Operation):
     axis = x.shape.dims.index(self._reduced_dim)
     ndims = x.shape.ndims
     k = self._k_dim.size
-    mesh_axis = impl.tensor_layout(x.shape)[axis]
+    mesh_axis = impl.slice_layout.tensor_layout(x.shape)[axis]
     local_n = impl.slice_shape(x.shape)[axis]
     perm = [i for i in range(ndims) if i != axis] + [axis]
 

@@ -1,0 +1,159 @@
+"""The steps of a communication plan, and the plan of one op.
+
+A step acts on one laid-out value of a known mtf shape whose split dims are a map
+{dim name: mesh axis} (the *split state*; it starts as the value's layout). Each step
+knows how it changes the split state and which CollectiveRecord (kind, mesh axes, group
+size, bytes of each processor's input slice) it costs, so bytes follow from shapes alone.
+"""
+import collections
+
+CollectiveRecord = collections.namedtuple(
+    "CollectiveRecord", ["kind", "mesh_axes", "group_size", "slice_bytes", "op"],
+    defaults=[None])
+CollectiveRecord.__doc__ = """One collective: kind, mesh axes, processors per group, bytes
+of each processor's input slice, and the name of the mtf op whose lowering emitted it."""
+
+
+def slice_elements(layout, shape, split):
+  """Elements of each processor's slice of `shape` in split state `split`."""
+  n = 1
+  for d in shape.dims:
+    a = split.get(d.name)
+    n *= d.size if a is None else d.size // layout.axis_size(a)
+  return n
+
+
+def _record(kind, layout, axes, shape, split, itemsize, op):
+  return CollectiveRecord(kind, tuple(axes), layout.axes_size(axes),
+                          slice_elements(layout, shape, split) * itemsize, op)
+
+
+class Allconcat(collections.namedtuple("Allconcat", ["dim", "mesh_axis"])):
+  """Makes split dim `dim` whole by concatenating the slices of its mesh_axis group."""
+  kind = "allconcat"
+
+  def after(self, split):
+    """The split state after this step."""
+    return {d: a for d, a in split.items() if d != self.dim}
+
+  def record(self, layout, shape, split, itemsize, op=None):
+    """The CollectiveRecord of this step on a value in split state `split`."""
+    return _record(self.kind, layout, [self.mesh_axis], shape, split, itemsize, op)
+
+
+class Allsplit(collections.namedtuple("Allsplit", ["dim", "mesh_axis"])):
+  """Cuts whole dim `dim` down to this processor's piece along mesh_axis (no traffic)."""
+  kind = "allsplit"
+
+  def after(self, split):
+    return dict(split, **{self.dim: self.mesh_axis})
+
+  def record(self, layout, shape, split, itemsize, op=None):
+    del layout, shape, split, itemsize, op
+    return None
+
+
+class Alltoall(collections.namedtuple("Alltoall", ["mesh_axis", "split_dim",
+                                                   "concat_dim"])):
+  """Moves mesh_axis from concat_dim (made whole) to split_dim (cut): one all-to-all."""
+  kind = "alltoall"
+
+  def after(self, split):
+    out = {d: a for d, a in split.items() if d != self.concat_dim}
+    out[self.split_dim] = self.mesh_axis
+    return out
+
+  def record(self, layout, shape, split, itemsize, op=None):
+    return _record(self.kind, layout, [self.mesh_axis], shape, split, itemsize, op)
+
+
+class Allreduce(collections.namedtuple("Allreduce", ["mesh_axes", "reduction", "owed"],
+                                       defaults=[False])):
+  """Reduces ("SUM", "MAX", "MIN") over mesh_axes. When `owed`, the value keeps owing
+  the SUM until first read (partial sums added by add_n first are reduced once)."""
+  kind = "allreduce"
+
+  def after(self, split):
+    return split
+
+  def record(self, layout, shape, split, itemsize, op=None):
+    return _record(self.kind, layout, self.mesh_axes, shape, split, itemsize, op)
+
+
+class Receive(collections.namedtuple("Receive", ["mesh_axis", "sources"])):
+  """Each processor takes the slice of processor sources[own coordinate] on mesh_axis
+  (None: zeros), as a new value."""
+  kind = "receive"
+
+  def after(self, split):
+    return split
+
+  def record(self, layout, shape, split, itemsize, op=None):
+    return _record(self.kind, layout, [self.mesh_axis], shape, split, itemsize, op)
+
+
+Operand = collections.namedtuple("Operand", ["input", "steps"])
+Operand.__doc__ = """What the local computation reads: op.inputs[input] after `steps`."""
+
+
+class OpPlan(collections.namedtuple("OpPlan", ["operands", "outputs", "flops",
+                                               "reads_partial_sums"],
+                                    defaults=[0.0, False])):
+  """The plan of one op.
+
+  Attributes:
+    operands: Operands, in the order the local computation takes them.
+    outputs: per output, the steps run on the local result (Allsplit, Allreduce).
+    flops: FLOPs each processor's local computation does (cost model estimate).
+    reads_partial_sums: the operands are the inputs' partial sums still owing their
+      allreduce (add_n of such sums), not the reduced values.
+  """
+
+  def records(self, layout, input_shapes, output_shapes, input_itemsizes,
+              output_itemsizes, op=None):
+    """(CollectiveRecords this plan emits, [owed record or None per output])."""
+    records = []
+    for operand in self.operands:
+      shape = input_shapes[operand.input]
+      records += run_records(layout, shape, operand.steps, input_itemsizes[operand.input],
+                             op)[0]
+    owed = []
+    for shape, itemsize, out_steps in zip(output_shapes, output_itemsizes, self.outputs):
+      done, pending = run_records(layout, shape, out_steps, itemsize, op,
+                                  split=output_start(layout, shape, out_steps))
+      records += done
+      owed.append(pending)
+    return records, owed
+
+
+def input_start(layout, shape):
+  """Split state of a value laid out by the layout."""
+  return layout.split_axes(shape)
+
+
+def output_start(layout, shape, out_steps):
+  """Split state of a local result before its output steps: the layout's, less the dims
+  its Allsplit steps cut."""
+  cut = {s.dim for s in out_steps if isinstance(s, Allsplit)}
+  return {d: a for d, a in layout.split_axes(shape).items() if d not in cut}
+
+
+def local_shape(layout, shape, split):
+  """Per-processor shape (list of ints) of `shape` in split state `split`."""
+  return [d.size if split.get(d.name) is None else d.size // layout.axis_size(
+      split[d.name]) for d in shape.dims]
+
+
+def run_records(layout, shape, steps, itemsize, op=None, split=None):
+  """(records of the steps other than an owed allreduce, the owed record or None)."""
+  split = input_start(layout, shape) if split is None else split
+  records, owed = [], None
+  for step in steps:
+    r = step.record(layout, shape, split, itemsize, op)
+    if r is not None:
+      if getattr(step, "owed", False):
+        owed = r
+      else:
+        records.append(r)
+    split = step.after(split)
+  return records, owed
