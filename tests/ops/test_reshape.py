@@ -3,8 +3,8 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mtf_testing import (BATCH, HIDDEN, LENGTH, check_against_tf, dims, new_mesh,
-                         random_array)
+from mtf_testing import (BATCH, HIDDEN, LENGTH, backend_mesh_impl, check_against_tf, dims,
+                         new_mesh, random_array)
 
 X_SHAPE = [BATCH, LENGTH, HIDDEN]
 A2, B4 = mtf.Dimension("a", 2), mtf.Dimension("b", 4)
@@ -97,3 +97,36 @@ def test_reshape_errors():
   with pytest.raises(ValueError, match="missing"):
     mtf.broadcast(x, [BATCH, HIDDEN])
   assert mtf.reshape(x, X_SHAPE) is x and graph is x.graph
+
+
+# A mesh axis moving from one dim to another of the same flat positions: [hidden_unsplit,
+# batch, length] -> [hidden, batch_unsplit, length] (the MoE dispatch, with batch and
+# hidden on one mesh dim) is one alltoall; the second entry's output dims also regroup.
+MOVED_SPLITS = [
+    ("placement", "all:8", "batch:all;hidden:all"),
+    ("placement", "rows:2;cols:4", "batch:rows;hidden:rows;length_x:cols"),
+    ("simd", "rows:2;cols:4", "batch:cols;hidden:cols"),
+    ("gspmd", "rows:2;cols:4", "batch:rows;hidden:rows"),
+]
+
+
+@pytest.mark.parametrize("backend,mesh_shape,layout", MOVED_SPLITS)
+def test_reshape_moving_a_split_is_one_alltoall(backend, mesh_shape, layout):
+  hu, bu = mtf.Dimension("hidden_unsplit", 8), mtf.Dimension("batch_unsplit", 8)
+  old, new = [hu, BATCH, LENGTH], [HIDDEN, bu, LENGTH]
+  regrouped = [HIDDEN, mtf.Dimension("length_x", 24)]
+  x = random_array(old, 21)
+  check_against_tf(backend_mesh_impl(backend, mesh_shape, layout), [(x, old)],
+                   lambda t: [mtf.reshape(t, new), mtf.reshape(t, regrouped)],
+                   lambda t: [t, tf.reshape(t, [8, 24])], labels=["moved", "regrouped"])
+  graph, mesh = new_mesh()
+  y = mtf.reshape(mtf.import_tf_tensor(mesh, x, old), new)
+  lowering = mtf.Lowering(graph, {mesh: backend_mesh_impl(backend, mesh_shape, layout)})
+  lowering.export_to_tf_tensor(y)
+  kinds = [r.kind for r in lowering.comm_records]
+  predicted = mtf.analysis.estimate_cost(graph, mesh_shape, layout, fetches=[y])
+  assert [r.kind for r in predicted.comm_records] == ["alltoall"]
+  if backend == "gspmd":  # XLA inserts the collectives; the lowering emits none
+    assert kinds == [], kinds
+  else:
+    assert lowering.comm_records == predicted.comm_records
