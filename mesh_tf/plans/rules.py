@@ -4,8 +4,10 @@ Each function returns an OpPlan (see steps.py). Ops call these from their `plan(
 method; the lowering runs the plan and the cost model sums its records.
 """
 from mesh_tf.errors import LayoutError
-from mesh_tf.plans.steps import (Allconcat, Allreduce, Allsplit, Alltoall, OpPlan,
-                                 Operand, Receive)
+from mesh_tf.plans.steps import (Allconcat, Allreduce, Allsplit, Alltoall, Middle,
+                                 OpPlan, Operand, Receive)
+from mesh_tf.shapes.dimension import Dimension
+from mesh_tf.shapes.shape import Shape
 
 
 def _product(xs):
@@ -205,3 +207,25 @@ def gather_grad_plan(layout, op_name, dy_shape, indices_shape, weights_shape, di
   axes = sorted(layout.tensor_layout(indices_shape).mesh_axes)
   return OpPlan([Operand(0, []), Operand(1, [])], [_owed_sum(axes)],
                 float(layout.slice_size(dy_shape)))
+
+
+# ---- top_k ----
+def top_k_plan(layout, input_shape, reduced_dim, k_dim, value_itemsize):
+  """Each processor takes the top k of its slice of reduced_dim; when a mesh axis splits
+  it, the candidates (values, then int32 indices: [other dims, k candidates per
+  processor]) are gathered over it for a second top k. The k dim of the outputs is cut
+  to their layout after."""
+  out_shape = Shape([d for d in input_shape.dims if d != reduced_dim] + [k_dim])
+  split = layout.split_axes(input_shape)
+  a = split.pop(reduced_dim.name, None)
+  middle = ()
+  if a is not None:
+    n = layout.axis_size(a)
+    per_processor = min(k_dim.size, reduced_dim.size // n)
+    candidates = Shape(out_shape.dims[:-1] + [Dimension(k_dim.name, per_processor * n)])
+    split[k_dim.name] = a
+    middle = tuple(Middle(candidates, dict(split), [Allconcat(k_dim.name, a)], size)
+                   for size in (value_itemsize, 4))
+  cut = split_steps(layout, out_shape, {k_dim.name})
+  return OpPlan([Operand(0, [])], [cut, cut], float(layout.slice_size(input_shape)),
+                middle=middle)

@@ -95,10 +95,14 @@ class Receive(collections.namedtuple("Receive", ["mesh_axis", "sources"])):
 Operand = collections.namedtuple("Operand", ["input", "steps"])
 Operand.__doc__ = """What the local computation reads: op.inputs[input] after `steps`."""
 
+Middle = collections.namedtuple("Middle", ["shape", "split", "steps", "itemsize"])
+Middle.__doc__ = """Steps on a value between two local stages of an op (e.g. top_k's
+candidates): its mtf shape, its split state {dim name: mesh axis}, and bytes per element."""
+
 
 class OpPlan(collections.namedtuple("OpPlan", ["operands", "outputs", "flops",
-                                               "reads_partial_sums"],
-                                    defaults=[0.0, False])):
+                                               "reads_partial_sums", "middle"],
+                                    defaults=[0.0, False, ()])):
   """The plan of one op.
 
   Attributes:
@@ -107,6 +111,7 @@ class OpPlan(collections.namedtuple("OpPlan", ["operands", "outputs", "flops",
     flops: FLOPs each processor's local computation does (cost model estimate).
     reads_partial_sums: the operands are the inputs' partial sums still owing their
       allreduce (add_n of such sums), not the reduced values.
+    middle: Middles, run (in order) between the local stages of the op.
   """
 
   def records(self, layout, input_shapes, output_shapes, input_itemsizes,
@@ -117,6 +122,8 @@ class OpPlan(collections.namedtuple("OpPlan", ["operands", "outputs", "flops",
       shape = input_shapes[operand.input]
       records += run_records(layout, shape, operand.steps, input_itemsizes[operand.input],
                              op)[0]
+    for m in self.middle:
+      records += run_records(layout, m.shape, m.steps, m.itemsize, op, split=m.split)[0]
     owed = []
     for shape, itemsize, out_steps in zip(output_shapes, output_itemsizes, self.outputs):
       done, pending = run_records(layout, shape, out_steps, itemsize, op,

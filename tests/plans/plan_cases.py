@@ -140,4 +140,18 @@ def case_slicewise_gathers_unsplittable_dims_and_cuts_them_after():
   assert plan.outputs == [[Allsplit("length", 1)]]
 
 
+
+
+def case_top_k_gathers_k_candidates_per_processor():
+  ml = MeshLayout("rows:2;cols:4", "batch:rows;hidden:cols")
+  x = shape("batch:4;hidden:16")
+  hidden, k = x.dims[1], shape("k:3").dims[0]
+  plan = rules.top_k_plan(ml, x, hidden, k, F32)
+  assert [m.steps for m in plan.middle] == [[Allconcat("k", 1)]] * 2
+  records, _ = _records(ml, plan, ["batch:4;hidden:16"], ["batch:4;k:3"] * 2)
+  # each processor holds 2 rows x 3 candidates of its 4 hidden values, as f32 and int32
+  assert [(r.kind, r.group_size, r.slice_bytes) for r in records] == [
+      ("allconcat", 4, 2 * 3 * F32), ("allconcat", 4, 2 * 3 * 4)]
+
+
 CASES = sorted(name for name in dir() if name.startswith("case_"))
