@@ -17,40 +17,24 @@ variables stored split across cores on a TPU, use `SimdMeshImpl`'s TPU runtime.
 import tensorflow as tf
 
 from mesh_tf.backends import gspmd_sharding
+from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
 from mesh_tf.shapes import convert_to_shape
 from mesh_tf.shapes.mesh_layout import MeshLayout
 
 
-class LaidOutTensor:
-  """The one global tf.Tensor of an mtf Tensor (the `all_slices` list has one entry)."""
+class LaidOutTensor(laid_out_tensor.LaidOutTensor):
+  """The one global tf.Tensor of an mtf Tensor (its slice shape is the full shape)."""
 
   def __init__(self, tensor_list):
-    self.tensor_list = list(tensor_list)
+    super().__init__(tensor_list)
     # The OpSharding this value already carries (set by annotate), to avoid repeating it.
     self.sharding = None
-
-  def __repr__(self):
-    return "GSPMD LaidOutTensor(%s)" % (self.slice_shape,)
 
   @property
   def tensor(self):
     """The global tf.Tensor."""
     return self.tensor_list[0]
-
-  @property
-  def all_slices(self):
-    """[the global tf.Tensor]."""
-    return self.tensor_list
-
-  @property
-  def slice_shape(self):
-    """The full shape (GSPMD lowers on global tensors)."""
-    return self.tensor.shape.as_list()
-
-  def to_laid_out_tensor(self):
-    """Itself (the laid-out-tensor protocol of import_laid_out_tensor)."""
-    return self
 
 
 class LaidOutVariable(LaidOutVariableBase):
