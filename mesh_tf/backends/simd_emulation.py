@@ -423,10 +423,6 @@ class EmulationRuntime:
     core order)."""
     return self.to_physical(self.compact_from_full(full, tensor_shape))
 
-  def unstack_full(self, stacked, tensor_shape):
-    """Inverse of stack_full: one copy of each distinct slice, reassembled."""
-    return self.full_from_compact(self.from_physical(stacked), tensor_shape)
-
   def import_tf_tensor(self, x, tf_x):
     return self.wrap(self.compact_from_full(tf.convert_to_tensor(tf_x), x.shape))
 

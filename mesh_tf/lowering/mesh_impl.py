@@ -12,7 +12,6 @@ import types
 import tensorflow as tf
 
 from mesh_tf.lowering import mesh_state
-from mesh_tf.lowering import plan_interpreter
 from mesh_tf.plans import rules as plan_rules
 
 from mesh_tf.shapes import convert_to_shape, list_product, processor_groups
@@ -339,19 +338,6 @@ class MeshImpl:
     if step.kind == "receive":
       return self.receive(x, step.mesh_axis, list(step.sources))
     raise ValueError("unknown plan step %r" % (step,))
-
-  def gather_dims(self, laid_out_x, shape, dim_names):
-    """Makes the named split dims whole on every processor (allconcat over their mesh
-    axes); other dims keep their layout."""
-    return plan_interpreter.run_steps(
-        self, laid_out_x, shape, plan_rules.gather_steps(self.slice_layout, shape,
-                                                         dim_names))
-
-  def split_dims(self, laid_out_x, shape, dim_names):
-    """Inverse of gather_dims: cuts whole dims down to this processor's slice."""
-    return plan_interpreter.run_steps(
-        self, laid_out_x, shape, plan_rules.split_steps(self.slice_layout, shape,
-                                                        dim_names))
 
   def einsum(self, equation, *slices):
     """Local einsum; a backend may override it (e.g. to pick a faster kernel)."""

@@ -7,14 +7,7 @@ from mesh_tf.errors import LayoutError
 from mesh_tf.plans.steps import (Allconcat, Allreduce, Allsplit, Alltoall, Middle,
                                  OpPlan, Operand, Receive)
 from mesh_tf.shapes.dimension import Dimension
-from mesh_tf.shapes.shape import Shape
-
-
-def _product(xs):
-  n = 1
-  for x in xs:
-    n *= x
-  return n
+from mesh_tf.shapes.shape import Shape, list_product
 
 
 def gather_steps(layout, shape, dim_names):
@@ -64,7 +57,7 @@ def einsum_plan(layout, input_shapes, output_shape):
         reduced.add(a)
   return OpPlan([Operand(i, gather_steps(layout, s, gather))
                  for i, s in enumerate(input_shapes)],
-                [_owed_sum(sorted(reduced))], 2.0 * _product(local.values()))
+                [_owed_sum(sorted(reduced))], 2.0 * list_product(list(local.values())))
 
 
 # ---- reductions ----
@@ -104,8 +97,7 @@ def _prefix_products(shape):
   """{dim name: product of the sizes before it} (its row-major block position)."""
   out, p = {}, 1
   for d in shape.dims:
-    out[d.name] = p
-    p *= d.size
+    out[d.name], p = p, p * d.size
   return out
 
 

@@ -14,34 +14,41 @@ CollectiveRecord.__doc__ = """One collective: kind, mesh axes, processors per gr
 of each processor's input slice, and the name of the mtf op whose lowering emitted it."""
 
 
-def slice_elements(layout, shape, split):
-  """Elements of each processor's slice of `shape` in split state `split`."""
-  n = 1
-  for d in shape.dims:
-    a = split.get(d.name)
-    n *= d.size if a is None else d.size // layout.axis_size(a)
-  return n
+def local_shape(layout, shape, split):
+  """Per-processor shape (list of ints) of `shape` in split state `split`."""
+  return [d.size if split.get(d.name) is None else d.size // layout.axis_size(
+      split[d.name]) for d in shape.dims]
 
 
-def _record(kind, layout, axes, shape, split, itemsize, op):
-  return CollectiveRecord(kind, tuple(axes), layout.axes_size(axes),
-                          slice_elements(layout, shape, split) * itemsize, op)
+class _Step(object):
+  """What the steps share: kind, mesh axes, the split state after, the record."""
+  kind = None
+
+  @property
+  def axes(self):
+    return [self.mesh_axis]
+
+  def after(self, split):
+    """The split state after this step (default: unchanged)."""
+    return split
+
+  def record(self, layout, shape, split, itemsize, op=None):
+    """The CollectiveRecord of this step on a value in split state `split`."""
+    n = itemsize
+    for s in local_shape(layout, shape, split):
+      n *= s
+    return CollectiveRecord(self.kind, tuple(self.axes), layout.axes_size(self.axes), n, op)
 
 
-class Allconcat(collections.namedtuple("Allconcat", ["dim", "mesh_axis"])):
+class Allconcat(_Step, collections.namedtuple("Allconcat", ["dim", "mesh_axis"])):
   """Makes split dim `dim` whole by concatenating the slices of its mesh_axis group."""
   kind = "allconcat"
 
   def after(self, split):
-    """The split state after this step."""
     return {d: a for d, a in split.items() if d != self.dim}
 
-  def record(self, layout, shape, split, itemsize, op=None):
-    """The CollectiveRecord of this step on a value in split state `split`."""
-    return _record(self.kind, layout, [self.mesh_axis], shape, split, itemsize, op)
 
-
-class Allsplit(collections.namedtuple("Allsplit", ["dim", "mesh_axis"])):
+class Allsplit(_Step, collections.namedtuple("Allsplit", ["dim", "mesh_axis"])):
   """Cuts whole dim `dim` down to this processor's piece along mesh_axis (no traffic)."""
   kind = "allsplit"
 
@@ -49,12 +56,11 @@ class Allsplit(collections.namedtuple("Allsplit", ["dim", "mesh_axis"])):
     return dict(split, **{self.dim: self.mesh_axis})
 
   def record(self, layout, shape, split, itemsize, op=None):
-    del layout, shape, split, itemsize, op
     return None
 
 
-class Alltoall(collections.namedtuple("Alltoall", ["mesh_axis", "split_dim",
-                                                   "concat_dim"])):
+class Alltoall(_Step, collections.namedtuple("Alltoall", ["mesh_axis", "split_dim",
+                                                          "concat_dim"])):
   """Moves mesh_axis from concat_dim (made whole) to split_dim (cut): one all-to-all."""
   kind = "alltoall"
 
@@ -63,33 +69,22 @@ class Alltoall(collections.namedtuple("Alltoall", ["mesh_axis", "split_dim",
     out[self.split_dim] = self.mesh_axis
     return out
 
-  def record(self, layout, shape, split, itemsize, op=None):
-    return _record(self.kind, layout, [self.mesh_axis], shape, split, itemsize, op)
 
-
-class Allreduce(collections.namedtuple("Allreduce", ["mesh_axes", "reduction", "owed"],
-                                       defaults=[False])):
+class Allreduce(_Step, collections.namedtuple("Allreduce", ["mesh_axes", "reduction",
+                                                            "owed"], defaults=[False])):
   """Reduces ("SUM", "MAX", "MIN") over mesh_axes. When `owed`, the value keeps owing
   the SUM until first read (partial sums added by add_n first are reduced once)."""
   kind = "allreduce"
 
-  def after(self, split):
-    return split
-
-  def record(self, layout, shape, split, itemsize, op=None):
-    return _record(self.kind, layout, self.mesh_axes, shape, split, itemsize, op)
+  @property
+  def axes(self):
+    return list(self.mesh_axes)
 
 
-class Receive(collections.namedtuple("Receive", ["mesh_axis", "sources"])):
+class Receive(_Step, collections.namedtuple("Receive", ["mesh_axis", "sources"])):
   """Each processor takes the slice of processor sources[own coordinate] on mesh_axis
   (None: zeros), as a new value."""
   kind = "receive"
-
-  def after(self, split):
-    return split
-
-  def record(self, layout, shape, split, itemsize, op=None):
-    return _record(self.kind, layout, [self.mesh_axis], shape, split, itemsize, op)
 
 
 Operand = collections.namedtuple("Operand", ["input", "steps"])
@@ -98,6 +93,28 @@ Operand.__doc__ = """What the local computation reads: op.inputs[input] after `s
 Middle = collections.namedtuple("Middle", ["shape", "split", "steps", "itemsize"])
 Middle.__doc__ = """Steps on a value between two local stages of an op (e.g. top_k's
 candidates): its mtf shape, its split state {dim name: mesh axis}, and bytes per element."""
+
+
+def output_start(layout, shape, out_steps):
+  """Split state of a local result before its output steps: the layout's, less the dims
+  its Allsplit steps cut."""
+  cut = {s.dim for s in out_steps if isinstance(s, Allsplit)}
+  return {d: a for d, a in layout.split_axes(shape).items() if d not in cut}
+
+
+def run_records(layout, shape, steps, itemsize, op=None, split=None):
+  """(records of the steps other than an owed allreduce, the owed record or None), for a
+  value starting in split state `split` (default: its layout)."""
+  split = layout.split_axes(shape) if split is None else split
+  records, owed = [], None
+  for step in steps:
+    r = step.record(layout, shape, split, itemsize, op)
+    if r is not None and getattr(step, "owed", False):
+      owed = r
+    elif r is not None:
+      records.append(r)
+    split = step.after(split)
+  return records, owed
 
 
 class OpPlan(collections.namedtuple("OpPlan", ["operands", "outputs", "flops",
@@ -118,10 +135,9 @@ class OpPlan(collections.namedtuple("OpPlan", ["operands", "outputs", "flops",
               output_itemsizes, op=None):
     """(CollectiveRecords this plan emits, [owed record or None per output])."""
     records = []
-    for operand in self.operands:
-      shape = input_shapes[operand.input]
-      records += run_records(layout, shape, operand.steps, input_itemsizes[operand.input],
-                             op)[0]
+    for o in self.operands:
+      records += run_records(layout, input_shapes[o.input], o.steps,
+                             input_itemsizes[o.input], op)[0]
     for m in self.middle:
       records += run_records(layout, m.shape, m.steps, m.itemsize, op, split=m.split)[0]
     owed = []
@@ -131,36 +147,3 @@ class OpPlan(collections.namedtuple("OpPlan", ["operands", "outputs", "flops",
       records += done
       owed.append(pending)
     return records, owed
-
-
-def input_start(layout, shape):
-  """Split state of a value laid out by the layout."""
-  return layout.split_axes(shape)
-
-
-def output_start(layout, shape, out_steps):
-  """Split state of a local result before its output steps: the layout's, less the dims
-  its Allsplit steps cut."""
-  cut = {s.dim for s in out_steps if isinstance(s, Allsplit)}
-  return {d: a for d, a in layout.split_axes(shape).items() if d not in cut}
-
-
-def local_shape(layout, shape, split):
-  """Per-processor shape (list of ints) of `shape` in split state `split`."""
-  return [d.size if split.get(d.name) is None else d.size // layout.axis_size(
-      split[d.name]) for d in shape.dims]
-
-
-def run_records(layout, shape, steps, itemsize, op=None, split=None):
-  """(records of the steps other than an owed allreduce, the owed record or None)."""
-  split = input_start(layout, shape) if split is None else split
-  records, owed = [], None
-  for step in steps:
-    r = step.record(layout, shape, split, itemsize, op)
-    if r is not None:
-      if getattr(step, "owed", False):
-        owed = r
-      else:
-        records.append(r)
-    split = step.after(split)
-  return records, owed
