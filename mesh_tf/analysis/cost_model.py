@@ -17,6 +17,7 @@ from mesh_tf.graph import Operation
 from mesh_tf.ops import elementwise as elementwise_ops
 from mesh_tf.ops import gather as gather_ops
 from mesh_tf.ops.einsum import EinsumOperation
+from mesh_tf.ops.variables import Variable
 from mesh_tf.shapes.mesh_layout import MeshLayout
 
 
@@ -110,7 +111,7 @@ def estimate_cost(graph, mesh_shape, layout_rules, fetches=None):
   for op in ops:
     for t in op.outputs:
       layout.tensor_layout(t.shape, tensor_name=t.name)
-    if type(op).__name__ == "Variable":
+    if isinstance(op, Variable):
       nbytes = layout.slice_size(op.shape) * op.slice_dtype.size
       if op.trainable:
         variable_bytes += nbytes

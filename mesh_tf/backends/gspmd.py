@@ -1,11 +1,12 @@
 """`GSPMDMeshImpl`: each op lowered once on global tensors, annotated with XLA shardings.
 
-Ops see every tensor whole (slice shape = full shape, processor 0's view), so they never
-emit collectives; the backend keeps the real layout -- validated with the usual layout
-rules, so an illegal layout still raises before anything is compiled -- and annotates each
-lowered tensor, each variable read and each assigned value with the `mesh_split` sharding
-of that layout. XLA's SPMD partitioner then splits the program and inserts the
-collectives: on TPU under `tf.distribute.TPUStrategy` with SPMD partitioning; on CPU/GPU
+Ops see every tensor whole (`slice_layout` splits no dim: slice shape = full shape,
+processor 0's view), so their plans are empty and they emit no collective.
+`tensor_layout` is the real layout -- validated with the usual layout rules, so an
+illegal layout still raises before anything is compiled -- and the backend annotates each
+lowered tensor, each variable read and each assigned value with its `mesh_split`
+sharding. XLA's SPMD partitioner then splits the program and inserts the collectives:
+on TPU under `tf.distribute.TPUStrategy` with SPMD partitioning; on CPU/GPU
 `tf.function(jit_compile=True)` runs it unpartitioned (the shardings are identities).
 
 Memory: under TF 2.21's `TPUStrategy` with SPMD partitioning, a variable created under
