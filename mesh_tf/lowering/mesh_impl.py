@@ -3,9 +3,11 @@
 A backend (placement, SIMD, GSPMD) subclasses MeshImpl and implements only the abstract
 primitives below. Ops call these and never ask which backend runs them.
 
-Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (for placement,
-a list of per-device tf.Tensors). Its *slices* have the shape `slice_shape(tensor_shape)`:
-each dim split over mesh axis m is divided by the size of m.
+Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (see
+lowering/laid_out_tensor.py). Its *slices* have the shape `slice_shape(tensor_shape)`:
+each dim that `slice_layout` splits over mesh axis m is divided by the size of m.
+Ops plan their communication on `slice_layout` (mesh_tf/plans) and run the plan with
+`run_step`, which calls the primitives.
 """
 import types
 
@@ -13,11 +15,9 @@ import tensorflow as tf
 
 from mesh_tf.lowering import mesh_state
 from mesh_tf.plans import rules as plan_rules
-
-from mesh_tf.shapes import convert_to_shape, list_product, processor_groups
 from mesh_tf.plans.steps import CollectiveRecord
+from mesh_tf.shapes import convert_to_shape, list_product, processor_groups
 from mesh_tf.shapes.mesh_layout import MeshLayout
-
 
 
 class LaidOutVariableBase:
