@@ -1,11 +1,12 @@
 """`GSPMDMeshImpl`: each op lowered once on global tensors, annotated with XLA shardings.
 
-Ops see every tensor whole (slice shape = full shape, processor 0's view), so they never
-emit collectives; the backend keeps the real layout -- validated with the usual layout
-rules, so an illegal layout still raises before anything is compiled -- and annotates each
-lowered tensor, each variable read and each assigned value with the `mesh_split` sharding
-of that layout. XLA's SPMD partitioner then splits the program and inserts the
-collectives: on TPU under `tf.distribute.TPUStrategy` with SPMD partitioning; on CPU/GPU
+Ops see every tensor whole (`slice_layout` splits no dim: slice shape = full shape,
+processor 0's view), so their plans are empty and they emit no collective.
+`tensor_layout` is the real layout -- validated with the usual layout rules, so an
+illegal layout still raises before anything is compiled -- and the backend annotates each
+lowered tensor, each variable read and each assigned value with its `mesh_split`
+sharding. XLA's SPMD partitioner then splits the program and inserts the collectives:
+on TPU under `tf.distribute.TPUStrategy` with SPMD partitioning; on CPU/GPU
 `tf.function(jit_compile=True)` runs it unpartitioned (the shardings are identities).
 
 Memory: under TF 2.21's `TPUStrategy` with SPMD partitioning, a variable created under
@@ -17,39 +18,24 @@ variables stored split across cores on a TPU, use `SimdMeshImpl`'s TPU runtime.
 import tensorflow as tf
 
 from mesh_tf.backends import gspmd_sharding
+from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
-from mesh_tf.shapes import TensorLayout, convert_to_shape
+from mesh_tf.shapes import convert_to_shape
+from mesh_tf.shapes.mesh_layout import MeshLayout
 
 
-class LaidOutTensor:
-  """The one global tf.Tensor of an mtf Tensor (the `all_slices` list has one entry)."""
+class LaidOutTensor(laid_out_tensor.LaidOutTensor):
+  """The one global tf.Tensor of an mtf Tensor (its slice shape is the full shape)."""
 
   def __init__(self, tensor_list):
-    self.tensor_list = list(tensor_list)
+    super().__init__(tensor_list)
     # The OpSharding this value already carries (set by annotate), to avoid repeating it.
     self.sharding = None
-
-  def __repr__(self):
-    return "GSPMD LaidOutTensor(%s)" % (self.slice_shape,)
 
   @property
   def tensor(self):
     """The global tf.Tensor."""
     return self.tensor_list[0]
-
-  @property
-  def all_slices(self):
-    """[the global tf.Tensor]."""
-    return self.tensor_list
-
-  @property
-  def slice_shape(self):
-    """The full shape (GSPMD lowers on global tensors)."""
-    return self.tensor.shape.as_list()
-
-  def to_laid_out_tensor(self):
-    """Itself (the laid-out-tensor protocol of import_laid_out_tensor)."""
-    return self
 
 
 class LaidOutVariable(LaidOutVariableBase):
@@ -115,6 +101,7 @@ class GSPMDMeshImpl(MeshImpl):
     self._device_mesh = gspmd_sharding.make_device_mesh(
         self.shape, device_assignment, logical_to_physical)
     self._sharding_cache = {}
+    self._whole_layout = MeshLayout(self.shape, [])
 
   @property
   def needs_xla(self):
@@ -131,26 +118,18 @@ class GSPMDMeshImpl(MeshImpl):
     """Device ids arranged in the mesh's shape (what `mesh_split` tiles over)."""
     return self._device_mesh
 
-  # ---- layouts: ops see tensors whole; the real layout becomes a sharding ----
-  def sharding_layout(self, arg, tensor_name=None):
-    """The real TensorLayout of a Tensor or Shape (raises LayoutError if illegal)."""
-    return MeshImpl.tensor_layout(self, arg, tensor_name)
-
-  def tensor_layout(self, arg, tensor_name=None):
-    """What ops see: every axis replicated, once the real layout has been validated."""
-    return TensorLayout([None] * len(self.sharding_layout(arg, tensor_name)))
-
-  def tensor_dimension_to_mesh_axis(self, tensor_dimension):
-    """None: ops see no split dims (see sharding_layout for the real one)."""
-    del tensor_dimension
-    return None
+  @property
+  def slice_layout(self):
+    """Every dim whole: ops compute on global tensors, so their plans are empty (no
+    collective is emitted) and XLA partitions by the shardings of tensor_layout."""
+    return self._whole_layout
 
   def sharding_of(self, shape, tensor_name=None):
     """The xla OpSharding of a tensor of this shape under this mesh's layout."""
     shape = convert_to_shape(shape)
     if shape not in self._sharding_cache:
       self._sharding_cache[shape] = gspmd_sharding.sharding_proto(
-          self._device_mesh, self.sharding_layout(shape, tensor_name))
+          self._device_mesh, self.tensor_layout(shape, tensor_name))
     return self._sharding_cache[shape]
 
   def annotate(self, x, laid_out):

@@ -8,29 +8,13 @@ import tensorflow as tf
 
 from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.errors import LayoutError
+from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
 from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_to_pnum
 
 
-class LaidOutTensor:
-  """Per-processor slices of one mtf Tensor."""
-
-  def __init__(self, tensor_list):
-    self.tensor_list = list(tensor_list)
-
-  def __repr__(self):
-    return "LaidOutTensor(%d slices of %s)" % (len(self.tensor_list), self.slice_shape)
-
-  @property
-  def all_slices(self):
-    return self.tensor_list
-
-  @property
-  def slice_shape(self):
-    return self.tensor_list[0].shape.as_list()
-
-  def to_laid_out_tensor(self):
-    return self
+class LaidOutTensor(laid_out_tensor.LaidOutTensor):
+  """Per-processor slices of one mtf Tensor (tensor_list[pnum], on devices[pnum])."""
 
 
 class LaidOutVariable(LaidOutVariableBase):

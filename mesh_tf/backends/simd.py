@@ -20,37 +20,19 @@ import tensorflow as tf
 from mesh_tf.backends import simd_emulation
 from mesh_tf.backends.tpu_topology import check_permutation, inverse_permutation
 from mesh_tf.errors import LayoutError
+from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import MeshImpl
 from mesh_tf.shapes import convert_to_shape
 
 
-class LaidOutTensor:
+class LaidOutTensor(laid_out_tensor.LaidOutTensor):
   """One core's slice of an mtf Tensor (the TPU runtime's laid-out tensor)."""
 
   def __init__(self, tensor_list):
-    tensor_list = list(tensor_list)
-    if len(tensor_list) != 1:
+    super().__init__(tensor_list)
+    if len(self.tensor_list) != 1:
       raise LayoutError("a SIMD laid-out tensor holds this core's one slice, got a list of "
-                        "%d tensors" % len(tensor_list))
-    self.tensor_list = tensor_list
-
-  def __repr__(self):
-    return "LaidOutTensor(one slice of %s)" % self.tensor_list[0].shape
-
-  @property
-  def all_slices(self):
-    return self.tensor_list
-
-  @property
-  def one_slice(self):
-    return self.tensor_list[0]
-
-  @property
-  def slice_shape(self):
-    return self.tensor_list[0].shape.as_list()
-
-  def to_laid_out_tensor(self):
-    return self
+                        "%d tensors" % len(self.tensor_list))
 
 
 def _num_replicas(device_assignment):

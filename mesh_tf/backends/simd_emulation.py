@@ -23,17 +23,19 @@ import tensorflow as tf
 from mesh_tf.backends import simd_vectorize
 from mesh_tf.backends.simd_vectorize import broadcast_extents
 from mesh_tf.errors import LayoutError
+from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
 from mesh_tf.shapes import convert_to_shape
 
 _TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
 
 
-class EmulatedLaidOutTensor:
+class EmulatedLaidOutTensor(laid_out_tensor.LaidOutTensor):
   """One mtf Tensor on every emulated core.
 
   Built from `[stacked]`, a [num_cores, *slice] tensor in physical core order (the
-  public form, as `all_slices` returns it), or by the runtime from a compact tensor.
+  public form, as `all_slices` returns it), or by the runtime from a compact tensor,
+  which is what it keeps (so it does not call the base __init__).
   """
 
   def __init__(self, tensor_list, runtime=None, compact=None, sum_recipe=None):
@@ -61,13 +63,10 @@ class EmulatedLaidOutTensor:
     return self.compact.shape.as_list()[:self._runtime.k]
 
   @property
-  def all_slices(self):
-    """[stacked]: every core's slice, [num_cores, *slice] in physical core order."""
-    return [self.one_slice]
-
-  @property
   def tensor_list(self):
-    return self.all_slices
+    """[stacked]: every core's slice, [num_cores, *slice] in physical core order (made
+    from the compact tensor when first asked for)."""
+    return [self.one_slice]
 
   @property
   def one_slice(self):
@@ -79,9 +78,6 @@ class EmulatedLaidOutTensor:
   @property
   def slice_shape(self):
     return self.compact.shape.as_list()[self._runtime.k:]
-
-  def to_laid_out_tensor(self):
-    return self
 
 
 class EmulatedLaidOutVariable(LaidOutVariableBase):
@@ -426,10 +422,6 @@ class EmulationRuntime:
     """Cuts a full tf.Tensor into the stacked slices [num_cores, *slice_shape] (physical
     core order)."""
     return self.to_physical(self.compact_from_full(full, tensor_shape))
-
-  def unstack_full(self, stacked, tensor_shape):
-    """Inverse of stack_full: one copy of each distinct slice, reassembled."""
-    return self.full_from_compact(self.from_physical(stacked), tensor_shape)
 
   def import_tf_tensor(self, x, tf_x):
     return self.wrap(self.compact_from_full(tf.convert_to_tensor(tf_x), x.shape))

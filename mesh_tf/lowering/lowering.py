@@ -138,7 +138,11 @@ class Lowering:
   def export_to_tf_tensor(self, x):
     """The full tf.Tensor value of mtf Tensor x."""
     self._ensure_lowered(x.operation)
-    return self.mesh_impl(x).export_to_tf_tensor(x, self.tensors[x])
+    impl = self.mesh_impl(x)
+    start = len(impl.comm_log)
+    value = self.tensors[x]  # may pay an allreduce x still owes: it is recorded too
+    self.comm_records.extend(impl.comm_log[start:])
+    return impl.export_to_tf_tensor(x, value)
 
   @_no_autograph
   def lowered_operation(self, op):

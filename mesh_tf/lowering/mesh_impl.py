@@ -3,26 +3,21 @@
 A backend (placement, SIMD, GSPMD) subclasses MeshImpl and implements only the abstract
 primitives below. Ops call these and never ask which backend runs them.
 
-Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (for placement,
-a list of per-device tf.Tensors). Its *slices* have the shape `slice_shape(tensor_shape)`:
-each dim split over mesh axis m is divided by the size of m.
+Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (see
+lowering/laid_out_tensor.py). Its *slices* have the shape `slice_shape(tensor_shape)`:
+each dim that `slice_layout` splits over mesh axis m is divided by the size of m.
+Ops plan their communication on `slice_layout` (mesh_tf/plans) and run the plan with
+`run_step`, which calls the primitives.
 """
-import collections
 import types
 
 import tensorflow as tf
 
 from mesh_tf.lowering import mesh_state
-
-from mesh_tf.shapes import (convert_to_shape, list_product, pnum_to_processor_coordinates,
-                            processor_groups)
+from mesh_tf.plans import rules as plan_rules
+from mesh_tf.plans.steps import CollectiveRecord
+from mesh_tf.shapes import convert_to_shape, list_product, processor_groups
 from mesh_tf.shapes.mesh_layout import MeshLayout
-
-CollectiveRecord = collections.namedtuple(
-    "CollectiveRecord", ["kind", "mesh_axes", "group_size", "slice_bytes", "op"],
-    defaults=[None])
-CollectiveRecord.__doc__ = """One collective: kind, mesh axes, processors per group, bytes
-of each processor's input slice, and the name of the mtf op whose lowering emitted it."""
 
 
 class LaidOutVariableBase:
@@ -74,6 +69,13 @@ class MeshImpl:
   @property
   def mesh_layout(self):
     """The MeshLayout (mesh shape + layout rules) this backend lays tensors out by."""
+    return self._layout
+
+  @property
+  def slice_layout(self):
+    """The MeshLayout this backend's laid-out values are sliced by, which ops plan their
+    communication on. It is mesh_layout, except for a backend whose values are whole
+    (GSPMD: the compiler partitions), where no dim is split and plans are empty."""
     return self._layout
 
   @property
@@ -171,7 +173,7 @@ class MeshImpl:
     del x
     return laid_out
 
-  # ---- layout queries (the MeshLayout's, through tensor_layout, which GSPMD overrides) ----
+  # ---- layout queries: tensor_layout is the real layout; slices follow slice_layout ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):
     return self._layout.tensor_dimension_to_mesh_axis(tensor_dimension)
 
@@ -181,31 +183,22 @@ class MeshImpl:
 
   def mesh_axis_to_cumprod(self, tensor_shape):
     """For each mesh axis, the row-major stride of its tensor dim (None if unused)."""
-    tensor_shape = convert_to_shape(tensor_shape)
-    ta = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(self.ndims)
-    return [None if a is None else tensor_shape.cumprod[a] for a in ta]
+    return self.slice_layout.mesh_axis_to_cumprod(tensor_shape)
 
   def slice_shape(self, tensor_shape):
     """Per-processor slice shape (a list of ints)."""
-    tensor_shape = convert_to_shape(tensor_shape)
-    layout = self.tensor_layout(tensor_shape)
-    return [d.size if a is None else d.size // self._shape[a].size
-            for d, a in zip(tensor_shape.dims, layout)]
+    return self.slice_layout.slice_shape(tensor_shape)
 
   def slice_begin(self, tensor_shape, pnum):
     """Offset of processor pnum's slice within the full tensor."""
-    tensor_shape = convert_to_shape(tensor_shape)
-    layout = self.tensor_layout(tensor_shape)
-    coord = pnum_to_processor_coordinates(self._shape, pnum)
-    sizes = self.slice_shape(tensor_shape)
-    return [0 if a is None else coord[a] * s for s, a in zip(sizes, layout)]
+    return self.slice_layout.slice_begin(tensor_shape, pnum)
 
   def slice_size(self, tensor_shape):
-    return list_product(self.slice_shape(tensor_shape))
+    return self.slice_layout.slice_size(tensor_shape)
 
   def laid_out_size(self, tensor_shape):
     """Number of elements stored across all processors (counting replicas)."""
-    return self.slice_size(tensor_shape) * self.size
+    return self.slice_layout.laid_out_size(tensor_shape)
 
   def processor_groups(self, mesh_axes):
     return processor_groups(self._shape, list(mesh_axes))
@@ -258,7 +251,7 @@ class MeshImpl:
   def laid_out_slice_begin(self, tensor_shape):
     """A laid-out int32 vector: where each processor's slice starts in the full tensor."""
     tensor_shape = convert_to_shape(tensor_shape)
-    layout = self.tensor_layout(tensor_shape)
+    layout = self.slice_layout.tensor_layout(tensor_shape)
     sizes = self.slice_shape(tensor_shape)
     axes = [a for a in layout if a is not None]
     pcoords = [self.laid_out_pcoord(a) for a in axes]
@@ -272,7 +265,7 @@ class MeshImpl:
   def laid_out_slice_num(self, tensor_shape):
     """A laid-out int32 scalar equal on processors holding identical slices of a tensor:
     the row-major number of the processor's coordinates on the mesh axes that split it."""
-    axes = sorted(self.tensor_layout(tensor_shape).mesh_axes)
+    axes = sorted(self.slice_layout.tensor_layout(tensor_shape).mesh_axes)
     num = None
     for a in axes:
       coord = self.laid_out_pcoord(a)
@@ -328,42 +321,23 @@ class MeshImpl:
 
   def shift_by_n_processors(self, x, mesh_axis, offset, wrap):
     """Each processor receives the slice from `offset` positions lower on mesh_axis."""
-    n = self._shape[mesh_axis].size
-    source = []
-    for i in range(n):
-      s = i - offset
-      if wrap:
-        s %= n
-      elif not 0 <= s < n:
-        s = None
-      source.append(s)
-    return self.receive(x, mesh_axis, source)
+    return self.receive(x, mesh_axis, list(
+        plan_rules.shift_sources(self._shape[mesh_axis].size, offset, wrap)))
 
-  def gather_dims(self, laid_out_x, shape, dim_names):
-    """Makes the named dims whole on every processor (allconcat over their mesh axes).
-
-    Returns the new laid-out value; other dims keep their layout.
-    """
-    shape = convert_to_shape(shape)
-    layout = self.tensor_layout(shape)
-    for axis, d in enumerate(shape.dims):
-      if d.name in dim_names and layout[axis] is not None:
-        laid_out_x = self.allconcat(laid_out_x, layout[axis], axis)
-    return laid_out_x
-
-  def split_dims(self, laid_out_x, shape, dim_names):
-    """Inverse of gather_dims: cuts whole dims down to this processor's slice."""
-    shape = convert_to_shape(shape)
-    layout = self.tensor_layout(shape)
-    for axis, d in enumerate(shape.dims):
-      if d.name in dim_names and layout[axis] is not None:
-        laid_out_x = self.allsplit(laid_out_x, layout[axis], axis)
-    return laid_out_x
-
-  def split_dims_of(self, shape):
-    """Names of the dims of `shape` that this mesh splits."""
-    shape = convert_to_shape(shape)
-    return [d.name for d, a in zip(shape.dims, self.tensor_layout(shape)) if a is not None]
+  def run_step(self, step, x, shape):
+    """Runs one plan step (mesh_tf/plans/steps.py) on laid-out value x of mtf `shape`."""
+    index = convert_to_shape(shape).dimension_names.index
+    if step.kind == "allconcat":
+      return self.allconcat(x, step.mesh_axis, index(step.dim))
+    if step.kind == "allsplit":
+      return self.allsplit(x, step.mesh_axis, index(step.dim))
+    if step.kind == "alltoall":
+      return self.alltoall(x, step.mesh_axis, index(step.split_dim), index(step.concat_dim))
+    if step.kind == "allreduce":
+      return self.allreduce(x, list(step.mesh_axes), step.reduction)
+    if step.kind == "receive":
+      return self.receive(x, step.mesh_axis, list(step.sources))
+    raise ValueError("unknown plan step %r" % (step,))
 
   def einsum(self, equation, *slices):
     """Local einsum; a backend may override it (e.g. to pick a faster kernel)."""

@@ -17,6 +17,8 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape
 
 _KERNELS = {
@@ -160,17 +162,16 @@ class ConvFamilyOperation(Operation):
   def _local(self, *slices):
     raise NotImplementedError
 
-  def lower(self, lowering):
-    impl = lowering.mesh_impl(self)
-    ins = [impl.gather_dims(lowering.tensors[x], x.shape, self._whole)
-           for x in self.inputs]
-    out = impl.slicewise(self._local, *ins)
-    axes = sorted(set(impl.tensor_dimension_to_mesh_axis(d) for d in self._summed)
+  def plan(self, layout):
+    """The OpPlan on a MeshLayout: gather the spatial dims, allreduce the summed ones."""
+    axes = sorted(set(layout.tensor_dimension_to_mesh_axis(d) for d in self._summed)
                   - {None})
-    if axes:
-      out = impl.allreduce(out, axes, "SUM")
-    y = self.outputs[0]
-    lowering.set_tensor_lowering(y, impl.split_dims(out, y.shape, self._whole))
+    return plan_rules.whole_dims_plan(layout, [x.shape for x in self.inputs],
+                                      [y.shape for y in self.outputs], self._whole, axes)
+
+  def lower(self, lowering):
+    plan = self.plan(lowering.mesh_impl(self).slice_layout)
+    plan_interpreter.lower_planned(lowering, self, plan, self._local)
 
 
 class _ConvOperation(ConvFamilyOperation):

@@ -4,7 +4,8 @@ import string
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Shape, convert_to_shape, list_product, shape_union
 
 
@@ -19,37 +20,6 @@ def _equation(input_shapes, output_shape):
   letter = dict(zip(names, string.ascii_letters))
   spec = lambda s: "".join(letter[n] for n in s.dimension_names)
   return ",".join(spec(s) for s in input_shapes) + "->" + spec(output_shape)
-
-
-def _dims_to_gather(impl, input_shapes, output_shape):
-  """Names of contracted dims to make whole so no mesh axis splits two dims of the union.
-
-  Two dims that never share a tensor may be split over one mesh axis; a local einsum would
-  then pair only the matching slices of the two. Output dims keep their split; of the
-  others, the first dim met on each axis keeps it and later ones are gathered.
-  """
-  owner = {}
-  gather = set()
-  for s in [output_shape] + list(input_shapes):
-    for d, a in zip(s.dims, impl.tensor_layout(s)):
-      if a is not None and owner.setdefault(a, d.name) != d.name:
-        gather.add(d.name)
-  return gather
-
-
-def contraction_plan(impl, input_shapes, output_shape):
-  """How an einsum lowers on impl's layout.
-
-  Returns (names of contracted dims to gather first, sorted mesh axes of the SUM
-  allreduce its local result owes -- those splitting a contracted dim that stays split).
-  """
-  gather = _dims_to_gather(impl, input_shapes, output_shape)
-  reduced = set()
-  for s in input_shapes:
-    for d, a in zip(s.dims, impl.tensor_layout(s)):
-      if a is not None and d not in output_shape.dims and d.name not in gather:
-        reduced.add(a)
-  return gather, sorted(reduced)
 
 
 class EinsumOperation(Operation):
@@ -85,24 +55,23 @@ class EinsumOperation(Operation):
       grads.append(broadcast(g, x.shape) if target != x.shape else g)
     return grads
 
+  def plan(self, layout):
+    """The OpPlan of this einsum on a MeshLayout (see plans/rules.py)."""
+    return plan_rules.einsum_plan(layout, [x.shape for x in self.inputs],
+                                  self.outputs[0].shape)
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
-    y = self.outputs[0]
-    equation = _equation([x.shape for x in self.inputs], y.shape)
-    gather, reduced_axes = contraction_plan(impl, [x.shape for x in self.inputs], y.shape)
-    ins = []
-    for x in self.inputs:
-      laid = lowering.tensors[x]
-      if gather & set(impl.split_dims_of(x.shape)):
-        laid = impl.gather_dims(laid, x.shape, gather)
-        lowering.add_counter("einsum_allconcat", impl.laid_out_size(x.shape))
-      ins.append(laid)
-    out = impl.slicewise(lambda *slices: impl.einsum(equation, *slices), *ins)
-    if reduced_axes:  # allreduced when first read, after any add_n of partial sums
-      out = LazyAllreduceSum(impl, out, reduced_axes, op_name=self.name)
+    equation = _equation([x.shape for x in self.inputs], self.outputs[0].shape)
+    plan = self.plan(impl.slice_layout)
+    for operand in plan.operands:
+      if operand.steps:
+        lowering.add_counter("einsum_allconcat",
+                             impl.laid_out_size(self.inputs[operand.input].shape))
+    plan_interpreter.lower_planned(lowering, self, plan,
+                                   lambda *slices: impl.einsum(equation, *slices))
     all_dims = shape_union([x.shape for x in self.inputs])
     lowering.add_counter("einsum", list_product(all_dims.to_integer_list))
-    lowering.set_tensor_lowering(y, out)
 
 
 def _infer_output_shape(xs, output_shape, reduced_dims):

@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.ops.slicewise import cwise, generic_gradient, local_broadcast, slicewise
 from mesh_tf.shapes import Shape, convert_to_shape, is_subsequence, shape_union
 
@@ -251,17 +252,17 @@ class AddNOperation(Operation):
   def gradient(self, grad_ys):
     return [grad_ys[0]] * len(self.inputs)
 
+  def plan(self, layout, owed_axes=None):
+    """The OpPlan on a MeshLayout, given the mesh axes of the SUM each input still owes
+    (None: none); see plans/rules.add_n_plan."""
+    owed_axes = owed_axes or [None] * len(self.inputs)
+    return plan_rules.add_n_plan(layout, self.outputs[0].shape, list(owed_axes))
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
-    raw = [lowering.tensors.raw(x) for x in self.inputs]
-    axes = {r.mesh_axes if isinstance(r, LazyAllreduceSum) else None for r in raw}
-    if len(axes) == 1 and None not in axes:
-      summed = impl.slicewise(lambda *s: tf.add_n(list(s)), *[r.laid_out for r in raw])
-      out = LazyAllreduceSum(impl, summed, axes.pop(), op_name=self.name)
-    else:
-      out = impl.slicewise(lambda *s: tf.add_n(list(s)),
-                           *[lowering.tensors[x] for x in self.inputs])
-    lowering.set_tensor_lowering(self.outputs[0], out)
+    owed = [plan_interpreter.owed_axes(lowering, x) for x in self.inputs]
+    plan_interpreter.lower_planned(lowering, self, self.plan(impl.slice_layout, owed),
+                                   lambda *s: tf.add_n(list(s)))
 
 
 def add_n(xs, name=None):

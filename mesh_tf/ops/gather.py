@@ -16,9 +16,9 @@ gradient on the local slice (rows outside the slice are dropped), then a SUM all
 """
 import tensorflow as tf
 
-from mesh_tf.errors import LayoutError
 from mesh_tf.graph import Operation
-from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Shape
 
 
@@ -26,18 +26,6 @@ def natural_output_shape(weights_shape, indices_shape, dim):
   """indices dims, then the dims of weights other than dim (the one-hot einsum's order)."""
   return Shape(indices_shape.dims + [d for d in weights_shape.dims
                                      if d != dim and d not in indices_shape.dims])
-
-
-def _check_layout(impl, op_name, weights_shape, indices_shape, dim):
-  """Mesh axis splitting dim (or None); raises if it also splits a dim of indices."""
-  mesh_axis = impl.tensor_layout(weights_shape)[weights_shape.dims.index(dim)]
-  if mesh_axis is not None and mesh_axis in impl.tensor_layout(indices_shape).mesh_axes:
-    raise LayoutError(
-        "gather %r: mesh axis %s splits both the gathered dim %s and a dim of the indices "
-        "%s; lay one of them out on another mesh axis" % (
-            op_name, impl.shape[mesh_axis].name, dim.name, indices_shape), op=op_name,
-        dim=dim.name)
-  return mesh_axis
 
 
 def _local_rows(indices, begin, n):
@@ -81,7 +69,8 @@ class GatherOperation(Operation):
     impl = lowering.mesh_impl(self)
     w, i, y = self.inputs[0], self.inputs[1], self.outputs[0]
     dim = self._dim
-    mesh_axis = _check_layout(impl, self.name, w.shape, i.shape, dim)
+    plan = self.plan(impl.slice_layout)
+    mesh_axis = impl.slice_layout.split_axes(w.shape).get(dim.name)
     axis = w.shape.dims.index(dim)
     n = impl.slice_shape(w.shape)[axis]
     natural = natural_output_shape(w.shape, i.shape, dim)
@@ -96,14 +85,15 @@ class GatherOperation(Operation):
       out = tf.where(mask, out, tf.zeros([], out.dtype))
       return _transpose(out, out_perm)
 
-    args = [lowering.tensors[w], lowering.tensors[i]]
-    if mesh_axis is not None:
-      args.append(impl.laid_out_slice_begin(w.shape))
-    out = impl.slicewise(fn, *args)
-    if mesh_axis is not None:
-      out = LazyAllreduceSum(impl, out, [mesh_axis], op_name=self.name)
+    extra = [] if mesh_axis is None else [impl.laid_out_slice_begin(w.shape)]
+    plan_interpreter.lower_planned(lowering, self, plan, fn, extra)
     lowering.add_counter("gather", impl.laid_out_size(y.shape))
-    lowering.set_tensor_lowering(y, out)
+
+  def plan(self, layout):
+    """The OpPlan on a MeshLayout (see plans/rules.gather_plan)."""
+    w, i = self.inputs
+    return plan_rules.gather_plan(layout, self.name, w.shape, i.shape, self._dim,
+                                  self.outputs[0].shape)
 
 
 class GatherGradOperation(Operation):
@@ -119,15 +109,18 @@ class GatherGradOperation(Operation):
     return [GatherOperation(grad_ys[0], indices, self._dim, output_shape=dy.shape,
                             name=self.name + "_grad").outputs[0], None]
 
-  def summed_mesh_axes(self, impl):
-    """Sorted mesh axes of the SUM allreduce the local segment sums owe."""
-    return sorted(impl.tensor_layout(self.inputs[1].shape).mesh_axes)
+  def plan(self, layout):
+    """The OpPlan on a MeshLayout (see plans/rules.gather_grad_plan)."""
+    dy, i = self.inputs
+    return plan_rules.gather_grad_plan(layout, self.name, dy.shape, i.shape,
+                                       self.outputs[0].shape, self._dim)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     dy, i, w = self.inputs[0], self.inputs[1], self.outputs[0]
     dim = self._dim
-    mesh_axis = _check_layout(impl, self.name, w.shape, i.shape, dim)
+    plan = self.plan(impl.slice_layout)
+    mesh_axis = impl.slice_layout.split_axes(w.shape).get(dim.name)
     axis = w.shape.dims.index(dim)
     n = impl.slice_shape(w.shape)[axis]
     natural = natural_output_shape(w.shape, i.shape, dim)
@@ -142,12 +135,6 @@ class GatherGradOperation(Operation):
       ids = tf.reshape(tf.where(valid, rows, -1), [-1])  # negative ids are dropped
       return _transpose(tf.math.unsorted_segment_sum(data, ids, n), back)
 
-    args = [lowering.tensors[dy], lowering.tensors[i]]
-    if mesh_axis is not None:
-      args.append(impl.laid_out_slice_begin(w.shape))
-    out = impl.slicewise(fn, *args)
-    summed = self.summed_mesh_axes(impl)
-    if summed:
-      out = LazyAllreduceSum(impl, out, summed, op_name=self.name)
+    extra = [] if mesh_axis is None else [impl.laid_out_slice_begin(w.shape)]
+    plan_interpreter.lower_planned(lowering, self, plan, fn, extra)
     lowering.add_counter("gather_grad", impl.laid_out_size(dy.shape))
-    lowering.set_tensor_lowering(w, out)

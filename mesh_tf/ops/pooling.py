@@ -10,6 +10,8 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.ops.slicewise import slicewise
 from mesh_tf.shapes import Dimension, Shape
 
@@ -87,13 +89,14 @@ class _PoolBase(Operation):
   def _tf_window(self, values):
     return [1] + list(values) + [1]
 
+  def plan(self, layout):
+    """The OpPlan on a MeshLayout: gather the unsplittable dims, cut them after."""
+    return plan_rules.whole_dims_plan(layout, [x.shape for x in self.inputs],
+                                      [y.shape for y in self.outputs], self._whole)
+
   def _lower_with(self, lowering, fn):
-    impl = lowering.mesh_impl(self)
-    ins = [impl.gather_dims(lowering.tensors[x], x.shape, self._whole)
-           for x in self.inputs]
-    out = impl.slicewise(fn, *ins)
-    y = self.outputs[0]
-    lowering.set_tensor_lowering(y, impl.split_dims(out, y.shape, self._whole))
+    plan = self.plan(lowering.mesh_impl(self).slice_layout)
+    plan_interpreter.lower_planned(lowering, self, plan, fn)
 
 
 class PoolOperation(_PoolBase):

@@ -4,7 +4,9 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
+from mesh_tf.lowering import plan_interpreter
 from mesh_tf.ops import elementwise as ew
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape
 
 _TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
@@ -46,12 +48,12 @@ class ReduceOperation(Operation):
     def fn(t):
       r = tf_reduce(t, axis=axes) if axes else t
       return tf.transpose(r, perm) if perm != sorted(perm) else r
-    out = impl.slicewise(fn, lowering.tensors[x])
-    layout = impl.tensor_layout(x.shape)
-    mesh_axes = [layout[i] for i in axes if layout[i] is not None]
-    if mesh_axes:
-      out = impl.allreduce(out, mesh_axes, self.reduction_fn_string)
-    lowering.set_tensor_lowering(y, out)
+    plan_interpreter.lower_planned(lowering, self, self.plan(impl.slice_layout), fn)
+
+  def plan(self, layout):
+    """The OpPlan of this reduction on a MeshLayout (see plans/rules.py)."""
+    return plan_rules.reduce_plan(layout, self.inputs[0].shape, self.outputs[0].shape,
+                                  self.reduction_fn_string)
 
 
 def _output_shape(x, output_shape, reduced_dim, disable_positional_args, fn_name):

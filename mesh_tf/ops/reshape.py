@@ -4,41 +4,9 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, Shape, anonymous_shape, convert_to_shape
-
-
-def _prefix_sizes(shape):
-  """Product of the sizes before each dim (its block position in row-major order)."""
-  out, p = {}, 1
-  for d in shape.dims:
-    out[d] = p
-    p *= d.size
-  return out
-
-
-def reshape_plan(mesh_impl, old_shape, new_shape):
-  """Which mesh axes keep their split through a reshape, and which dims move.
-
-  A mesh axis keeps its split when it splits the same Dimension in both shapes and that
-  Dimension sits at the same row-major block position (equal product of the sizes before
-  it); then every processor's local reshape is correct. Every other split dim of the old
-  shape is gathered first (allconcat) and every other split dim of the new shape is cut
-  afterwards (local allsplit, no communication).
-
-  Returns (old dim names to gather, new dim names to split, local new slice shape).
-  """
-  old_layout = mesh_impl.tensor_layout(old_shape)
-  new_layout = mesh_impl.tensor_layout(new_shape)
-  old_on = {a: d for d, a in zip(old_shape.dims, old_layout) if a is not None}
-  new_on = {a: d for d, a in zip(new_shape.dims, new_layout) if a is not None}
-  old_pre, new_pre = _prefix_sizes(old_shape), _prefix_sizes(new_shape)
-  kept = {a for a, d in old_on.items()
-          if new_on.get(a) == d and old_pre[d] == new_pre[d]}
-  gather = [d.name for a, d in old_on.items() if a not in kept]
-  split = [d.name for a, d in new_on.items() if a not in kept]
-  local = [d.size // mesh_impl.shape[a].size if (a is not None and a in kept) else d.size
-           for d, a in zip(new_shape.dims, new_layout)]
-  return gather, split, local
 
 
 class ReshapeOperation(Operation):
@@ -56,15 +24,17 @@ class ReshapeOperation(Operation):
   def gradient(self, grad_ys):
     return [reshape(grad_ys[0], self.inputs[0].shape)]
 
+  def plan(self, layout):
+    """The OpPlan of this reshape on a MeshLayout (see plans/rules.reshape_plan)."""
+    return plan_rules.reshape_plan(layout, self.inputs[0].shape, self.outputs[0].shape)
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
-    x, y = self.inputs[0], self.outputs[0]
-    gather, split, local = reshape_plan(impl, x.shape, y.shape)
-    laid = impl.gather_dims(lowering.tensors[x], x.shape, gather)
-    if gather:
-      lowering.add_counter("reshape_allconcat", impl.laid_out_size(x.shape))
-    laid = impl.slicewise(lambda t: tf.reshape(t, local), laid)
-    lowering.set_tensor_lowering(y, impl.split_dims(laid, y.shape, split))
+    plan = self.plan(impl.slice_layout)
+    if any(s.kind == "allconcat" for s in plan.operands[0].steps):
+      lowering.add_counter("reshape_allconcat", impl.laid_out_size(self.inputs[0].shape))
+    local = plan_interpreter.local_output_shape(lowering, self, plan)
+    plan_interpreter.lower_planned(lowering, self, plan, lambda t: tf.reshape(t, local))
 
 
 def reshape(x, new_shape, name="reshape"):

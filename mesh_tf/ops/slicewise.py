@@ -9,6 +9,8 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Shape, convert_to_shape
 
 
@@ -77,14 +79,15 @@ class SlicewiseOperation(Operation):
   def gradient(self, grad_ys):
     return self._grad_function(self, grad_ys)
 
+  def plan(self, layout):
+    """The OpPlan on a MeshLayout: gather the unsplittable dims, cut them after."""
+    return plan_rules.whole_dims_plan(layout, [x.shape for x in self.inputs],
+                                      [y.shape for y in self.outputs],
+                                      self.unsplittable_dims)
+
   def lower(self, lowering):
-    impl = lowering.mesh_impl(self)
-    whole = self.unsplittable_dims
-    ins = [impl.gather_dims(lowering.tensors[x], x.shape, whole) for x in self.inputs]
-    out = impl.slicewise(self._tf_fn, *ins)
-    outs = out if self._multi else (out,)
-    for y, laid_out in zip(self.outputs, outs):
-      lowering.set_tensor_lowering(y, impl.split_dims(laid_out, y.shape, whole))
+    plan = self.plan(lowering.mesh_impl(self).slice_layout)
+    plan_interpreter.lower_planned(lowering, self, plan, self._tf_fn)
 
 
 def slicewise(tf_fn, xs, output_shape=None, output_dtype=None, splittable_dims=None,

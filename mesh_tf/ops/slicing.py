@@ -8,6 +8,8 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.ops.slicewise import SlicewiseOperation
 from mesh_tf.shapes import Dimension, Shape
 
@@ -243,20 +245,22 @@ class ShiftOperation(Operation):
   def gradient(self, grad_ys):
     return [shift(grad_ys[0], -self._offset, self._dim_name, self._wrap)]
 
+  def plan(self, layout):
+    """The OpPlan on a MeshLayout (see plans/rules.shift_plan)."""
+    return plan_rules.shift_plan(layout, self.inputs[0].shape, self._dim_name,
+                                 self._offset, self._wrap)
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
-    x, y = self.inputs[0], self.outputs[0]
+    x = self.inputs[0]
     axis, offset, wrap = self._axis, self._offset, self._wrap
-    mesh_axis = impl.tensor_layout(x.shape)[axis]
-    local = impl.slice_shape(x.shape)[axis]
-    laid = lowering.tensors[x]
-    if mesh_axis is None or abs(offset) > local or offset == 0:
+    plan = self.plan(impl.slice_layout)
+    if len(plan.operands) == 1:  # the dim is whole here (or gathered by the plan)
       size = x.shape[axis].size
-      laid = impl.gather_dims(laid, x.shape, [self._dim_name])
-      laid = impl.slicewise(lambda t: _local_shift(t, offset, axis, size, wrap), laid)
-      lowering.set_tensor_lowering(y, impl.split_dims(laid, y.shape, [self._dim_name]))
+      plan_interpreter.lower_planned(
+          lowering, self, plan, lambda t: _local_shift(t, offset, axis, size, wrap))
       return
-    neighbour = impl.shift_by_n_processors(laid, mesh_axis, 1 if offset > 0 else -1, wrap)
+    local = impl.slice_shape(x.shape)[axis]
     k = abs(offset)
     if offset > 0:
       fn = lambda own, prev: tf.concat(
@@ -264,7 +268,7 @@ class ShiftOperation(Operation):
     else:
       fn = lambda own, nxt: tf.concat(
           [_take(own, axis, k, local - k), _take(nxt, axis, 0, k)], axis)
-    lowering.set_tensor_lowering(y, impl.slicewise(fn, laid, neighbour))
+    plan_interpreter.lower_planned(lowering, self, plan, fn)
 
 
 def shift(x, offset, dim, wrap, name=None):

@@ -8,11 +8,13 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
+from mesh_tf.lowering import plan_interpreter
 from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops.indexing import one_hot
 from mesh_tf.ops.reduce import reduce_sum
 from mesh_tf.ops.slicewise import generic_gradient, slicewise
 from mesh_tf.ops.slicing import slice as mtf_slice
+from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, convert_to_dimension
 
 
@@ -68,34 +70,40 @@ class TopKOperation(Operation):
     positions = one_hot(indices, self._reduced_dim, dtype=dvalues.dtype)
     return [einsum([dvalues, positions], output_shape=x.shape)]
 
+  def plan(self, layout):
+    """The OpPlan on a MeshLayout (see plans/rules.top_k_plan)."""
+    x = self.inputs[0]
+    return plan_rules.top_k_plan(layout, x.shape, self._reduced_dim, self._k_dim,
+                                 x.dtype.size)
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     x = self.inputs[0]
     axis = x.shape.dims.index(self._reduced_dim)
     ndims = x.shape.ndims
     k = self._k_dim.size
-    mesh_axis = impl.tensor_layout(x.shape)[axis]
+    plan = self.plan(impl.slice_layout)
     local_n = impl.slice_shape(x.shape)[axis]
     perm = [i for i in range(ndims) if i != axis] + [axis]
 
     def local_top_k(t):
       t = tf.transpose(t, perm) if perm != list(range(ndims)) else t
       return tuple(tf.math.top_k(t, min(k, local_n)))
-    values, indices = impl.slicewise(local_top_k, lowering.tensors[x])
-    if mesh_axis is not None:
+    values, indices = impl.slicewise(local_top_k, *plan_interpreter.read_operands(
+        lowering, self, plan))
+    if plan.middle:
+      mesh_axis = plan.middle[0].steps[0].mesh_axis
       # Local indices become global ones; the candidates of the whole group then meet.
       indices = impl.slicewise(lambda i, c: i + c * local_n, indices,
                                impl.laid_out_pcoord(mesh_axis))
-      values = impl.allconcat(values, mesh_axis, ndims - 1)
-      indices = impl.allconcat(indices, mesh_axis, ndims - 1)
+      values, indices = [plan_interpreter.run_steps(impl, v, m.shape, m.steps)
+                         for v, m in zip((values, indices), plan.middle)]
 
       def global_top_k(v, i):
         v, pos = tf.math.top_k(v, k)
         return v, tf.gather(i, pos, batch_dims=ndims - 1)
       values, indices = impl.slicewise(global_top_k, values, indices)
-    k_name = [self._k_dim.name]
-    for y, laid in zip(self.outputs, (values, indices)):
-      lowering.set_tensor_lowering(y, impl.split_dims(laid, y.shape, k_name))
+    plan_interpreter.write_outputs(lowering, self, plan, [values, indices])
 
 
 def top_k(x, reduced_dim, k_dim, name=None):

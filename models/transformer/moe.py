@@ -7,7 +7,7 @@ Switch top-1 gating, moe_gating.py); each expert takes at most `expert_capacity`
 a group and the rest are dropped for that expert. Dispatch and combine are one-hot tensors
 [groups, group, experts, capacity] built from cumulative-sum positions, applied with
 einsums. Between the token layout (groups split) and the expert layout (experts split)
-the tokens move with an all-to-all when both use the same mesh dim (moe_relayout.py).
+the tokens move with an all-to-all (mtf.reshape) when both use the same mesh dim.
 The two-level MoE2D / transformer_moe_layer_v2 live in moe_2d.py.
 """
 import gin
@@ -20,7 +20,6 @@ from models.transformer.moe_gating import (  # pylint: disable=unused-import,g-m
     HParams, _check_experts_split, _hidden_dim, _layer_name, _split_into_groups,
     _switch_gating, _top_2_gating, expert_capacity, routing_inputs,
     set_default_moe_hparams)
-from models.transformer.moe_relayout import relayout_rename, reshape_keeping_splits
 from models.transformer.moe_2d import MoE2D, transformer_moe_layer_v2  # pylint: disable=unused-import
 
 
@@ -215,7 +214,7 @@ def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype,
   group_size_dim = mtf.Dimension("group", group_size)
   num_groups_dim = mtf.Dimension(orig_batch_dim.name, num_groups)
   moe_input_dims = [outer_batch_dim, num_groups_dim, group_size_dim, input_dim]
-  inputs = reshape_keeping_splits(inputs, moe_input_dims)
+  inputs = mtf.reshape(inputs, moe_input_dims)
 
   capacity_factor = (hparams.moe_capacity_factor_train if train else
                      hparams.moe_capacity_factor_eval)
@@ -227,7 +226,7 @@ def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype,
   if nonpadding is not None:
     nonpadding = mtf.zeros(inputs.mesh, batch_and_length_dims, dtype=inputs.dtype) + (
         mtf.cast(nonpadding, inputs.dtype))
-    nonpadding = reshape_keeping_splits(nonpadding, moe_input_dims[:-1])
+    nonpadding = mtf.reshape(nonpadding, moe_input_dims[:-1])
   gating = {"top_2": _top_2_gating, "switch": _switch_gating}.get(hparams.moe_gating)
   if gating is None:
     raise MtfError("%s: unknown moe_gating %r (choose 'top_2' or 'switch')" % (
@@ -239,7 +238,7 @@ def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype,
         raise ShapeError("%s: token_embeddings %s must have the shape of the inputs %s"
                          % (_layer_name(), token_embeddings.shape, mtf.Shape(orig_dims)),
                          op=_layer_name(), tensor=token_embeddings.name)
-      token_embeddings = reshape_keeping_splits(token_embeddings, moe_input_dims)
+      token_embeddings = mtf.reshape(token_embeddings, moe_input_dims)
     gate_inputs = routing_inputs(inputs, token_embeddings, hparams.moe_word_embed_mode)
   dispatch_tensor, combine_tensor, loss = gating(
       inputs=gate_inputs, outer_expert_dims=None, experts_dim=experts_dim_unsplit,
@@ -250,7 +249,7 @@ def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype,
   # Token layout -> expert layout: [o, e_unsplit, groups, c, m] -> [o, e, g_unsplit, c, m].
   expert_inputs = mtf.einsum([inputs, dispatch_tensor], output_shape=mtf.Shape(
       [outer_batch_dim, experts_dim_unsplit, num_groups_dim, capacity_dim, input_dim]))
-  expert_inputs = relayout_rename(expert_inputs, mtf.Shape(
+  expert_inputs = mtf.reshape(expert_inputs, mtf.Shape(
       [outer_batch_dim, experts_dim, groups_dim_unsplit, capacity_dim, input_dim]))
 
   expert_outputs = experts(expert_inputs, experts_dim, hidden_dim, output_dim, hparams,
@@ -258,11 +257,11 @@ def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype,
 
   def to_tokens(expert_output):
     # Expert layout -> token layout, then weight each expert's answer by its gate.
-    expert_output = relayout_rename(expert_output, mtf.Shape(
+    expert_output = mtf.reshape(expert_output, mtf.Shape(
         [outer_batch_dim, experts_dim_unsplit, num_groups_dim, capacity_dim, output_dim]))
     output = mtf.einsum([expert_output, combine_tensor], output_shape=mtf.Shape(
         moe_input_dims[:-1] + [output_dim]))
-    return reshape_keeping_splits(output, batch_and_length_dims + [output_dim])
+    return mtf.reshape(output, batch_and_length_dims + [output_dim])
   if isinstance(expert_outputs, list):
     return [to_tokens(t) for t in expert_outputs], loss
   return to_tokens(expert_outputs), loss

@@ -25,7 +25,6 @@ from models.transformer import transformer_layer
 from models.transformer.moe_gating import (  # pylint: disable=g-multiple-import
     HParams, _check_experts_split, _hidden_dim, _layer_name, _split_into_groups,
     _top_2_gating, expert_capacity)
-from models.transformer.moe_relayout import relayout_rename, reshape_keeping_splits
 
 
 @gin.configurable(module="moe")
@@ -122,11 +121,11 @@ def transformer_moe_layer_v2(inputs, output_dim, hparams, train, variable_dtype,
   groups_dim = mtf.Dimension(batch_dim.name, num_groups)
   groups_unsplit = mtf.Dimension("batch_unsplit", num_groups)
   group_dim = mtf.Dimension("group", group_size)
-  inputs = reshape_keeping_splits(inputs, [groups_dim, group_dim, input_dim])
+  inputs = mtf.reshape(inputs, [groups_dim, group_dim, input_dim])
   if nonpadding is not None:
     nonpadding = mtf.zeros(inputs.mesh, batch_and_length_dims, dtype=inputs.dtype) + (
         mtf.cast(nonpadding, inputs.dtype))
-    nonpadding = reshape_keeping_splits(nonpadding, [groups_dim, group_dim])
+    nonpadding = mtf.reshape(nonpadding, [groups_dim, group_dim])
 
   factor = hparams.moe_capacity_factor_train if train else hparams.moe_capacity_factor_eval
   capacity_x = mtf.Dimension("expert_capacity_x", expert_capacity(
@@ -142,13 +141,13 @@ def transformer_moe_layer_v2(inputs, output_dim, hparams, train, variable_dtype,
   # [groups, x_unsplit, capacity_x, m] -> [x, groups_unsplit, capacity_x, m].
   block_inputs = mtf.einsum([inputs, dispatch_x], output_shape=[
       x_unsplit, groups_dim, capacity_x, input_dim])
-  block_inputs = relayout_rename(block_inputs, [x_dim, groups_unsplit, capacity_x,
+  block_inputs = mtf.reshape(block_inputs, [x_dim, groups_unsplit, capacity_x,
                                                 input_dim])
   # 1.0 where a block slot holds a first choice, 0.5 a second choice, 0.0 nothing.
   slot_gate = mtf.reduce_sum(combine_x, output_shape=[x_unsplit, groups_dim, capacity_x])
   importance = 0.5 * (mtf.to_float(mtf.greater(slot_gate, 0.5)) +
                       mtf.to_float(mtf.greater(slot_gate, 0.0)))
-  importance = relayout_rename(mtf.cast(importance, inputs.dtype),
+  importance = mtf.reshape(mtf.cast(importance, inputs.dtype),
                                [x_dim, groups_unsplit, capacity_x])
 
   dispatch_y, combine_y, loss_inner = _top_2_gating(
@@ -166,9 +165,9 @@ def transformer_moe_layer_v2(inputs, output_dim, hparams, train, variable_dtype,
                                    variable_dtype=variable_dtype, name="wo")
   block_output = mtf.einsum([expert_output, combine_y], output_shape=[
       x_dim, groups_unsplit, capacity_x, output_dim])
-  block_output = relayout_rename(block_output, [x_unsplit, groups_dim, capacity_x,
+  block_output = mtf.reshape(block_output, [x_unsplit, groups_dim, capacity_x,
                                                 output_dim])
   output = mtf.einsum([block_output, combine_x], output_shape=[
       groups_dim, group_dim, output_dim])
-  output = reshape_keeping_splits(output, batch_and_length_dims + [output_dim])
+  output = mtf.reshape(output, batch_and_length_dims + [output_dim])
   return output, loss_outer + loss_inner

@@ -1,10 +1,12 @@
 """Shape changes (mesh_tf/ops/reshape.py): reshape, rename/replace dims, broadcast."""
+import numpy as np
 import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mtf_testing import (BATCH, HIDDEN, LENGTH, check_against_tf, dims, new_mesh,
-                         random_array)
+from mesh_tf.shapes.mesh_layout import MeshLayout
+from mtf_testing import (BATCH, HIDDEN, LENGTH, backend_mesh_impl, check_against_tf, dims,
+                         new_mesh, random_array)
 
 X_SHAPE = [BATCH, LENGTH, HIDDEN]
 A2, B4 = mtf.Dimension("a", 2), mtf.Dimension("b", 4)
@@ -97,3 +99,102 @@ def test_reshape_errors():
   with pytest.raises(ValueError, match="missing"):
     mtf.broadcast(x, [BATCH, HIDDEN])
   assert mtf.reshape(x, X_SHAPE) is x and graph is x.graph
+
+
+# A mesh axis moving from one dim to another of the same flat positions: [hidden_unsplit,
+# batch, length] -> [hidden, batch_unsplit, length] (the MoE dispatch, with batch and
+# hidden on one mesh dim) is one alltoall; the second entry's output dims also regroup.
+MOVED_SPLITS = [
+    ("placement", "all:8", "batch:all;hidden:all"),
+    ("placement", "rows:2;cols:4", "batch:rows;hidden:rows;length_x:cols"),
+    ("simd", "rows:2;cols:4", "batch:cols;hidden:cols"),
+    ("gspmd", "rows:2;cols:4", "batch:rows;hidden:rows"),
+]
+
+
+@pytest.mark.parametrize("backend,mesh_shape,layout", MOVED_SPLITS)
+def test_reshape_moving_a_split_is_one_alltoall(backend, mesh_shape, layout):
+  hu, bu = mtf.Dimension("hidden_unsplit", 8), mtf.Dimension("batch_unsplit", 8)
+  old, new = [hu, BATCH, LENGTH], [HIDDEN, bu, LENGTH]
+  regrouped = [HIDDEN, mtf.Dimension("length_x", 24)]
+  x = random_array(old, 21)
+  check_against_tf(backend_mesh_impl(backend, mesh_shape, layout), [(x, old)],
+                   lambda t: [mtf.reshape(t, new), mtf.reshape(t, regrouped)],
+                   lambda t: [t, tf.reshape(t, [8, 24])], labels=["moved", "regrouped"])
+  graph, mesh = new_mesh()
+  y = mtf.reshape(mtf.import_tf_tensor(mesh, x, old), new)
+  lowering = mtf.Lowering(graph, {mesh: backend_mesh_impl(backend, mesh_shape, layout)})
+  lowering.export_to_tf_tensor(y)
+  kinds = [r.kind for r in lowering.comm_records]
+  predicted = mtf.analysis.estimate_cost(graph, mesh_shape, layout, fetches=[y])
+  assert [r.kind for r in predicted.comm_records] == ["alltoall"]
+  if backend == "gspmd":  # XLA inserts the collectives; the lowering emits none
+    assert kinds == [], kinds
+  else:
+    assert lowering.comm_records == predicted.comm_records
+
+
+def _random_reshape_case(rng, mesh_shape):
+  """(old shape, new shape, layout): random dims of 256 elements regrouped (adjacent dims
+  merged), one mesh dim splitting a dim of each (so the split is kept, moved or
+  gathered), sometimes one more rule."""
+  sizes, left = [], 256
+  while left > 1:
+    size = left if len(sizes) == 3 else rng.choice([s for s in (2, 4, 8, 16) if left % s == 0])
+    sizes.append(size)
+    left //= size
+  rng.shuffle(sizes)
+  merged = [sizes[0]]
+  for size in sizes[1:]:
+    if rng.random() < 0.3:
+      merged[-1] *= size
+    else:
+      merged.append(size)
+  old = mtf.Shape([mtf.Dimension("o%d" % i, n) for i, n in enumerate(sizes)])
+  new = mtf.Shape([mtf.Dimension("n%d" % i, n) for i, n in enumerate(merged)])
+  if rng.random() < 0.5:
+    old, new = new, old
+  mesh = mtf.convert_to_shape(mesh_shape)
+  m = mesh.dims[rng.randint(mesh.ndims)]
+
+  def pick(dims, divisor):
+    names = [d.name for d in dims if d.size % divisor == 0]
+    return names[rng.randint(len(names))] if names else None
+  rules = [(pick(old.dims, m.size), m.name), (pick(new.dims, m.size), m.name)]
+  if rng.random() < 0.5:
+    rules.append((pick(old.dims + new.dims, 2), mesh.dims[rng.randint(mesh.ndims)].name))
+  return old, new, ";".join("%s:%s" % r for r in rules if r[0])
+
+
+@pytest.mark.parametrize("mesh_shape", ["all:8", "rows:2;cols:4"])
+def test_random_reshapes_match_numpy_and_their_plans(mesh_shape):
+  """Seeded random reshapes and layouts, most moving a split (alltoall): the values are
+  numpy's and the collectives are the plan's."""
+  rng = np.random.RandomState(5)
+  checked = moved = 0
+  for _ in range(200):
+    if checked == 12:
+      break
+    old, new, layout = _random_reshape_case(rng, mesh_shape)
+    layout_obj = MeshLayout(mesh_shape, layout)
+    try:
+      layout_obj.tensor_layout(old)
+      layout_obj.tensor_layout(new)
+    except mtf.LayoutError:
+      continue
+    graph, mesh = new_mesh()
+    x = np.arange(old.size, dtype=np.float32).reshape(old.to_integer_list)
+    y = mtf.reshape(mtf.import_tf_tensor(mesh, x, old), new)
+    kinds = [s.kind for s in y.operation.plan(layout_obj).operands[0].steps]
+    if "alltoall" not in kinds and checked > moved:
+      continue  # keep at least half of the cases moving a split
+    lowering = mtf.Lowering(graph, {mesh: backend_mesh_impl("placement", mesh_shape,
+                                                               layout)})
+    got = lowering.export_to_tf_tensor(y).numpy()
+    np.testing.assert_array_equal(got, x.reshape(new.to_integer_list),
+                                  err_msg="%s -> %s under %s" % (old, new, layout))
+    predicted = mtf.analysis.estimate_cost(graph, mesh_shape, layout, fetches=[y])
+    assert lowering.comm_records == predicted.comm_records
+    checked += 1
+    moved += "alltoall" in kinds
+  assert checked == 12 and moved >= 6, (checked, moved)
