@@ -6,7 +6,7 @@ named dimensions, layout rules, the graph language, autodiff and lowering onto a
 # pylint: disable=redefined-builtin,g-importing-member
 from mesh_tf import _autograph
 from mesh_tf.errors import CheckpointError, LayoutError, MtfError, ShapeError
-from mesh_tf.shapes import (Dimension, LayoutRules, Shape, TensorLayout, anonymous_shape,
+from mesh_tf.shapes import (Dimension, LayoutRules, MeshLayout, Shape, TensorLayout, anonymous_shape,
                             combined_dimension, convert_to_dimension,
                             convert_to_layout_rules, convert_to_shape, is_subsequence,
                             list_product, pnum_to_group, pnum_to_processor_coordinates,

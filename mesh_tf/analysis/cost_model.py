@@ -13,7 +13,6 @@ slice counted as live at once.
 import collections
 
 from mesh_tf.analysis import communication
-from mesh_tf.graph import Operation
 from mesh_tf.ops import elementwise as elementwise_ops
 from mesh_tf.ops import gather as gather_ops
 from mesh_tf.ops.einsum import EinsumOperation
@@ -56,24 +55,6 @@ def plan_cost(layout, op, owed_axes=None):
       layout, [x.shape for x in op.inputs], [y.shape for y in op.outputs],
       [x.dtype.size for x in op.inputs], [y.dtype.size for y in op.outputs], op.name)
   return records, owed, plan.flops
-
-
-# An allreduce owed by tensor y, emitted when something other than add_n reads y.
-_Pending = collections.namedtuple("_Pending", ["tensor", "record"])
-
-
-def _layout_local_cost(impl, op):
-  """An op's records (owed ones as _Pending) and FLOPs, for auto_mtf.step_time, which
-  memoizes them per layout; add_n's depend on what its inputs owe, so step_time adds
-  those in graph order."""
-  if isinstance(op, elementwise_ops.AddNOperation):
-    return [], 0.0
-  records, owed, flops = plan_cost(MeshLayout.of(impl), op)
-  return records + [_Pending(y, r) for y, r in zip(op.outputs, owed) if r], flops
-
-
-_RULES = [(Operation, _layout_local_cost)]  # read by auto_mtf.step_time
-_einsum = _layout_local_cost  # read by analysis.layout_report (an einsum's FLOPs)
 
 
 def operations_needed(graph, fetches):

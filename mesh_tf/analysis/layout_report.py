@@ -12,7 +12,6 @@ import collections
 from mesh_tf.analysis import communication
 from mesh_tf.analysis import cost_model
 from mesh_tf.errors import LayoutError
-from mesh_tf.lowering.mesh_impl import MeshImpl
 from mesh_tf.ops.einsum import EinsumOperation
 from mesh_tf.shapes import MeshLayout
 
@@ -66,16 +65,16 @@ def _tensor_splits(tensor, layout, conflicts):
   return splits
 
 
-def _einsum_warnings(impl, op, total_flops, heavy_fraction):
+def _einsum_warnings(layout, op, total_flops, heavy_fraction):
   """Replicated-compute warning for one einsum, or None."""
   union = set()
   for x in op.inputs:
-    union.update(a for a in impl.tensor_layout(x.shape) if a is not None)
-  idle = [impl.shape[a] for a in range(impl.ndims)
-          if a not in union and impl.shape[a].size > 1]
+    union.update(a for a in layout.tensor_layout(x.shape) if a is not None)
+  idle = [layout.shape[a] for a in range(layout.ndims)
+          if a not in union and layout.shape[a].size > 1]
   if not idle:
     return None
-  _, flops = cost_model._einsum(impl, op)  # pylint: disable=protected-access
+  flops = cost_model.plan_cost(layout, op)[2]
   if total_flops and flops >= heavy_fraction * total_flops:
     return ("einsum %s (%.1f%% of einsum FLOPs) is computed identically on every "
             "processor of mesh dims %s: no dim of its inputs is split over them"
@@ -119,15 +118,14 @@ def layout_report(graph, mesh_shape, layout_rules=None, heavy_fraction=0.1,
 
 
 def _warnings(graph, layout, heavy_fraction, large_allconcat_bytes):
-  impl = MeshImpl(layout.shape, layout.layout_rules)
   try:
     cost = cost_model.estimate_cost(graph, layout.shape, layout.layout_rules)
   except LayoutError as e:
     return ["layout is illegal: %s" % e]
   einsums = [op for op in graph.operations
              if isinstance(op, EinsumOperation)]
-  total = sum(cost_model._einsum(impl, op)[1] for op in einsums)  # pylint: disable=protected-access
-  warnings = [w for w in (_einsum_warnings(impl, op, total, heavy_fraction)
+  total = sum(cost_model.plan_cost(layout, op)[2] for op in einsums)
+  warnings = [w for w in (_einsum_warnings(layout, op, total, heavy_fraction)
                           for op in einsums) if w]
   for r in cost.comm_records:
     b = communication.bytes_sent_per_processor(r)

@@ -13,11 +13,12 @@ import collections
 
 from mesh_tf.analysis import communication
 from mesh_tf.analysis import cost_model
-from mesh_tf.lowering.mesh_impl import MeshImpl
 from mesh_tf.ops import elementwise as elementwise_ops
 from mesh_tf.ops import slicewise as slicewise_ops
 from mesh_tf.ops import slicing as slicing_ops
+from mesh_tf.ops.variables import Variable
 from mesh_tf.shapes import LayoutRules, convert_to_layout_rules, convert_to_shape
+from mesh_tf.shapes.mesh_layout import MeshLayout
 
 Prediction = collections.namedtuple("Prediction", [
     "step_time", "compute_time", "comm_time", "flops", "comm_bytes", "num_collectives",
@@ -36,7 +37,7 @@ def _signature(op):
     extra = tuple(sorted(op.unsplittable_dims))
   elif isinstance(op, slicing_ops.ShiftOperation):
     extra = (op.dim_name, op.offset)
-  elif type(op).__name__ == "Variable":
+  elif isinstance(op, Variable):
     extra = (op.trainable, op.slice_dtype.name)
   return (type(op).__name__,
           tuple((_shape_key(x.shape), x.dtype.name) for x in op.inputs),
@@ -83,7 +84,7 @@ class StepTimeModel:
         y = op.outputs[0]
         # Inputs and output of add_n share one shape, so the op's dims are y's.
         self._events.append(("add_n", op, _shape_key(y.shape), op_dim_names(op)))
-      elif type(op).__name__ != "Variable":
+      elif not isinstance(op, Variable):
         read = [x for x in op.inputs if x in lazy]
         if read:
           self._events.append(("read", read, None, None))
@@ -97,7 +98,7 @@ class StepTimeModel:
     self._memo = {}
     self._memo_mesh = None
     self._paid = {}  # CollectiveRecord -> (bytes, seconds)
-    self._impl = None
+    self._layout = None
 
   def _record_cost(self, mesh_sizes, record):
     """(bytes, seconds) of one CollectiveRecord."""
@@ -109,36 +110,34 @@ class StepTimeModel:
 
   def _op_cost(self, mesh_sizes, op):
     """The layout-local cost of one op: everything but lazy allreduces and add_n sums."""
-    impl = self._impl
-    if type(op).__name__ == "Variable":
+    impl = self._layout
+    if isinstance(op, Variable):
       nbytes = impl.slice_size(op.shape) * op.slice_dtype.size
       if op.trainable:
         return (0.0, 0, nbytes, 0, 0.0, 0.0, 0), None
       return (0.0, 0, 0, nbytes, 0.0, 0.0, 0), None
     act = sum(impl.slice_size(t.shape) * t.dtype.size for t in op.outputs)
-    flops = comm_bytes = comm_time = 0.0
+    comm_bytes = comm_time = 0.0
     count = 0
     pending = None
-    for cls, rule in cost_model._RULES:  # pylint: disable=protected-access
-      if isinstance(op, cls):
-        records, flops = rule(impl, op)
-        for r in records:
-          if isinstance(r, cost_model._Pending):  # pylint: disable=protected-access
-            pending = r.record
-            continue
-          b, t = self._record_cost(mesh_sizes, r)
-          comm_bytes += b
-          comm_time += t
-          count += r.group_size > 1
-        break
+    if isinstance(op, elementwise_ops.AddNOperation):
+      flops = 0.0  # add_n's traffic depends on what its inputs owe: paid in graph order
+    else:
+      records, owed, flops = cost_model.plan_cost(impl, op)
+      pending = next((r for r in owed if r is not None), None)
+      for r in records:
+        b, t = self._record_cost(mesh_sizes, r)
+        comm_bytes += b
+        comm_time += t
+        count += r.group_size > 1
     return (flops, act, 0, 0, comm_bytes, comm_time, count), pending
 
-  def _lookup(self, mesh_sizes, axis_of, op, sig, dims, make_impl):
+  def _lookup(self, mesh_sizes, axis_of, op, sig, dims, make_layout):
     key = (sig, tuple(axis_of.get(d) for d in dims))
     hit = self._memo.get(key)
     if hit is None:
-      if self._impl is None:
-        self._impl = make_impl()
+      if self._layout is None:
+        self._layout = make_layout()
       hit = self._memo[key] = self._op_cost(mesh_sizes, op)
     return hit
 
@@ -169,14 +168,14 @@ class StepTimeModel:
     # The memo key holds mesh axes, not sizes: a new mesh shape starts a new memo.
     if self._memo_mesh != mesh_sizes:
       self._memo, self._paid, self._memo_mesh = {}, {}, mesh_sizes
-    self._impl = None
+    self._layout = None
 
-    def make_impl():
+    def make_layout():
       rules = layout_rules
       if rules is None:
         rules = LayoutRules([(d, mesh_shape.dims[a].name)
                              for d, a in sorted(axis_of.items())])
-      return MeshImpl(mesh_shape, rules)
+      return MeshLayout(mesh_shape, rules)
 
     flops = comm_bytes = comm_time = 0.0
     act = var = opt = ncoll = 0
@@ -187,7 +186,7 @@ class StepTimeModel:
       for sig, op, count in members:
         hit = memo.get((sig, where))
         if hit is None:
-          hit = self._lookup(mesh_sizes, axis_of, op, sig, dims, make_impl)
+          hit = self._lookup(mesh_sizes, axis_of, op, sig, dims, make_layout)
         c = hit[0]
         flops += count * c[0]
         act += count * c[1]
@@ -217,7 +216,7 @@ class StepTimeModel:
       elif kind == "owing":
         hit = memo.get((sig, where_of[dims]))
         if hit is None:
-          hit = self._lookup(mesh_sizes, axis_of, what, sig, dims, make_impl)
+          hit = self._lookup(mesh_sizes, axis_of, what, sig, dims, make_layout)
         owed = hit[1]
         if owed is not None:
           pending[what.outputs[0]] = owed
@@ -226,7 +225,7 @@ class StepTimeModel:
         owed = [pending.get(x) for x in op.inputs]
         size = memo.get(("slice_size", sig, where_of[dims]))
         if size is None:
-          size = self._slice_size(axis_of, op.outputs[0], sig, dims, make_impl)
+          size = self._slice_size(axis_of, op.outputs[0], sig, dims, make_layout)
         if all(owed) and len({r.mesh_axes for r in owed}) == 1:
           y = op.outputs[0]
           pending[y] = owed[0]._replace(slice_bytes=size * y.dtype.size)
@@ -242,12 +241,12 @@ class StepTimeModel:
     return Prediction(compute_time + comm_time, compute_time, comm_time, flops,
                       comm_bytes, ncoll, var, opt, act)
 
-  def _slice_size(self, axis_of, y, shape_key, dims, make_impl):
+  def _slice_size(self, axis_of, y, shape_key, dims, make_layout):
     """Elements of each device's slice of tensor y (of shape_key, dim names dims)."""
     key = ("slice_size", shape_key, tuple(axis_of.get(d) for d in dims))
     hit = self._memo.get(key)
     if hit is None:
-      if self._impl is None:
-        self._impl = make_impl()
-      hit = self._memo[key] = self._impl.slice_size(y.shape)
+      if self._layout is None:
+        self._layout = make_layout()
+      hit = self._memo[key] = self._layout.slice_size(y.shape)
     return hit

@@ -8,7 +8,7 @@ without touching its code. The same model then runs under each lowering.
 import gin
 
 from mesh_tf.errors import LayoutError, MtfError
-from mesh_tf.shapes import convert_to_shape
+from mesh_tf.shapes import MeshLayout, convert_to_shape
 
 
 def _placement(mesh_shape, layout, devices, **kwargs):
@@ -23,7 +23,8 @@ def _simd(mesh_shape, layout, devices, **kwargs):
 
 def _gspmd(mesh_shape, layout, devices, **kwargs):
   from mesh_tf.backends.gspmd import GSPMDMeshImpl  # pylint: disable=g-import-not-at-top
-  size = convert_to_shape(mesh_shape).size
+  size = (mesh_shape if isinstance(mesh_shape, MeshLayout)
+          else convert_to_shape(mesh_shape)).size
   if devices is not None and len(devices) != size:
     raise LayoutError("mesh %s has %d processors but %d devices were given to the gspmd "
                       "backend" % (mesh_shape, size, len(devices)), mesh_dim=str(mesh_shape))
@@ -51,7 +52,8 @@ def make_mesh_impl(backend="placement", mesh_shape="", layout="", devices=None, 
   Args:
     backend: "placement" (one TF device per processor), "simd" (one core's program;
       CPU emulation or TPU) or "gspmd" (global program with XLA shardings).
-    mesh_shape: e.g. "rows:2;cols:4".
+    mesh_shape: e.g. "rows:2;cols:4", or a MeshLayout (then layout is None and the
+      backend keeps that very object as its mesh_layout).
     layout: layout rules, e.g. "batch:rows;hidden:cols".
     devices: one device per processor (placement; others only check the count).
     **kwargs: passed to the backend (e.g. device_assignment, logical_to_physical).

@@ -50,7 +50,12 @@ class MeshImpl:
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
 
   def __init__(self, shape, layout_rules):
-    self._layout = MeshLayout(shape, layout_rules)
+    # A MeshLayout given as `shape` (with layout_rules None) is kept as is: the caller's
+    # layout object is then the backend's.
+    if isinstance(shape, MeshLayout) and layout_rules is None:
+      self._layout = shape
+    else:
+      self._layout = MeshLayout(shape, layout_rules)
     self._shape = self._layout.shape
     self._layout_rules = self._layout.layout_rules
     # Set while a tf.function traces: the state is then shared with the MeshImpls of

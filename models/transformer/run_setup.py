@@ -59,8 +59,7 @@ def make_mesh_impl(mesh_layout, devices=None):
     devices = cluster_setup.mesh_devices(mesh_shape, backend)  # None: one process
   if devices is None:
     devices = mesh_devices(mesh_shape.size, backend)
-  return mtf.make_mesh_impl(mesh_shape=mesh_shape, layout=mesh_layout.layout_rules,
-                            devices=devices)
+  return mtf.make_mesh_impl(mesh_shape=mesh_layout, layout=None, devices=devices)
 
 
 def device_count(mesh_shape):

@@ -71,3 +71,12 @@ def test_mlp_trainer_runs_with_the_gspmd_backend():
   assert "step    2/2" in proc.stdout
   difference = re.search(r"restored on one device: \S+ \(difference (\S+)\)", proc.stdout)
   assert difference and float(difference.group(1)) < 1e-4, proc.stdout
+
+
+@pytest.mark.parametrize("backend", ["placement", "simd", "gspmd"])
+def test_a_mesh_layout_given_is_the_backends_own(backend):
+  layout = mtf.MeshLayout(MESH, LAYOUT)
+  impl = mtf.make_mesh_impl(backend, layout, None, DEVICES)
+  assert impl.mesh_layout is layout
+  assert impl.shape == layout.shape and impl.layout_rules == layout.layout_rules
+  assert list(impl.tensor_layout(mtf.Shape([mtf.Dimension("batch", 4)]))) == [0]
