@@ -40,7 +40,7 @@ def main(_):
       model = mtf_model.TinyLmModel(c)
       n = mtf.convert_to_shape(mesh_shape).size
       impl = mtf.make_mesh_impl(backend, mesh_shape, layout, devices[:n])
-      step = model.make_train_step(impl, jit_compile=(backend == "gspmd"))
+      step = model.make_train_step(impl, jit_compile=impl.needs_xla)
       key = "%s %s" % (backend, label)
       fns[key] = lambda s=step: s(inputs, targets)
       cost = analysis.estimate_cost(model.graph, mesh_shape, layout,

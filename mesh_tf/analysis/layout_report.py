@@ -14,7 +14,7 @@ from mesh_tf.analysis import cost_model
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import MeshImpl
 from mesh_tf.ops.einsum import EinsumOperation
-from mesh_tf.shapes import convert_to_layout_rules, convert_to_shape
+from mesh_tf.shapes import MeshLayout
 
 TensorEntry = collections.namedtuple("TensorEntry", ["name", "shape", "splits"])
 TensorEntry.__doc__ = "A tensor and its splits: a list of (dim name, mesh dim, rule)."
@@ -38,14 +38,15 @@ class LayoutReport(collections.namedtuple("LayoutReport", [
     return "\n".join(lines)
 
 
-def _tensor_splits(tensor, rules, mesh_shape, conflicts):
-  """The (dim, mesh dim, rule) splits of one tensor, first rule winning a mesh dim."""
+def _tensor_splits(tensor, layout, conflicts):
+  """The (dim, mesh dim, rule) splits of one tensor, first rule winning a mesh dim
+  (unlike layout.tensor_layout, which raises at the first conflict)."""
   taken = {}
   splits = []
-  pairs = set(rules)
+  pairs = set(layout.layout_rules)
   for d in tensor.shape.dims:
     split_over = None
-    for m in mesh_shape.dims:
+    for m in layout.shape.dims:
       if (d.name, m.name) not in pairs:
         continue
       rule = "%s:%s" % (d.name, m.name)
@@ -82,30 +83,30 @@ def _einsum_warnings(impl, op, total_flops, heavy_fraction):
   return None
 
 
-def layout_report(graph, mesh_shape, layout_rules, heavy_fraction=0.1,
+def layout_report(graph, mesh_shape, layout_rules=None, heavy_fraction=0.1,
                   large_allconcat_bytes=1 << 20):
   """Builds a LayoutReport (see module docstring). Never raises for a bad layout.
 
   Args:
     graph: the mtf Graph.
-    mesh_shape: mesh shape.
+    mesh_shape: mesh shape (or a MeshLayout, with layout_rules None).
     layout_rules: layout rules.
     heavy_fraction: warn about an einsum replicated over a mesh dim when it has at least
       this fraction of all einsum FLOPs.
     large_allconcat_bytes: warn about an allconcat sending at least this many bytes per
       processor.
   """
-  mesh_shape = convert_to_shape(mesh_shape)
-  rules = convert_to_layout_rules(layout_rules)
-  mesh_names = set(mesh_shape.dimension_names)
+  layout = (mesh_shape if isinstance(mesh_shape, MeshLayout)
+            else MeshLayout(mesh_shape, layout_rules))
+  mesh_names = set(layout.shape.dimension_names)
   conflicts, tensors, used = [], [], set()
   for op in graph.operations:
     for t in op.outputs:
-      splits = _tensor_splits(t, rules, mesh_shape, conflicts)
+      splits = _tensor_splits(t, layout, conflicts)
       used.update(rule for _, _, rule in splits)
       tensors.append(TensorEntry(t.name, t.shape, splits))
   unused = []
-  for d, m in rules:
+  for d, m in layout.layout_rules:
     rule = "%s:%s" % (d, m)
     if m not in mesh_names:
       unused.append("%s (mesh has no dim %s)" % (rule, m))
@@ -113,14 +114,14 @@ def layout_report(graph, mesh_shape, layout_rules, heavy_fraction=0.1,
       unused.append(rule)
   warnings = []
   if not conflicts:
-    warnings = _warnings(graph, mesh_shape, rules, heavy_fraction, large_allconcat_bytes)
+    warnings = _warnings(graph, layout, heavy_fraction, large_allconcat_bytes)
   return LayoutReport(tensors, unused, conflicts, warnings)
 
 
-def _warnings(graph, mesh_shape, rules, heavy_fraction, large_allconcat_bytes):
-  impl = MeshImpl(mesh_shape, rules)
+def _warnings(graph, layout, heavy_fraction, large_allconcat_bytes):
+  impl = MeshImpl(layout.shape, layout.layout_rules)
   try:
-    cost = cost_model.estimate_cost(graph, mesh_shape, rules)
+    cost = cost_model.estimate_cost(graph, layout.shape, layout.layout_rules)
   except LayoutError as e:
     return ["layout is illegal: %s" % e]
   einsums = [op for op in graph.operations
@@ -132,6 +133,6 @@ def _warnings(graph, mesh_shape, rules, heavy_fraction, large_allconcat_bytes):
     b = communication.bytes_sent_per_processor(r)
     if r.kind == "allconcat" and b >= large_allconcat_bytes:
       warnings.append("%s forces an allconcat over mesh dim %s: %.0f bytes/processor"
-                      % (r.op, ",".join(mesh_shape[a].name for a in r.mesh_axes), b))
+                      % (r.op, ",".join(layout.shape[a].name for a in r.mesh_axes), b))
   return warnings
 

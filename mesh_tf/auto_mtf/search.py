@@ -27,7 +27,8 @@ from mesh_tf.auto_mtf import report as report_lib
 from mesh_tf.auto_mtf import step_time
 from mesh_tf.auto_mtf import valid_layouts
 from mesh_tf.errors import MtfError
-from mesh_tf.shapes import LayoutRules, convert_to_layout_rules, convert_to_shape
+from mesh_tf.shapes import (LayoutRules, MeshLayout, convert_to_layout_rules,
+                            convert_to_shape)
 
 OBJECTIVES = ("step_time", "memory")
 
@@ -171,14 +172,14 @@ def choose_layout(graph, outputs, num_devices_or_mesh_shape, profile="tpu_v2",
            least and least.mesh_shape, least and least.layout_rules))
   chosen = found[0]
   seconds = time.perf_counter() - start
-  mesh_shape = convert_to_shape(chosen.mesh_shape)
-  rules = convert_to_layout_rules(chosen.layout_rules)
-  cost = analysis.estimate_cost(graph, mesh_shape, rules, fetches=search.outputs or None)
+  layout = MeshLayout(chosen.mesh_shape, chosen.layout_rules)
+  cost = analysis.estimate_cost(graph, layout.shape, layout.layout_rules,
+                                fetches=search.outputs or None)
   report = report_lib.AutoLayoutReport(
       mesh_shape=chosen.mesh_shape, layout_rules=chosen.layout_rules,
       profile=search.profile, memory_cap=cap, objective=objective, chosen=chosen,
       runner_ups=[(c, report_lib.why_lost(chosen, c, objective))
                   for c in found[1:1 + num_runner_ups]],
       candidates=found, num_mesh_shapes=len(shapes), search_seconds=seconds,
-      cost=cost, layout_report=analysis.layout_report(graph, mesh_shape, rules))
-  return mesh_shape, rules, report
+      cost=cost, layout_report=analysis.layout_report(graph, layout))
+  return layout.shape, layout.layout_rules, report

@@ -36,22 +36,22 @@ flags.DEFINE_multi_string("gin_param", [], "Gin bindings, e.g. "
                           "\"make_mesh_impl.backend = 'gspmd'\".")
 
 
-def print_layout_report(model, mesh_shape, layout):
-  """Prints the layout report and the cost model's per-processor cost of a train step."""
-  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+def print_layout_report(model, mesh_layout):
+  """Prints the layout report and the cost model's per-processor cost of a train step
+  under mesh_layout (a MeshLayout)."""
   from mesh_tf import analysis  # pylint: disable=g-import-not-at-top
-  print("mesh %s, layout %s" % (mesh_shape, layout))
-  report = analysis.layout_report(model.graph, mesh_shape, layout)
+  print("mesh %s, layout %s" % (mesh_layout.shape.to_string, mesh_layout.layout_rules))
+  report = analysis.layout_report(model.graph, mesh_layout)
   print(report)
   if report.conflicts:
     return
-  cost = analysis.estimate_cost(model.graph, mesh_shape, layout,
+  cost = analysis.estimate_cost(model.graph, mesh_layout.shape, mesh_layout.layout_rules,
                                 fetches=[model.loss] + model.update_ops)
   print("Predicted per processor and train step: %.3g FLOPs, %d bytes of weights, "
         "%d bytes of activations (upper bound), %d bytes sent"
         % (cost.flops_per_processor, cost.variable_bytes_per_processor,
            cost.activation_bytes_per_processor, cost.comm_bytes_per_processor))
-  print(analysis.format_report(cost.comm_records, mtf.convert_to_shape(mesh_shape)))
+  print(analysis.format_report(cost.comm_records, mesh_layout.shape))
 
 
 def main(argv):
@@ -61,7 +61,8 @@ def main(argv):
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   from models.mlp.model import MlpModel, synthetic_digits  # pylint: disable=g-import-not-at-top
 
-  mesh_size = mtf.convert_to_shape(FLAGS.mesh_shape).size
+  mesh_layout = mtf.shapes.MeshLayout(FLAGS.mesh_shape, FLAGS.layout)  # converted once
+  mesh_size = mesh_layout.size
   devices = mtf.utils.configure_virtual_cpus(mesh_size)
   model_dir = FLAGS.model_dir or tempfile.mkdtemp(prefix="mtf_mlp_")
   batch = FLAGS.batch_size
@@ -71,12 +72,12 @@ def main(argv):
   model = MlpModel(batch_size=batch, hidden_size=FLAGS.hidden_size,
                    learning_rate=FLAGS.learning_rate)
   if FLAGS.mode == "layout_report":
-    print_layout_report(model, FLAGS.mesh_shape, FLAGS.layout)
+    print_layout_report(model, mesh_layout)
     return
   gin.parse_config_files_and_bindings([], FLAGS.gin_param)
   backend = {} if FLAGS.backend is None else {"backend": FLAGS.backend}
-  mesh_impl = mtf.make_mesh_impl(mesh_shape=FLAGS.mesh_shape, layout=FLAGS.layout,
-                                 devices=devices, **backend)
+  mesh_impl = mtf.make_mesh_impl(mesh_shape=mesh_layout.shape, devices=devices,
+                                 layout=mesh_layout.layout_rules, **backend)
   print("mesh %s, layout %s, %d devices, %s" % (FLAGS.mesh_shape, FLAGS.layout, mesh_size,
                                                 type(mesh_impl).__name__))
   train_step = model.make_train_step(

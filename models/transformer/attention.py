@@ -6,14 +6,21 @@ the original's checkpoints store them), `local_attention_1d` (windowed attention
 length dim may be split over the mesh), `visibility_mask_to_attention_bias`, the
 variants `hybrid_attention` (softmax blended with doubly-normalised attention) and
 `synthetic_attention` (the Synthesizer's learned logits), `ExpertsAttentionParams`
-(projections by a mixture of experts), and
-`maybe_reshape_attention_input_for_2d_sharding`, which attention() applies.
+(projections by a mixture of experts),
+`maybe_reshape_attention_input_for_2d_sharding`, which attention() applies, and the
+task-prompt helpers of hyper_prompts.py (`concat_hyper_prompts_kv`,
+`make_params_hyperprompt`, `make_params_mtlprompt`).
 """
 import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.ops.halo import halo_exchange_sides
+# pylint: disable=unused-import
+from models.transformer.hyper_prompts import (concat_hyper_prompts_kv,
+                                              make_params_hyperprompt,
+                                              make_params_mtlprompt)
+# pylint: enable=unused-import
 
 # Added to the logits of memory positions a query must not see.
 NEG_INF = -1e9
@@ -140,9 +147,12 @@ SYNTHESIZE_MODES = ("random", "factorized", "dense_minus", "random_plus_alpha",
                     "random_plus", "dense_plus_alpha", "dense_plus")
 
 
-def _synthetic_table(q, memory_length_dim, r, what):
-  """The learned [length, heads, memory_length] table r cut to this call's lengths."""
+def _synthetic_table(q, memory_length_dim, r, what, context=None):
+  """The learned [length, heads, memory_length] table r cut to this call's lengths
+  (in incremental decoding, where q has no length dim: the row of context.position)."""
   r = mtf.slice(r, 0, memory_length_dim.size, memory_length_dim.name)
+  if getattr(context, "incremental", False) and not q.shape.has_dim("length"):
+    return mtf.gather(r, context.position, r.shape.get_dim_by_name("length"))
   length_dim = _require_dim(q, "length", what)
   return mtf.slice(r, 0, length_dim.size, length_dim.name)
 
@@ -221,7 +231,7 @@ def synthetic_attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=Non
     else:
       r = mtf.get_variable(context.mesh, "R", mtf.Shape([length, heads_dim, memory]),
                            dtype=context.variable_dtype)
-    r = _synthetic_table(q, memory_length_dim, mtf.cast(r, q.dtype), what)
+    r = _synthetic_table(q, memory_length_dim, mtf.cast(r, q.dtype), what, context)
     if "plus" in mode:
       logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
       logits = _mix_alpha(logits, r, mode, context)
@@ -252,7 +262,7 @@ def maybe_reshape_attention_input_for_2d_sharding(context, q, k, v, bias,
   With 2-D model parallelism (say d_model split over one mesh dim and heads over the
   other) the attention tensors, which have no d_model, would be computed replicated
   over the first mesh dim. This finds such an idle mesh dim M (needs
-  context.model.layout and .mesh_shape), a tensor-dim name N that the layout maps to
+  context.mesh_layout), a tensor-dim name N that the layout maps to
   M and that none of q, k, v, bias has, and a dim D of q (also in k and v, not in
   unsplittable_dims, e.g. batch or heads) whose size M divides; D is then reshaped to
   [D / |M|, N of size |M|] in every input that has it, so the attention is split over
@@ -260,13 +270,10 @@ def maybe_reshape_attention_input_for_2d_sharding(context, q, k, v, bias,
   when nothing applies.
   """
   unchanged = q, k, v, bias
-  model = getattr(context, "model", None)
-  layout = getattr(model, "layout", None)
-  mesh_shape = getattr(model, "mesh_shape", None)
-  if not layout or not mesh_shape:
+  mesh_layout = getattr(context, "mesh_layout", None)
+  if mesh_layout is None:
     return unchanged
-  mesh_shape = mtf.convert_to_shape(mesh_shape)
-  rules = mtf.convert_to_layout_rules(layout)
+  mesh_shape, rules = mesh_layout.shape, mesh_layout.layout_rules
   tensors = [t for t in unchanged if t is not None]
   names = {d.name for t in tensors for d in t.shape.dims}
   used = {rules.tensor_dimension_to_mesh_axis(name, mesh_shape) for name in names}
@@ -546,8 +553,7 @@ class ExpertsAttentionParams(AttentionParams):
       from models.transformer import moe  # pylint: disable=g-import-not-at-top
       out, loss = moe.transformer_moe_layer_v1(
           antecedent, self.moe_output_dim, self.moe_layer.hparams, context.train,
-          context.variable_dtype, layout=getattr(context.model, "layout", None),
-          mesh_shape=getattr(context.model, "mesh_shape", None),
+          context.variable_dtype, layout=context.mesh_layout,
           activation=self.experts_hparams.activation,
           num_microbatches=context.num_microbatches)
       if context.losses is not None:

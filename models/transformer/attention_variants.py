@@ -209,6 +209,18 @@ def _encoder_memory(layer, context):
   return tl._as_memory(memory, type(layer).__name__)  # pylint: disable=protected-access
 
 
+def _encoder_constant_states(context, compute):
+  """compute() (a tuple of tensors of the encoder output), computed once per decoding:
+  recorded as a constant state in "first_part" mode and read back in "incremental"
+  mode; computed afresh otherwise."""
+  if context.constant_states is not None and context.incremental:
+    return context.get_constant_state()
+  states = compute()
+  if context.constant_states is not None and context.mode == "first_part":
+    context.record_constant_state(states)
+  return states
+
+
 @gin.configurable(module="transformer_layers")
 class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
   """Talking-heads attention over the encoder output (see TalkingHeadsSelfAttention;
@@ -217,14 +229,23 @@ class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
   def __init__(self, relative_attention_type=None, **kwargs):
     super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding reads the encoder's memory computed once; the relative-position
+    spans of a relative_attention_type need the whole target sequence."""
+    return self.relative_attention_type is None
+
+  @incremental_aware
   def call(self, context, x, losses=None):
-    """[batch..., length, d_model] attends to the encoder output; returns x's shape."""
+    """[batch..., length, d_model] attends to the encoder output; returns x's shape
+    (in decoding the encoder's keys and values are computed once, in first_part mode)."""
     del losses
     m = _encoder_memory(self, context)
     memory_length = m.shape.get_dim_by_name("memory_length")
     with tl.class_scope(self):
       q = self.compute_q(context, x)
-      k, v = self.compute_k(context, m), self.compute_v(context, m)
+      k, v = _encoder_constant_states(
+          context, lambda: (self.compute_k(context, m), self.compute_v(context, m)))
       bias = tl.enc_dec_attention_bias(self, context, self.softmax_heads_dims)
       return self.attention_internal(context, x, m, q, k, v, memory_length, bias)
 
@@ -293,8 +314,16 @@ class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
   def __init__(self, relative_attention_type=None, **kwargs):
     super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding reads the encoder's memory computed once; the relative-position
+    spans of a relative_attention_type need the whole target sequence."""
+    return self.relative_attention_type is None
+
+  @incremental_aware
   def call(self, context, x, losses=None):
-    """[batch..., length, d_model] attends to the encoder output; returns x's shape."""
+    """[batch..., length, d_model] attends to the encoder output; returns x's shape
+    (the memory is the encoder output itself, so decoding needs no cache)."""
     del losses
     m = _encoder_memory(self, context)
     with tl.class_scope(self):
@@ -415,8 +444,12 @@ class BranchedEncDecAttention(BranchedSelfAttention):
   def __init__(self, relative_attention_type=None, **kwargs):
     super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
+  supports_incremental_decoding = tl.EncDecAttention.supports_incremental_decoding
+
+  @incremental_aware
   def call(self, context, x, losses=None):
-    """[batch..., length, d_model] attends to the encoder output; returns x's shape."""
+    """[batch..., length, d_model] attends to the encoder output; returns x's shape
+    (in decoding the encoder's keys and values are computed once, as in EncDecAttention)."""
     memory = tl.EncDecAttention._get_memory_antecedent(self, context)  # pylint: disable=protected-access
     with tl.class_scope(self):
       return tl.enc_dec_attention(self, memory, context, x, losses)
@@ -435,6 +468,10 @@ class Synthesizer(tl.SelfAttention):
                relative_attention_num_buckets=32, attention_func=None, combine_dims=True,
                keep_query_heads_dims=False, synthesize_mode="random_plus_alpha",
                fold_scaling_into_initializer=True, **kwargs):
+    if kwargs.get("use_hyperprompt"):
+      raise MtfError("%s: use_hyperprompt (task prompts) is not offered with synthetic "
+                     "attention; use SelfAttention" % type(self).__name__,
+                     rule="use_hyperprompt")
     if synthesize_mode not in attention.SYNTHESIZE_MODES:
       raise MtfError("%s: unknown synthesize_mode %r (known: %s)" % (
           type(self).__name__, synthesize_mode, attention.SYNTHESIZE_MODES),
@@ -461,8 +498,16 @@ class Synthesizer(tl.SelfAttention):
         fold_scaling_into_initializer=self.fold_scaling_into_initializer,
         query_input_dim=io_dim, memory_input_dim=memory_dim)
 
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding keeps the keys and values; the learned logits of the position
+    decoded are the row of the table at that position."""
+    return True
+
+  @incremental_aware
   def call(self, context, x, losses=None):
-    """[batch..., length, d_model] -> the same shape."""
+    """[batch..., length, d_model] -> the same shape (in incremental decoding:
+    [batch..., d_model], one position attending to the cached keys and values)."""
     with tl.class_scope(self):
       params = self.make_params(context, x.shape.dims[-1])
       m = self.rename_length_to_memory_length(x, context)
@@ -470,11 +515,11 @@ class Synthesizer(tl.SelfAttention):
         k = v = params.compute_kv(m)
       else:
         k, v = params.compute_k(m), params.compute_v(m)
+      k, v, memory_length, memory_position = self.cached_kv(context, k, v)
       q = x if self.no_query else params.compute_q(x)
-      memory_position = self.rename_length_to_memory_length(context.get_position(), context)
       bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)
       o = attention.synthetic_attention(
-          q, k, v, self.memory_length(context), self.kv_dim, self.kv_dim, bias=bias,
+          q, k, v, memory_length, self.kv_dim, self.kv_dim, bias=bias,
           synthesize=True, synthesize_mode=self.synthesize_mode, context=context,
           **self.attention_kwargs_from_context(context))
       attention_output = params.compute_output(

@@ -12,7 +12,9 @@ import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
+from mesh_tf.shapes import MeshLayout
 from models.transformer import model_graph
+from models.transformer import run_setup
 from models.transformer import train_loop
 from models.transformer.context import ModeKeys
 
@@ -22,13 +24,6 @@ AUTO = "auto"
 def wants_auto(layout_rules):
   """Whether utils.run.layout_rules asks for the search."""
   return isinstance(layout_rules, str) and layout_rules.strip().lower() == AUTO
-
-
-def _devices_or_shape(mesh_shape):
-  if isinstance(mesh_shape, int) or (isinstance(mesh_shape, str)
-                                     and mesh_shape.strip().isdigit()):
-    return int(mesh_shape)
-  return mtf.convert_to_shape(mesh_shape)
 
 
 def _profile():
@@ -41,22 +36,21 @@ def _profile():
 
 
 def choose(model_fn, mesh_shape, batch_size, sequence_length, variable_dtype, optimizer):
-  """(mesh Shape, LayoutRules, report) for the train step of model_fn's model."""
+  """(MeshLayout, report) for the train step of model_fn's model."""
   graph = model_graph.ModelGraph(
       model_fn(), batch_size, sequence_length, ["inputs", "targets"], ModeKeys.TRAIN,
       variable_dtype, optimizer=train_loop.make_optimizer(optimizer, None))
+  devices_or_shape = run_setup.device_count(mesh_shape) or mesh_shape
   chosen_shape, rules, report = mtf.auto_mtf.choose_layout(
-      graph.graph, [graph.loss] + graph.update_ops, _devices_or_shape(mesh_shape),
-      **_profile())
+      graph.graph, [graph.loss] + graph.update_ops, devices_or_shape, **_profile())
   print("auto layout (utils.run.layout_rules = 'auto'):", flush=True)
   for line in report.summary_lines():
     print("  " + line, flush=True)
-  return chosen_shape, rules, report
+  return MeshLayout(chosen_shape, rules), report
 
 
-def bindings_text(mesh_shape, layout_rules):
-  """gin bindings of the chosen mesh shape and rules, for operative_config.gin."""
+def bindings_text(mesh_layout):
+  """gin bindings of the chosen MeshLayout, for operative_config.gin."""
   return ("\n# Chosen by utils.run.layout_rules = 'auto' (mtf.auto_mtf.choose_layout):\n"
           "utils.run.mesh_shape = %r\nutils.run.layout_rules = %r\n"
-          % (mtf.convert_to_shape(mesh_shape).to_string,
-             str(mtf.convert_to_layout_rules(layout_rules))))
+          % (mesh_layout.shape.to_string, str(mesh_layout.layout_rules)))

@@ -16,6 +16,7 @@ scalar int Tensor), with no length dim; each layer reads its recorded tensors fr
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.transformer import model_layout
 
 
 class ModeKeys:
@@ -91,6 +92,16 @@ class Context:
     self.encoder_inputs = encoder_inputs
     self.num_microbatches = num_microbatches
     self.next_states_index = 0
+
+  @property
+  def mesh_layout(self):
+    """The model's MeshLayout (the backend's), or None when it has none. A model of
+    the original's kind, with only layout and mesh_shape attributes, works too."""
+    mesh_layout = getattr(self.model, "mesh_layout", None)
+    if mesh_layout is None:
+      mesh_layout = model_layout.mesh_layout_of(getattr(self.model, "layout", None),
+                                                getattr(self.model, "mesh_shape", None))
+    return mesh_layout
 
   @property
   def incremental(self):

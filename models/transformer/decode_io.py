@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from models.transformer import model_graph
+from models.transformer import model_layout
 
 DEFAULT_PROMPTS = ("The ", "In the beginning ", "A function ", "When the ")
 
@@ -21,7 +22,10 @@ class DecodeGraph:
   """The mtf graph decoding an int32 [batch, length] "inputs" placeholder."""
 
   def __init__(self, model, batch_size, length, variable_dtype, temperature=0.0,
-               beam_size=1, alpha=0.6):
+               beam_size=1, alpha=0.6, any_mesh=False):
+    # any_mesh: lower on any mesh, not only the model's (export runs the graph of the
+    # model as trained, MoE groups included, on one device).
+    self.model, self.any_mesh = model, any_mesh
     self.graph = mtf.Graph()
     self.mesh = mtf.Mesh(self.graph, "my_mesh")
     self.batch_size, self.length = batch_size, length
@@ -45,7 +49,10 @@ class DecodeGraph:
           remove_partial_sequences=True)
 
   def lowering(self, mesh_impl, inputs=None):
-    """A Lowering on mesh_impl, fed with prompt ids (None: variables only)."""
+    """A Lowering on mesh_impl, fed with prompt ids (None: variables only); a
+    LayoutError if the model was built for another layout."""
+    if not self.any_mesh:
+      model_layout.check_agrees(self.model, mesh_impl)
     feeds = {} if inputs is None else {self.inputs: inputs}
     return mtf.Lowering(self.graph, {self.mesh: mesh_impl}, feeds=feeds)
 

@@ -10,8 +10,8 @@ Two ways to get the logits of the position being decoded, with the same results:
   O(length) attention work, not a forward pass over the whole prefix.
 - recompute: each step runs the model's full forward pass (`call_simple`) on the ids
   decoded so far and reads the logits at the step's position; O(length^2) per step.
-  It serves models with layers that are not incremental-aware (e.g. MoE, the
-  Synthesizer) and the tests that check the two agree (`decoding_mode(cached=False)`).
+  It serves models with layers that are not incremental-aware (e.g. MoE, task-prompt
+  attention, Fixup stacks) and the tests that check the two agree (`decoding_mode(cached=False)`).
 """
 import contextlib
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError
+from mesh_tf.shapes import MeshLayout
 from models.transformer import decode_io
 from models.transformer import evaluation
 from models.transformer import model_graph
@@ -72,19 +73,14 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules, model_dir, b
   if given:
     raise MtfError("get_estimator: %s not supported by this port (for TPUs, see the "
                    "README's SIMD on TPU set-up)" % ", ".join(given))
-  mesh_shape = mtf.convert_to_shape(mesh_shape)
-  layout_rules = mtf.convert_to_layout_rules(layout_rules)
-  if mesh_devices:
-    mesh_impl = mtf.make_mesh_impl(mesh_shape=mesh_shape, layout=layout_rules,
-                                   devices=mesh_devices)
-  else:
-    mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules)
+  mesh_impl = run_setup.make_mesh_impl(MeshLayout(mesh_shape, layout_rules),
+                                       mesh_devices or None)
   size = utils.decode_io.vocab_size
   model_fn = functools.partial(
       utils.build_model, model_type=model_type,
       input_vocab_size=size(_vocab(vocabulary, "inputs")),
-      output_vocab_size=size(_vocab(vocabulary, "targets")), layout_rules=layout_rules,
-      mesh_shape=mesh_shape)
+      output_vocab_size=size(_vocab(vocabulary, "targets")),
+      layout_rules=mesh_impl.mesh_layout)  # the backend's MeshLayout itself
   return estimator_lib.MeshEstimator(
       model_fn, mesh_impl, model_dir, int(batch_size), sequence_length,
       utils.get_variable_dtype(), optimizer=optimizer,

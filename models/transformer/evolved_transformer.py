@@ -19,7 +19,9 @@ import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.transformer import decoding
 from models.transformer import transformer_layers
+from models.transformer.context import incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
 
 
@@ -63,8 +65,9 @@ class GatedLinearUnitLayer(TransformerLayer):
                          "got positional %r" % (args,))
     self._kwargs = kwargs
 
+  @incremental_aware
   def call(self, context, x, losses=None):
-    """dense(x) * sigmoid(dense(x))."""
+    """dense(x) * sigmoid(dense(x)) (position-wise, so cached decoding needs nothing)."""
     del losses
     model_dim = x.shape.dims[-1]
     inner = mtf.Dimension("_glu_input", model_dim.size)
@@ -122,6 +125,13 @@ class DecoderAttentionLayer(TransformerLayer):
     self._enc_dec_attention = transformer_layers.EncDecAttention(
         num_heads=base_num_heads)
 
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding runs both attentions from their caches."""
+    return all(decoding.layer_supports_incremental(layer) for layer in (
+        self._self_attention, self._enc_dec_attention))
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """The sum of both attentions of x."""
     with mtf.variable_scope("self_attention"):

@@ -88,7 +88,8 @@ def run_export(model_fn, model_dir, checkpoint_path, vocabulary, batch_size,
   from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
   length = model_graph.feature_length(sequence_length, "targets")
   mesh_impl = mtf.PlacementMeshImpl("", "", [""])
-  graph = decode_io.DecodeGraph(model_fn(), batch_size, length, variable_dtype)
+  graph = decode_io.DecodeGraph(model_fn(), batch_size, length, variable_dtype,
+                                any_mesh=True)
   decode_fn = graph.make_decode_fn(mesh_impl)
   restored = mtf.restore_checkpoint(checkpoint_path or model_dir, mesh_impl)
   module, signatures = build_module(decode_fn, vocabulary, batch_size, length)

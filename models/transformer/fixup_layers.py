@@ -16,6 +16,7 @@ import mesh_tf as mtf
 from mesh_tf.graph.graph import current_scope_name
 from models.transformer import attention
 from models.transformer import transformer_layers
+from models.transformer.context import incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
 
 _INITS = {"he": (2.0, "fan_in"), "glorot": (1.0, "fan_avg")}
@@ -74,7 +75,9 @@ def _activate(x, activation):
   return fn(x)
 
 
-def _scalar_sublayer(x, context, base, initializer):
+def _scalar_sublayer(x, context, base, dim_name, initializer):
+  """The layer's scalar `base` (stored as [dim_name:1], as the original stores it); a
+  second one in the same scope is "<base>_1", and so on."""
   if not hasattr(context, "fixup_scalar_counts"):
     context.fixup_scalar_counts = {}
   counts = context.fixup_scalar_counts
@@ -82,23 +85,27 @@ def _scalar_sublayer(x, context, base, initializer):
   n = counts.get(key, 0)
   counts[key] = n + 1
   name = base if n == 0 else "%s_%d" % (base, n)
-  return mtf.get_variable(x.mesh, name, mtf.Shape([]), initializer=initializer,
-                          dtype=context.variable_dtype)
+  one = mtf.Dimension(dim_name, 1)
+  var = mtf.get_variable(x.mesh, name, mtf.Shape([one]), initializer=initializer,
+                         dtype=context.variable_dtype)
+  return mtf.reduce_sum(mtf.cast(var, x.dtype), reduced_dim=one)
 
 
 @gin.configurable(module="fixup_layers")
 def sublayer_fixup_scale(x, layer_stack, context):
-  """x times a scalar "fixup_scale" (one at the start) of the layer's scope."""
+  """x times a scalar "fixup_scale_weight" (one at the start) of the layer's scope."""
   del layer_stack
-  return x * _scalar_sublayer(x, context, "fixup_scale", tf.ones_initializer())
+  return x * _scalar_sublayer(x, context, "fixup_scale_weight", "single_scale",
+                              tf.ones_initializer())
 
 
 @gin.configurable(module="fixup_layers")
 def sublayer_fixup_shift(x, layer_stack, context):
-  """x plus a scalar "fixup_shift" (zero at the start) of the layer's scope; a second
-  shift in the same layer is "fixup_shift_1", and so on."""
+  """x plus a scalar "fixup_bias" (zero at the start) of the layer's scope; a second
+  shift in the same layer is "fixup_bias_1", and so on."""
   del layer_stack
-  return x + _scalar_sublayer(x, context, "fixup_shift", tf.zeros_initializer())
+  return x + _scalar_sublayer(x, context, "fixup_bias", "single_bias",
+                              tf.zeros_initializer())
 
 
 def _combined(dims):
@@ -220,8 +227,10 @@ class DenseReluDenseFixup(TransformerLayer):
     self.init_distribution = init_distribution
     self.num_blocks = num_blocks
 
+  @incremental_aware
   def call(self, context, x, losses=None):
-    """[batch..., length, d_model] -> the same shape."""
+    """[batch..., length, d_model] -> the same shape (position-wise: cached decoding
+    calls it on [batch..., d_model])."""
     del losses
     io_dim = x.shape.dims[-1]
     hidden_dim = mtf.Dimension("d_ff", self.hidden_size)

@@ -4,7 +4,7 @@ The original's configs name configurables by their full module paths
 (`@mesh_tensorflow.transformer.transformer_layers.SelfAttention`), import the
 `mesh_tensorflow` modules (the operative config even aliases them, `import
 mesh_tensorflow.transformer.transformer as mesh_tensorflow3`) and bind parameters
-this port does not have (e.g. `SelfAttention.hyperprompt_*`, `run.tpu_job_name`).
+this port does not have (e.g. `run.tpu_job_name`).
 
 `translate_text` rewrites the module paths to this port's gin modules and drops the
 imports; `parse_original_config` then binds what this port supports and returns every

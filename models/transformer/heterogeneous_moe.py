@@ -12,6 +12,7 @@ import gin
 import numpy as np
 
 import mesh_tf as mtf
+from models.transformer import model_layout
 from models.transformer import moe
 
 
@@ -90,8 +91,9 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
     raise mtf.MtfError("heterogeneous MoE: moe_num_layers must be at least 1, got %r"
                        % hparams.moe_num_layers)
   return moe.moe_layer_with_experts(
-      inputs, output_dim, hparams, train, variable_dtype, layout, mesh_shape, nonpadding,
-      activation, num_microbatches, token_embeddings, _heterogeneous_experts)
+      inputs, output_dim, hparams, train, variable_dtype,
+      model_layout.mesh_layout_of(layout, mesh_shape), nonpadding, activation,
+      num_microbatches, token_embeddings, _heterogeneous_experts)
 
 
 @gin.configurable(module="heterogeneous_moe")

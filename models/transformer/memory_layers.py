@@ -1,16 +1,21 @@
 """Product-key memory (Lample et al. 2019): `ProductKeyValueMemory`.
 
-Each of n_heads heads turns a position's hidden state into a query of key_size
-("query/kernel"), whose two halves are scored against two sets of n_keys sub-keys
-("sub_keys_1", "sub_keys_2", [heads, n_keys, key_size / 2]). The knn best sub-keys of
-each half give knn**2 candidate keys (i, j) with score s1[i] + s2[j]; the knn best of
-those select memory slots i * n_keys + j of the value table ("values", [n_keys**2,
-d_model]). The output is the sum over heads of the softmax(score)-weighted values.
+Each of n_heads heads turns a position's hidden state into two half-queries of
+key_size / 2 (a dense layer with bias, "query/kernel" [d_model, heads, 2, key_size / 2]
+and "query/bias", then layer norm over the key, "layer_prepostprocess/layer_norm/
+layer_norm_scale" and "..._bias": the original normalizes the queries so, in place of
+the paper's batch norm). Half-query h is scored against the n_keys sub-keys
+keys[:, h] ("keys", [heads, 2, n_keys, key_size / 2]). The knn best sub-keys of each
+half give knn**2 candidate keys (i, j) with score s1[i] + s2[j]; the knn best of those
+select memory slots i * n_keys + j of the value table ("values", [n_keys**2, d_model]).
+The output is the sum over heads of the softmax(score)-weighted values. The variable
+names and shapes are the original's.
 """
 import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.transformer.context import incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
 
 
@@ -45,33 +50,36 @@ class ProductKeyValueMemory(TransformerLayer):
   def get_indices(self, keys, query):
     """(scores, indices) of the knn sub-keys best matching query, along "pkm_knn".
 
-    keys: [heads, pkm_keys, pkm_half_key]; query: [..., heads, pkm_half_key].
+    keys: [heads, (product_key,) pkm_keys, pkm_half_key]; query: [..., heads,
+    (product_key,) pkm_half_key].
     """
     scores = mtf.einsum([query, keys], reduced_dims=[self._half_dim])
     return mtf.top_k(scores, self._n_keys_dim, mtf.Dimension("pkm_knn", self.knn))
 
+  @incremental_aware
   def call(self, context, x):
-    """Reads the memory at the best keys for every position of x."""
+    """Reads the memory at the best keys for every position of x (position-wise, so
+    cached decoding needs nothing)."""
     model_dim = x.shape.dims[-1]
     vdt = context.variable_dtype
-    query = mtf.layers.dense(x, [self._heads_dim, self._key_dim], use_bias=False,
+    product = mtf.Dimension("product_key", 2)
+    query = mtf.layers.dense(x, [self._heads_dim, product, self._half_dim], use_bias=True,
                              variable_dtype=vdt, name="query")
-    sub_keys = [mtf.get_variable(
-        x.mesh, "sub_keys_%d" % i,
-        mtf.Shape([self._heads_dim, self._n_keys_dim, self._half_dim]),
+    query = mtf.layers.layer_norm(query, self._half_dim)
+    keys = mtf.get_variable(
+        x.mesh, "keys",
+        mtf.Shape([self._heads_dim, product, self._n_keys_dim, self._half_dim]),
         initializer=tf.random_normal_initializer(stddev=self._half_dim.size ** -0.5),
-        dtype=vdt) for i in (1, 2)]
+        dtype=vdt)
     values = mtf.get_variable(
         x.mesh, "values", mtf.Shape([self._values_dim, model_dim]),
         initializer=tf.random_normal_initializer(stddev=model_dim.size ** -0.5),
         dtype=vdt)
-    halves = [mtf.rename_dimension(mtf.slice(query, i * self._half_dim.size,
-                                             self._half_dim.size, self._key_dim.name),
-                                   self._key_dim.name, self._half_dim.name)
-              for i in (0, 1)]
+    one = mtf.Dimension(product.name, 1)
+    half = lambda t, i: mtf.reduce_sum(mtf.slice(t, i, 1, product.name), reduced_dim=one)
     knn_1 = mtf.Dimension("pkm_knn_1", self.knn)
     knn_2 = mtf.Dimension("pkm_knn_2", self.knn)
-    (s1, i1), (s2, i2) = [self.get_indices(k, q) for k, q in zip(sub_keys, halves)]
+    (s1, i1), (s2, i2) = [self.get_indices(half(keys, i), half(query, i)) for i in (0, 1)]
     s1, i1 = [mtf.rename_dimension(t, "pkm_knn", knn_1.name) for t in (s1, i1)]
     s2, i2 = [mtf.rename_dimension(t, "pkm_knn", knn_2.name) for t in (s2, i2)]
     pair_scores = s1 + s2

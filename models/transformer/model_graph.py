@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import LayoutError
+from models.transformer import model_layout
 from models.transformer import transformer
 from models.transformer.context import ModeKeys
 
@@ -120,7 +121,9 @@ class ModelGraph:
     return self.placeholders["targets"].shape.size
 
   def lowering(self, mesh_impl, features=None):
-    """A Lowering on mesh_impl fed with a dict of features (None: variables only)."""
+    """A Lowering on mesh_impl fed with a dict of features (None: variables only); a
+    LayoutError if the model was built for another layout."""
+    model_layout.check_agrees(self.model, mesh_impl)
     feeds = {}
     if features is not None:
       feeds = {self.placeholders[k]: features[k] for k in self.keys}
@@ -132,18 +135,17 @@ class ModelGraph:
                    for d in t.shape.dims})
 
 
-def check_layout_names(model_graph, layout_rules, mesh_shape):
-  """Raises LayoutError for a layout rule naming a dim the model lacks.
+def check_layout_names(model_graph, mesh_layout):
+  """Raises LayoutError for a rule of mesh_layout naming a dim the model lacks.
 
   Returns the rules that split nothing: those naming a mesh dim the mesh lacks (the
   original ignores them, so one layout serves several meshes) and those naming a
   standard Transformer dim this model does not use.
   """
-  rules = mtf.convert_to_layout_rules(layout_rules)
-  mesh_dims = [d.name for d in mtf.convert_to_shape(mesh_shape).dims]
+  mesh_dims = mesh_layout.shape.dimension_names
   dims = set(model_graph.dim_names())
   unused = []
-  for tensor_dim, mesh_dim in rules:
+  for tensor_dim, mesh_dim in mesh_layout.layout_rules:
     rule = "%s:%s" % (tensor_dim, mesh_dim)
     if tensor_dim not in dims and tensor_dim not in STANDARD_DIM_NAMES:
       raise LayoutError(

@@ -14,6 +14,7 @@ import gin
 
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
+from models.transformer import model_layout
 from models.transformer import transformer_layer
 from models.transformer.moe_gating import (  # pylint: disable=unused-import,g-multiple-import
     HParams, _check_experts_split, _hidden_dim, _layer_name, _split_into_groups,
@@ -102,8 +103,7 @@ class MoE1D(transformer_layer.TransformerLayer):
         token_embeddings = mtf.reshape(token_embeddings, x.shape)
     y, loss = self._moe_layer(
         context, x, output_dim, self._hparams, context.train, context.variable_dtype,
-        layout=getattr(context.model, "layout", None),
-        mesh_shape=getattr(context.model, "mesh_shape", None), nonpadding=nonpadding,
+        layout=context.mesh_layout, nonpadding=nonpadding,
         activation=self._activation, num_microbatches=context.num_microbatches,
         token_embeddings=token_embeddings)
     if context.losses is not None:
@@ -165,8 +165,9 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
     hparams: HParams with the moe_* fields of set_default_moe_hparams.
     train: whether training (capacity factor, second-expert policy, dropout, noise).
     variable_dtype: mtf.VariableDType of the variables.
-    layout, mesh_shape: the layout rules and mesh shape the graph will be lowered with;
-      the number of groups is made a multiple of the mesh dim splitting the batch.
+    layout, mesh_shape: the layout rules and mesh shape the graph will be lowered with
+      (or the MeshLayout as layout); the number of groups is made a multiple of the
+      mesh dim splitting the batch.
     nonpadding: optional float Tensor [batch..., length], 1.0 at real tokens; padding
       tokens are routed nowhere and left out of the balancing loss.
     activation: the experts' activation (a function, an op name, or a list for a gated
@@ -184,32 +185,31 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
   experts = (experts_attention_network if hparams.get("moe_use_experts_attention")
              else expert_network)
   return moe_layer_with_experts(
-      inputs, output_dim, hparams, train, variable_dtype, layout=layout,
-      mesh_shape=mesh_shape, nonpadding=nonpadding, activation=activation,
-      num_microbatches=num_microbatches, token_embeddings=token_embeddings,
-      experts=experts)
+      inputs, output_dim, hparams, train, variable_dtype,
+      mesh_layout=model_layout.mesh_layout_of(layout, mesh_shape), nonpadding=nonpadding,
+      activation=activation, num_microbatches=num_microbatches,
+      token_embeddings=token_embeddings, experts=experts)
 
 
-def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype, layout,
-                           mesh_shape, nonpadding, activation, num_microbatches,
+def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype,
+                           mesh_layout, nonpadding, activation, num_microbatches,
                            token_embeddings, experts):
-  """transformer_moe_layer_v1 with the expert computation given: experts(expert_inputs,
-  experts_dim, hidden_dim, output_dim, hparams, train, variable_dtype, activation),
-  a Tensor or a list of Tensors (each combined back to the tokens: a list out)."""
+  """transformer_moe_layer_v1 (its layout as a MeshLayout or None) with the expert
+  computation given: experts(expert_inputs, experts_dim, hidden_dim, output_dim,
+  hparams, train, variable_dtype, activation), a Tensor or a list of Tensors (each
+  combined back to the tokens: a list out)."""
   orig_dims = inputs.shape.dims
   batch_and_length_dims, input_dim = orig_dims[:-1], orig_dims[-1]
   hidden_dim = _hidden_dim(hparams)
   experts_dim = mtf.Dimension("experts", hparams.moe_num_experts)
-  _check_experts_split(experts_dim, layout, mesh_shape)
+  _check_experts_split(experts_dim, mesh_layout)
   if orig_dims[0].name == "outer_batch":
     outer_batch_dim, orig_batch_dim = orig_dims[:2]
   else:
     outer_batch_dim, orig_batch_dim = mtf.Dimension("outer_batch", 1), orig_dims[0]
 
   n = inputs.shape.size // input_dim.size // outer_batch_dim.size
-  mesh_dim_size = 1
-  if layout is not None and mesh_shape is not None:
-    mesh_dim_size = mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape, orig_batch_dim)
+  mesh_dim_size = model_layout.split_size(mesh_layout, orig_batch_dim)
   num_groups, group_size = _split_into_groups(n, hparams.moe_group_size, mesh_dim_size)
   group_size_dim = mtf.Dimension("group", group_size)
   num_groups_dim = mtf.Dimension(orig_batch_dim.name, num_groups)

@@ -20,6 +20,7 @@ import gin
 
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError
+from models.transformer import model_layout
 from models.transformer import transformer_layer
 from models.transformer.moe_gating import (  # pylint: disable=g-multiple-import
     HParams, _check_experts_split, _hidden_dim, _layer_name, _split_into_groups,
@@ -65,8 +66,7 @@ class MoE2D(transformer_layer.TransformerLayer):
     nonpadding = context.nonpadding if has_length_dim else None
     y, loss = transformer_moe_layer_v2(
         x, x.shape.dims[-1], self._hparams, context.train, context.variable_dtype,
-        layout=getattr(context.model, "layout", None),
-        mesh_shape=getattr(context.model, "mesh_shape", None), nonpadding=nonpadding,
+        layout=context.mesh_layout, nonpadding=nonpadding,
         num_microbatches=context.num_microbatches)
     if context.losses is not None:
       context.losses.append(loss)
@@ -98,7 +98,8 @@ def transformer_moe_layer_v2(inputs, output_dim, hparams, train, variable_dtype,
     hparams: HParams with the moe_* fields; moe_num_experts is [expert_x, expert_y].
     train: whether training (capacity factors, second-expert policy, dropout).
     variable_dtype: mtf.VariableDType of the variables.
-    layout, mesh_shape: the layout rules and mesh shape the graph is lowered with.
+    layout, mesh_shape: the layout rules and mesh shape the graph is lowered with (or
+      the MeshLayout as layout).
     nonpadding: optional float Tensor [batch..., length], 1.0 at real tokens.
     num_microbatches: the loss is divided by it when the batch is a microbatch.
 
@@ -109,13 +110,12 @@ def transformer_moe_layer_v2(inputs, output_dim, hparams, train, variable_dtype,
   batch_and_length_dims, input_dim = orig_dims[:-1], orig_dims[-1]
   num_x, num_y = _block_counts(hparams)
   x_dim, y_dim = mtf.Dimension("expert_x", num_x), mtf.Dimension("expert_y", num_y)
-  _check_experts_split(x_dim, layout, mesh_shape)
-  _check_experts_split(y_dim, layout, mesh_shape)
+  mesh_layout = model_layout.mesh_layout_of(layout, mesh_shape)
+  _check_experts_split(x_dim, mesh_layout)
+  _check_experts_split(y_dim, mesh_layout)
   hidden_dim = _hidden_dim(hparams)
   batch_dim = orig_dims[0]
-  mesh_dim_size = 1
-  if layout is not None and mesh_shape is not None:
-    mesh_dim_size = mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape, batch_dim)
+  mesh_dim_size = model_layout.split_size(mesh_layout, batch_dim)
   n = inputs.shape.size // input_dim.size
   num_groups, group_size = _split_into_groups(n, hparams.moe_group_size, mesh_dim_size)
   groups_dim = mtf.Dimension(batch_dim.name, num_groups)

@@ -109,13 +109,12 @@ def _split_into_groups(n, max_group_size, mesh_dim_size):
   return num_groups, n // num_groups
 
 
-def _check_experts_split(experts_dim, layout, mesh_shape):
+def _check_experts_split(experts_dim, mesh_layout):
   """Raises LayoutError when the layout splits experts over a mesh dim not dividing it."""
-  if layout is None or mesh_shape is None:
+  if mesh_layout is None:
     return
-  rules = mtf.convert_to_layout_rules(layout)
-  mesh = mtf.convert_to_shape(mesh_shape)
-  axis = rules.tensor_dimension_to_mesh_axis(experts_dim, mesh)
+  mesh = mesh_layout.shape
+  axis = mesh_layout.tensor_dimension_to_mesh_axis(experts_dim)
   if axis is not None and experts_dim.size % mesh[axis].size != 0:
     raise LayoutError(
         "%s: num_experts=%d is not divisible by mesh dim %s of size %d, which the layout "

@@ -48,18 +48,27 @@ def mesh_devices(mesh_size, backend):
     return ["/cpu:%d" % i for i in range(mesh_size)]
 
 
-def make_mesh_impl(mesh_shape, layout_rules, devices=None):
-  """A MeshImpl of the gin-configured backend (placement by default), on devices (by
-  default the cluster's, else this process's)."""
-  mesh_shape = mtf.convert_to_shape(mesh_shape)
-  layout_rules = mtf.convert_to_layout_rules(layout_rules)
+def make_mesh_impl(mesh_layout, devices=None):
+  """A MeshImpl of the gin-configured backend (placement by default) laying tensors
+  out by mesh_layout (a MeshLayout), on devices (by default the cluster's, else this
+  process's)."""
+  mesh_shape = mesh_layout.shape
   backend = configured_backend()
   from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
   if devices is None:
     devices = cluster_setup.mesh_devices(mesh_shape, backend)  # None: one process
   if devices is None:
     devices = mesh_devices(mesh_shape.size, backend)
-  return mtf.make_mesh_impl(mesh_shape=mesh_shape, layout=layout_rules, devices=devices)
+  return mtf.make_mesh_impl(mesh_shape=mesh_shape, layout=mesh_layout.layout_rules,
+                            devices=devices)
+
+
+def device_count(mesh_shape):
+  """The device count utils.run.mesh_shape gives (e.g. 8 or "8"), else None."""
+  if isinstance(mesh_shape, int) or (isinstance(mesh_shape, str)
+                                     and mesh_shape.strip().isdigit()):
+    return int(mesh_shape)
+  return None
 
 
 def _fix_lengths(sequence_length):
@@ -192,8 +201,7 @@ def check_run_parameters(model_dir, train_steps, save_checkpoints_steps,
   lengths = sequence_length if isinstance(sequence_length, dict) else {"": sequence_length}
   for key, length in lengths.items():
     _whole("sequence_length" + ("[%r]" % key if key else ""), length, 1)
-  if isinstance(mesh_shape, int) or (isinstance(mesh_shape, str)
-                                     and mesh_shape.strip().isdigit()):
+  if device_count(mesh_shape) is not None:
     if not auto_layout:
       _fail("mesh_shape", mesh_shape, "a device count needs utils.run.layout_rules = "
             "'auto'; otherwise give the mesh as 'name:size;...'")

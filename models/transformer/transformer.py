@@ -13,6 +13,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.transformer import model_layout
 from models.transformer.context import Context, ModeKeys
 from models.transformer.vocab_embeddings import get_vocab_embedding_cls
 
@@ -122,7 +123,9 @@ class Unitransformer:
     label_smoothing: spread this much target mass uniformly over the vocab.
     z_loss: coefficient of the log-partition penalty added in training.
     name: variable scope of the model.
-    layout, mesh_shape: the layout rules and mesh shape (read by layers such as MoE).
+    layout, mesh_shape: the layout rules and mesh shape the model is lowered with (read
+      by layers such as MoE), kept as one MeshLayout (`mesh_layout`; None unless both
+      are given). layout may be the MeshImpl's MeshLayout itself (mesh_shape None).
     vocab_divisor: the vocab dims are padded to a multiple of this.
     ensemble: number of independent models trained side by side (None: one).
     loss_fn: optional loss_fn(model, context, logits, targets, output_vocab_dim) giving
@@ -170,8 +173,7 @@ class Unitransformer:
     self.label_smoothing = label_smoothing
     self.z_loss = z_loss
     self._name = name
-    self.layout = layout
-    self.mesh_shape = mesh_shape
+    self.mesh_layout = model_layout.mesh_layout_of(layout, mesh_shape)
     self.ensemble_dim = mtf.Dimension("ensemble", ensemble) if ensemble else None
     self.loss_fn = loss_fn
     self.positional_embedding = positional_embedding
@@ -181,6 +183,16 @@ class Unitransformer:
     self._loss_denominator = loss_denominator
     self.token_dropout_rate = token_dropout_rate
     self._built = False
+
+  @property
+  def layout(self):
+    """The layout rules (a view of mesh_layout; None without one)."""
+    return self.mesh_layout.layout_rules if self.mesh_layout is not None else None
+
+  @property
+  def mesh_shape(self):
+    """The mesh shape (a view of mesh_layout; None without one)."""
+    return self.mesh_layout.shape if self.mesh_layout is not None else None
 
   @property
   def name(self):

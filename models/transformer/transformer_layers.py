@@ -19,6 +19,7 @@ import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.graph import current_scope_name
 from models.transformer import attention
+from models.transformer import model_layout
 from models.transformer import relative_position
 from models.transformer.context import cached_memory, incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
@@ -155,8 +156,12 @@ class SelfAttention(TransformerLayer):
   "relative_attention_ak/kernel" [heads, d_kv, buckets]). z_loss_coeff adds coeff * mean(logsumexp(logits)^2) to context.losses in
   training. attention_func: None for plain softmax attention, "hybrid" for
   attention.hybrid_attention, or a function with the signature of attention.attention.
-  use_hyperprompt and the hyperprompt_* arguments (HyperPrompt task prompts) are
-  accepted for the original's signature; use_hyperprompt=True is not offered yet.
+  use_hyperprompt prepends each example's HyperPrompt task prompts to the keys and
+  values (attention.concat_hyper_prompts_kv, which says where the task ids come from;
+  every query sees the prompts): hyperprompt_length_encoder (or _decoder, in an
+  autoregressive model) prompt positions, a hypernetwork of size
+  hyperprompt_hidden_dim, hyperprompt_task_num tasks, one hypernetwork shared by the
+  layers if hyperprompt_mtlshare. Such a layer decodes by recomputing the prefix.
   """
 
   def __init__(self, num_heads=8, num_memory_heads=0, key_value_size=128, shared_kv=False,
@@ -174,9 +179,6 @@ class SelfAttention(TransformerLayer):
         and not callable(attention_func)):
       raise MtfError("%s: attention_func %r is neither 'hybrid' nor callable" % (
           type(self).__name__, attention_func), rule=str(attention_func))
-    if use_hyperprompt:
-      raise MtfError("%s: use_hyperprompt=True (HyperPrompt task prompts) is not offered "
-                     "yet" % type(self).__name__, rule="use_hyperprompt")
     self.use_hyperprompt = use_hyperprompt
     self.hyperprompt_mtlshare = hyperprompt_mtlshare
     self.hyperprompt_length_encoder = hyperprompt_length_encoder
@@ -305,13 +307,16 @@ class SelfAttention(TransformerLayer):
     """The additive bias: the relative-position window (min/max_relative_position;
     causal), segment and read/write-priority masks, plus the relative-position bias.
 
-    use_prompt_kv: prompt positions prepended to the memory (hyper-prompts, not offered
-    yet); must be None or 0.
+    use_prompt_kv: the number of prompt positions prepended to the memory (task
+    prompts, visible to every query: their bias is 0), or None.
     """
     del x
-    if use_prompt_kv:
-      raise MtfError("%s.compute_bias: use_prompt_kv (hyper-prompts) is not offered yet"
-                     % type(self).__name__, rule="use_prompt_kv")
+    bias = self._memory_bias(context, memory_position, heads_dims, q)
+    if use_prompt_kv and bias is not None:
+      bias = mtf.pad(bias, [use_prompt_kv, 0], "memory_length")
+    return bias
+
+  def _memory_bias(self, context, memory_position, heads_dims, q):
     query_position = context.get_position()
     relative = memory_position - query_position
     visible = None
@@ -346,8 +351,19 @@ class SelfAttention(TransformerLayer):
   @property
   def supports_incremental_decoding(self):
     """Whether cached decoding can run this layer one position at a time: plain
-    softmax attention (a "hybrid" or custom attention_func needs the whole sequence)."""
-    return self.attention_func is None
+    softmax attention (a "hybrid" or custom attention_func needs the whole sequence),
+    without task prompts."""
+    return self.attention_func is None and not self.use_hyperprompt
+
+  def concat_prompts(self, context, k, v, memory_length):
+    """(k, v, memory_length, prompt length) with the task prompts prepended."""
+    side = "decoder" if _model_flag(context, "autoregressive") else "encoder"
+    length = getattr(self, "hyperprompt_length_" + side)
+    k, v, memory_length = attention.concat_hyper_prompts_kv(
+        k, v, side, True, memory_length, self.hyperprompt_task_num, self.num_heads,
+        self.hyperprompt_hidden_dim, self.kv_dim, context, self.hyperprompt_mtlshare,
+        self.dropout_rate if context.train else 0.0, length)
+    return k, v, memory_length, length
 
   def cached_kv(self, context, k, v):
     """(k, v, memory_length, memory_position) after the decoding caches: in
@@ -378,7 +394,11 @@ class SelfAttention(TransformerLayer):
       params = self.make_params(context, io_dim)
       q, k, v = self.compute_qkv(context, params, x)
       k, v, memory_length, memory_position = self.cached_kv(context, k, v)
-      bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)
+      prompts = None
+      if self.use_hyperprompt:
+        k, v, memory_length, prompts = self.concat_prompts(context, k, v, memory_length)
+      bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q,
+                               use_prompt_kv=prompts)
       o = self.attention_fn(q, k, v, memory_length_dim=memory_length, key_dim=self.kv_dim,
                             value_dim=self.kv_dim, bias=bias, context=context,
                             **self.attention_kwargs_from_context(context))
@@ -593,11 +613,7 @@ class EncDecAttention(SelfAttention):
 
 def _length_dim_num_splits(context):
   """Over how many processors the model's layout splits the length dim (1 if unknown)."""
-  layout = getattr(context.model, "layout", None)
-  mesh_shape = getattr(context.model, "mesh_shape", None)
-  if layout is None or mesh_shape is None:
-    return 1
-  return mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape, context.length_dim)
+  return model_layout.split_size(context.mesh_layout, context.length_dim)
 
 
 @gin.configurable(module="transformer_layers")

@@ -14,6 +14,7 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.checkpoint import discovery, step_from_prefix
 from mesh_tf.errors import MtfError
+from mesh_tf.shapes import MeshLayout
 from models.transformer import auto_layout
 from models.transformer import decode_io
 from models.transformer import model_dir_guard
@@ -60,18 +61,6 @@ def _max_length(sequence_length):
   if isinstance(sequence_length, dict):
     return max(int(v) for v in sequence_length.values())
   return int(sequence_length)
-
-
-def batch_replicas(mesh_shape, layout_rules):
-  """How many ways the "batch" dim is split by layout_rules on mesh_shape."""
-  mesh_shape = mtf.convert_to_shape(mesh_shape)
-  rules = mtf.convert_to_layout_rules(layout_rules)
-  sizes = {d.name: d.size for d in mesh_shape.dims}
-  replicas = 1
-  for tensor_dim, mesh_dim in rules:
-    if tensor_dim == "batch" and mesh_dim in sizes:
-      replicas *= sizes[mesh_dim]
-  return replicas
 
 
 @gin.configurable(module="utils")
@@ -269,14 +258,15 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
     chosen = ""
     if auto_layout.wants_auto(layout_rules):  # search before anything else is built
       batch_size = compute_batch_size(sequence_length, "", "", batch_size)
-      mesh_shape, layout_rules, _ = auto_layout.choose(
+      mesh_layout, _ = auto_layout.choose(
           functools.partial(build_model, model_type=model_type,
                             input_vocab_size=decode_io.vocab_size(vocabulary),
                             output_vocab_size=decode_io.vocab_size(vocabulary)),
           mesh_shape, batch_size, sequence_length, get_variable_dtype(), optimizer)
-      chosen = auto_layout.bindings_text(mesh_shape, layout_rules)
-    mesh_shape = mtf.convert_to_shape(mesh_shape)
-    layout_rules = mtf.convert_to_layout_rules(layout_rules)
+      chosen = auto_layout.bindings_text(mesh_layout)
+    else:
+      mesh_layout = MeshLayout(mesh_shape, layout_rules)  # the one conversion
+    mesh_shape, layout_rules = mesh_layout.shape, mesh_layout.layout_rules
     if not isinstance(batch_size, int):
       batch_size = compute_batch_size(sequence_length, mesh_shape, layout_rules,
                                       batch_size)
@@ -285,17 +275,18 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
     if num_microbatches == 1:  # the original's gin option, when bound
       num_microbatches = serialize_num_microbatches(
           mtf.Dimension("batch", batch_size), sequence_length, mesh_shape, layout_rules)
-    mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules, mesh_devices)
+    mesh_impl = run_setup.make_mesh_impl(mesh_layout, mesh_devices)
     run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
     variable_dtype = get_variable_dtype()
     # A fresh model per mtf graph (train, eval, decode): models remember their graph.
+    # They get the backend's MeshLayout itself, so model and MeshImpl share it.
     model_fn = functools.partial(
         build_model, model_type=model_type,
         input_vocab_size=decode_io.vocab_size(vocabulary),
-        output_vocab_size=decode_io.vocab_size(vocabulary), layout_rules=layout_rules,
-        mesh_shape=mesh_shape)
-    checked = _checked_model_fn(model_fn, batch_size, sequence_length, layout_rules,
-                                mesh_shape)
+        output_vocab_size=decode_io.vocab_size(vocabulary),
+        layout_rules=mesh_impl.mesh_layout)
+    checked = _checked_model_fn(model_fn, batch_size, sequence_length,
+                                mesh_impl.mesh_layout)
     if mode == "train":
       from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
       return train_loop.run_train(
@@ -339,7 +330,7 @@ def _checkpoint_at(model_dir, step):
   return os.path.join(model_dir, "model.ckpt-%d" % int(step))
 
 
-def _checked_model_fn(model_fn, batch_size, sequence_length, layout_rules, mesh_shape):
+def _checked_model_fn(model_fn, batch_size, sequence_length, mesh_layout):
   """model_fn, after checking once that every layout rule names a dim of the model."""
   state = {"checked": False}
 
@@ -347,20 +338,20 @@ def _checked_model_fn(model_fn, batch_size, sequence_length, layout_rules, mesh_
     model = model_fn()
     if not state["checked"]:
       state["checked"] = True
-      _check_layout(model, batch_size, sequence_length, layout_rules, mesh_shape)
+      _check_layout(model, batch_size, sequence_length, mesh_layout)
       model = model_fn()  # a fresh model for the caller's graph
     return model
   return checked_model_fn
 
 
-def _check_layout(model, batch_size, sequence_length, layout_rules, mesh_shape):
+def _check_layout(model, batch_size, sequence_length, mesh_layout):
   """Builds an eval graph of model and checks the layout's dim names against it."""
   from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
   from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top
   graph = model_graph.ModelGraph(model, batch_size, sequence_length, ["inputs", "targets"],
                                  ModeKeys.EVAL, get_variable_dtype())
-  unused = model_graph.check_layout_names(graph, layout_rules, mesh_shape)
-  if unused and mesh_shape.size > 1:
+  unused = model_graph.check_layout_names(graph, mesh_layout)
+  if unused and mesh_layout.size > 1:
     print("layout rules that split nothing here (ignored): %s"
           % ", ".join(unused), flush=True)
 

@@ -202,8 +202,9 @@ class MixtureOfSoftmaxes:
 
   For hidden state h (times d_model**-0.5), component k has the context
   c_k = tanh(W_k h) and the prior p(k) = softmax_k(m_k . h); the returned logits are
-  log sum_k p(k) softmax(E c_k), i.e. normalized log-probabilities. Variables: "<name>"
-  [vocab, d_model], "<name>_mixture" [softmax_components, d_model] and "<name>_context"
+  log sum_k p(k) softmax(E c_k), i.e. normalized log-probabilities. Variables (named as
+  the original names them): "<name>_embedding_weights" [vocab, d_model],
+  "<name>_mixture_weights" [softmax_components, d_model] and "<name>_context_weights"
   [softmax_components, _d_model_copy, d_model].
   """
 
@@ -218,12 +219,13 @@ class MixtureOfSoftmaxes:
     self._components_dim = mtf.Dimension("softmax_components", num_softmaxes)
     ensemble = [ensemble_dim] if ensemble_dim else []
     self._embedding_weights = mtf.layers.embedding_weights(
-        mesh, vocab_dim, output_dim, variable_dtype, name, ensemble_dim=ensemble_dim)
+        mesh, vocab_dim, output_dim, variable_dtype, name + "_embedding_weights",
+        ensemble_dim=ensemble_dim)
     self._mixture_weights = mtf.layers.embedding_weights(
-        mesh, self._components_dim, output_dim, variable_dtype, name + "_mixture",
+        mesh, self._components_dim, output_dim, variable_dtype, name + "_mixture_weights",
         ensemble_dim=ensemble_dim)
     self._context_weights = mtf.get_variable(
-        mesh, name + "_context", mtf.Shape(
+        mesh, name + "_context_weights", mtf.Shape(
             ensemble + [self._components_dim, self._copy_output_dim, output_dim]),
         initializer=tf.random_normal_initializer(stddev=output_dim.size ** -0.5),
         dtype=variable_dtype)

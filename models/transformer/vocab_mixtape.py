@@ -5,17 +5,19 @@ Four context vectors h_k = tanh(W_k g + b_k) of the hidden state g (times d_mode
 each give logits h_k . w_x over the vocab (w_x the rows of the shared embedding matrix).
 They are mixed per token: the weights pi_k(g, x) come from a sigmoid tree over three
 gate logits, pi = (s1 s2, s1 (1 - s2), (1 - s1) s3, (1 - s1) (1 - s3)). Frequent tokens
-(the first frequent_token_fraction of the ids, and the extra_ids last ones) have their
-own gate logits v_x . tanh(U g) + u . g + b_x; the other tokens share u . g + b ("gate
-sharing"). The mixed logits go through one softmax, in the loss.
+(the first frequent_token_fraction of the ids, and the extra_ids last ones: F ids in
+all) have their own gate logits v_x . tanh(U g + c) + u . g + b_x; the other tokens
+share u . g ("gate sharing"). The mixed logits go through one softmax, in the loss.
 
-Variables (in the enclosing scope): "<name>" [vocab, d_model]; "<name>_context"
-[mixtape_components, _d_model_copy, d_model] and "<name>_context_bias"
-[mixtape_components, d_model]; "<name>_gate_context" [mixtape_gates, _d_model_copy,
-gate_embedding], "<name>_gate_vocab" [vocab, gate_embedding], "<name>_gate_prior"
-[mixtape_gates, _d_model_copy], "<name>_gate_vocab_bias" [vocab, mixtape_gates] and
-"<name>_gate_bias" [mixtape_gates]. The rows of the two "_gate_vocab" tables at rare ids
-are masked out (they get no gradient).
+Variables (in the enclosing scope, named as the original names them):
+"<name>_embedding_weights" [vocab, d_model]; the contexts' "<name>_context_weights"
+[mixtape_components, _d_model_copy, d_model] and "<name>_context_weights_bias"
+[mixtape_components, d_model]; the gates' U "<name>_prior_weights" [mixtape_gates,
+gate_embedding, _d_model_copy] and c "<name>_prior_weights_bias" [mixtape_gates,
+gate_embedding], v "<name>_prior_vocab_vector" [frequent_vocab, gate_embedding], u
+"<name>_prior_gates_vector" [mixtape_gates, _d_model_copy] and b "<name>_prior_bias"
+[frequent_vocab, mixtape_gates]. Row i of the frequent_vocab tables belongs to id i for
+the frequent ordinary ids and to the extra ids after them.
 """
 import gin
 import tensorflow as tf
@@ -55,6 +57,11 @@ class Mixtape:
     self._noise_std_dev = noise_std_dev
     self._num_frequent = int(frequent_token_fraction * (vocab_dim.size - extra_ids))
     self._extra_ids = extra_ids
+    self._frequent_dim = mtf.Dimension("frequent_vocab", self._num_frequent + extra_ids)
+    if self._frequent_dim.size == 0:
+      raise mtf.MtfError("Mixtape: no frequent tokens (frequent_token_fraction %r of %d "
+                         "ids, extra_ids %d)" % (frequent_token_fraction, vocab_dim.size,
+                                                 extra_ids))
 
     def variable(suffix, dims, stddev=None):
       init = (tf.zeros_initializer() if stddev is None else
@@ -62,18 +69,20 @@ class Mixtape:
       return mtf.get_variable(mesh, name + suffix, mtf.Shape(dims), initializer=init,
                               dtype=variable_dtype)
     d = output_dim.size
-    self._embedding = variable("", [vocab_dim, output_dim], 1.0)
-    self._context = variable("_context", [self._components_dim, self._copy_dim,
-                                          output_dim], d ** -0.5)
-    self._context_bias = variable("_context_bias", [self._components_dim, output_dim])
-    self._gate_context = variable("_gate_context", [self._gates_dim, self._copy_dim,
-                                                    gate_dim], d ** -0.5)
-    self._gate_vocab = variable("_gate_vocab", [vocab_dim, gate_dim],
-                                gate_embedding_size ** -0.5)
-    self._gate_prior = variable("_gate_prior", [self._gates_dim, self._copy_dim],
-                                d ** -0.5)
-    self._gate_vocab_bias = variable("_gate_vocab_bias", [vocab_dim, self._gates_dim])
-    self._gate_bias = variable("_gate_bias", [self._gates_dim])
+    self._embedding = variable("_embedding_weights", [vocab_dim, output_dim], 1.0)
+    self._context = variable("_context_weights", [self._components_dim, self._copy_dim,
+                                                  output_dim], d ** -0.5)
+    self._context_bias = variable("_context_weights_bias",
+                                  [self._components_dim, output_dim])
+    self._prior_weights = variable("_prior_weights", [self._gates_dim, gate_dim,
+                                                      self._copy_dim], d ** -0.5)
+    self._prior_weights_bias = variable("_prior_weights_bias", [self._gates_dim, gate_dim])
+    self._prior_vocab_vector = variable("_prior_vocab_vector", [self._frequent_dim,
+                                                                gate_dim],
+                                        gate_embedding_size ** -0.5)
+    self._prior_gates_vector = variable("_prior_gates_vector",
+                                        [self._gates_dim, self._copy_dim], d ** -0.5)
+    self._prior_bias = variable("_prior_bias", [self._frequent_dim, self._gates_dim])
 
   def ids_to_embedding(self, ids, context):
     """The rows of the shared matrix at ids."""
@@ -82,13 +91,12 @@ class Mixtape:
     _check_ids(ids, self._vocab_dim, "Mixtape.ids_to_embedding")
     return mtf.gather(self._embedding, ids, self._vocab_dim)
 
-  def _frequent(self, mesh, dtype):
-    """1.0 at the frequent ids of the vocab dim, 0.0 elsewhere."""
-    ids = mtf.range(mesh, self._vocab_dim, tf.int32)
-    frequent = mtf.logical_or(
-        mtf.less(ids, self._num_frequent),
-        mtf.greater_equal(ids, self._vocab_dim.size - self._extra_ids))
-    return mtf.cast(frequent, dtype)
+  def _to_vocab(self, mesh, dtype):
+    """[frequent_vocab, vocab]: 1.0 where row i of the frequent tables is that id."""
+    rows = mtf.range(mesh, self._frequent_dim, tf.int32)
+    rare = self._vocab_dim.size - self._extra_ids - self._num_frequent
+    ids = rows + rare * mtf.cast(mtf.greater_equal(rows, self._num_frequent), tf.int32)
+    return mtf.one_hot(ids, self._vocab_dim, dtype=dtype)
 
   def _node(self, s, i):
     one = mtf.Dimension(self._gates_dim.name, 1)
@@ -105,14 +113,15 @@ class Mixtape:
       contexts = mtf.dropout(contexts, is_training=True, rate=self._dropout_rate)
     component_logits = mtf.einsum([contexts, self._embedding],
                                   reduced_dims=[self._output_dim])
-    frequent = self._frequent(hidden.mesh, hidden.dtype)
-    gate_hidden = mtf.tanh(mtf.einsum([g, self._gate_context],
-                                      reduced_dims=[self._copy_dim]))
-    own = mtf.einsum([gate_hidden, self._gate_vocab * frequent],
-                     reduced_dims=gate_hidden.shape.dims[-1:])
-    gate_logits = (mtf.einsum([g, self._gate_prior], reduced_dims=[self._copy_dim]) +
-                   own + self._gate_vocab_bias * frequent +
-                   self._gate_bias * (1.0 - frequent))
+    gate_hidden = mtf.tanh(mtf.einsum([g, self._prior_weights],
+                                      reduced_dims=[self._copy_dim]) +
+                           self._prior_weights_bias)
+    own = mtf.einsum([gate_hidden, self._prior_vocab_vector],
+                     reduced_dims=gate_hidden.shape.dims[-1:]) + self._prior_bias
+    own = mtf.einsum([own, self._to_vocab(hidden.mesh, hidden.dtype)],
+                     reduced_dims=[self._frequent_dim])
+    gate_logits = (mtf.einsum([g, self._prior_gates_vector],
+                              reduced_dims=[self._copy_dim]) + own)
     if train and self._noise_std_dev:
       gate_logits += mtf.random_normal(hidden.mesh, gate_logits.shape,
                                        stddev=self._noise_std_dev, dtype=hidden.dtype)

@@ -23,6 +23,14 @@ def test_lists_which_rule_split_which_dim():
   assert "hidden over cols (rule hidden:cols)" in text
 
 
+def test_a_mesh_layout_gives_the_same_report_as_its_pair():
+  graph = _mlp_graph()
+  pair = analysis.layout_report(graph, "rows:2;cols:4", "batch:rows;hidden:cols;x:planes")
+  layout = mtf.shapes.MeshLayout("rows:2;cols:4", "batch:rows;hidden:cols;x:planes")
+  assert str(analysis.layout_report(graph, layout)) == str(pair)
+  assert pair.unused_rules == ["x:planes (mesh has no dim planes)"]
+
+
 def test_unused_rules_and_missing_mesh_dims_are_listed():
   report = analysis.layout_report(_mlp_graph(), "rows:2;cols:4",
                                   "batch:rows;d_ff:cols;heads:planes")

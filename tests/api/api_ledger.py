@@ -8,13 +8,6 @@ _BY_REASON = {
     "utils.get_estimator returns the MeshEstimator that plays its role": """
         mesh_tensorflow.transformer.utils.tpu_estimator_model_fn
         """,
-    "hyper-prompt / MTL-prompt helpers: where the original takes each example's task "
-    "id and how it names their variables could not be confirmed (issue 19); "
-    "SelfAttention(use_hyperprompt=True) raises a clear error": """
-        mesh_tensorflow.transformer.attention.concat_hyper_prompts_kv
-        mesh_tensorflow.transformer.attention.make_params_hyperprompt
-        mesh_tensorflow.transformer.attention.make_params_mtlprompt
-        """,
     "the reference shows the original's __init__(*args, **kwargs) through a wrapper as "
     "(self, args, kwargs); the port's __init__(self, *args, **kwargs) takes the same "
     "calls": """

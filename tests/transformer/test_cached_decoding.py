@@ -130,7 +130,7 @@ def _export(graph, mesh, impl, tensors, checkpoint):
   tf.function, as the trainer runs it)."""
   lowering = mtf.Lowering(graph, {mesh: impl})
   mtf.restore_checkpoint(checkpoint, lowering)
-  if isinstance(impl, mtf.GSPMDMeshImpl):
+  if impl.needs_xla:
     run = tf.function(lambda: [mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(t)
                                for t in tensors])
     return [t.numpy() for t in run()]
@@ -228,11 +228,12 @@ def test_encoder_keys_and_values_are_computed_once():
 
 
 def test_models_without_incremental_layers_fall_back_to_recompute():
-  """Layers that need the whole sequence (a Synthesizer, a 'hybrid' attention) and
+  """Layers that need the whole sequence (task prompts, a 'hybrid' attention) and
   models with a fully attended inputs region decode by recomputing; the flag and gin
   turn the cached path off."""
   assert not decoding.supports_incremental_decoding(
-      _lm([tl.Synthesizer(num_heads=2, key_value_size=4, synthesize_mode="dense_plus")]))
+      _lm([_attention(use_hyperprompt=True, hyperprompt_length_decoder=2,
+                      hyperprompt_hidden_dim=4)]))
   assert not decoding.supports_incremental_decoding(
       _lm([_attention(attention_func="hybrid")]))
   delimited = transformer.Unitransformer(

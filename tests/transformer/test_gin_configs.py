@@ -15,7 +15,8 @@ import gin
 import pytest
 
 import mesh_tf as mtf
-from models.transformer import gin_setup, model_graph, utils
+from mesh_tf.shapes import MeshLayout
+from models.transformer import gin_setup, model_graph, model_layout, utils
 from models.transformer.context import ModeKeys
 
 GIN_ROOT = gin_setup.DEFAULT_GIN_LOCATION
@@ -89,7 +90,7 @@ def test_run_file_builds_its_model_on_its_mesh(path):
   batch = utils.compute_batch_size(sequence_length, mesh_shape, layout,
                                    _run_param("batch_size"))
   _, graph = _build_graph(batch_size=batch, length=length)
-  model_graph.check_layout_names(graph, layout, mesh_shape)
+  model_graph.check_layout_names(graph, MeshLayout(mesh_shape, layout))
   assert not mtf.analysis.layout_report(graph.graph, mesh_shape, layout).conflicts
   assert _run_param("train_steps") > 0
 
@@ -117,9 +118,9 @@ def test_layout_file_fits_the_base_model(path):
   gin_setup.parse_gin(["models/lm_base.gin", path], LAYOUT_MODEL_BINDINGS.get(path, []))
   mesh_shape = mtf.convert_to_shape(_run_param("mesh_shape"))
   layout = mtf.convert_to_layout_rules(_run_param("layout_rules"))
-  batch = max(8, utils.batch_replicas(mesh_shape, layout))
+  batch = max(8, model_layout.split_size(MeshLayout(mesh_shape, layout), "batch"))
   _, graph = _build_graph(batch_size=batch)
-  model_graph.check_layout_names(graph, layout, mesh_shape)
+  model_graph.check_layout_names(graph, MeshLayout(mesh_shape, layout))
   report = mtf.analysis.layout_report(graph.graph, mesh_shape, layout)
   assert not report.conflicts, report
   split = {rule[0] for rule in layout if rule[1] in mesh_shape.dimension_names}

@@ -29,10 +29,11 @@ CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
 
 def tf_log_probs(hidden, p):
   h = hidden * D ** -0.5
-  tables = [p["embedding_0"], p["embedding_1"] @ p["embedding_1_projection"],
+  # The head's matrix has its 8 tokens' rows, then one row per tail cluster.
+  tables = [p["embedding_0"][:8], p["embedding_1"] @ p["embedding_1_projection"],
             p["embedding_2"] @ p["embedding_2_projection"]]
   head = h @ tf.transpose(tables[0])
-  clusters = h @ tf.transpose(p["embedding_cluster_logits"])
+  clusters = h @ tf.transpose(p["embedding_0"][8:])
   norm = tf.reduce_logsumexp(tf.concat([head, clusters], -1), -1, keepdims=True)
   pieces = [head - norm]
   for i, table in enumerate(tables[1:]):
@@ -74,7 +75,10 @@ def test_adaptive_softmax_matches_tf(case):
       mtf_testing.backend_mesh_impl(*case), [(ids, [BATCH, LENGTH]), (hidden, [BATCH, LENGTH, D_DIM])], build,
       reference, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
-  assert params["decoder/embedding_cluster_logits"].shape == (2, D)
+  assert {k: v.shape for k, v in params.items()} == {
+      "decoder/embedding_0": (8 + 2, D), "decoder/embedding_1": (4, 4),
+      "decoder/embedding_1_projection": (4, D), "decoder/embedding_2": (4, 2),
+      "decoder/embedding_2_projection": (2, D)}
 
 
 def test_errors_name_the_clusters():
@@ -110,7 +114,7 @@ def test_unitransformer_trains_with_the_adaptive_softmax_loss_fn():
   finally:
     gin.clear_config()
   variables = graph.trainable_variables
-  assert "transformer/embedding_cluster_logits" in [v.name for v in variables]
+  assert "transformer/embedding_0" in [v.name for v in variables]
   grads = mtf.gradients([loss], [v.outputs[0] for v in variables])
   updates = [mtf.assign(v, v.outputs[0] - 0.5 * g) for v, g in zip(variables, grads)]
   impl = mtf_testing.backend_mesh_impl(*CASES[1])

@@ -137,7 +137,7 @@ def test_fixup_sublayers_in_a_layer_stack():
   y = stack.call(context, xt)
   names = sorted(v.name for v in graph.trainable_variables)
   assert [n for n in names if "fixup" in n] == [
-      "layer_000/fixup_scale", "layer_000/fixup_shift", "layer_000/fixup_shift_1"]
+      "layer_000/fixup_bias", "layer_000/fixup_bias_1", "layer_000/fixup_scale_weight"]
   lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[1])})
   values = {}
   for i, v in enumerate(graph.trainable_variables):
@@ -146,10 +146,10 @@ def test_fixup_sublayers_in_a_layer_stack():
         size=laid.read_full().shape).astype(np.float32)
     laid.assign_full(values[v.name])
   p = lambda n: values["layer_000/" + n]
-  h = np.maximum((x + p("fixup_shift") + p("DenseReluDenseFixup/wi_shift")) @
+  h = np.maximum((x + p("fixup_bias") + p("DenseReluDenseFixup/wi_shift")) @
                  p("DenseReluDenseFixup/wi/kernel") + p("DenseReluDenseFixup/wi_bias"), 0)
   branch = (h + p("DenseReluDenseFixup/wo_shift")) @ p("DenseReluDenseFixup/wo/kernel")
-  expected = x + branch * p("fixup_scale") + p("fixup_shift_1")
+  expected = x + branch * p("fixup_scale_weight") + p("fixup_bias_1")
   np.testing.assert_allclose(lowering.export_to_tf_tensor(y).numpy(), expected,
                              rtol=1e-4, atol=1e-4)
 

@@ -82,31 +82,34 @@ def test_adaptive_clusters_must_cover_the_vocab():
 def test_mixture_of_softmaxes_matches_tf(case):
   def reference(ids, hidden, p):
     h = hidden * D ** -0.5
-    prior = tf.nn.log_softmax(tf.einsum("bld,kd->blk", h, p["embedding_mixture"]))
-    contexts = tf.tanh(tf.einsum("ble,ked->blkd", h, p["embedding_context"]))
+    prior = tf.nn.log_softmax(tf.einsum("bld,kd->blk", h,
+                                        p["embedding_mixture_weights"]))
+    contexts = tf.tanh(tf.einsum("ble,ked->blkd", h, p["embedding_context_weights"]))
     component = tf.nn.log_softmax(
-        tf.einsum("blkd,vd->blkv", contexts, p["embedding"]), axis=-1)
+        tf.einsum("blkd,vd->blkv", contexts, p["embedding_embedding_weights"]), axis=-1)
     logits = tf.reduce_logsumexp(prior[..., None] + component, axis=2)
-    return tf.gather(p["embedding"], ids), logits
+    return tf.gather(p["embedding_embedding_weights"], ids), logits
   params = _check(case, lambda mesh: ve.MixtureOfSoftmaxes(
       mesh, VOCAB_DIM, D_DIM, mtf.VariableDType(tf.float32), "embedding", None,
       num_softmaxes=3), reference)
   assert {k: v.shape for k, v in params.items()} == {
-      "decoder/embedding": (VOCAB, D), "decoder/embedding_mixture": (3, D),
-      "decoder/embedding_context": (3, D, D)}
+      "decoder/embedding_embedding_weights": (VOCAB, D),
+      "decoder/embedding_mixture_weights": (3, D),
+      "decoder/embedding_context_weights": (3, D, D)}
 
 
-def tf_mixtape(hidden, p, frequent):
+def tf_mixtape(hidden, p, frequent_ids):
+  """Mixtape in TF; row i of the frequent tables belongs to frequent_ids[i]."""
   g = hidden * D ** -0.5
-  contexts = tf.tanh(tf.einsum("ble,ked->blkd", g, p["embedding_context"]) +
-                     p["embedding_context_bias"])
-  component = tf.einsum("blkd,vd->blkv", contexts, p["embedding"])
-  gate_hidden = tf.tanh(tf.einsum("ble,kef->blkf", g, p["embedding_gate_context"]))
-  own = tf.einsum("blkf,vf->blkv", gate_hidden,
-                  p["embedding_gate_vocab"] * frequent[:, None])
-  logits = (tf.einsum("ble,ke->blk", g, p["embedding_gate_prior"])[..., None] + own +
-            tf.transpose(p["embedding_gate_vocab_bias"] * frequent[:, None])[None, None]
-            + p["embedding_gate_bias"][None, None, :, None] * (1.0 - frequent))
+  contexts = tf.tanh(tf.einsum("ble,ked->blkd", g, p["embedding_context_weights"]) +
+                     p["embedding_context_weights_bias"])
+  component = tf.einsum("blkd,vd->blkv", contexts, p["embedding_embedding_weights"])
+  gate_hidden = tf.tanh(tf.einsum("ble,kfe->blkf", g, p["embedding_prior_weights"]) +
+                        p["embedding_prior_weights_bias"])
+  own = (tf.einsum("blkf,rf->blkr", gate_hidden, p["embedding_prior_vocab_vector"]) +
+         tf.transpose(p["embedding_prior_bias"])[None, None])
+  own = tf.einsum("blkr,rv->blkv", own, tf.one_hot(frequent_ids, VOCAB))
+  logits = tf.einsum("ble,ke->blk", g, p["embedding_prior_gates_vector"])[..., None] + own
   s1, s2, s3 = tf.unstack(tf.sigmoid(logits), axis=2)
   weights = tf.stack([s1 * s2, s1 * (1 - s2), (1 - s1) * s3, (1 - s1) * (1 - s3)], 2)
   return tf.reduce_sum(weights * component, 2)
@@ -115,20 +118,23 @@ def tf_mixtape(hidden, p, frequent):
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_mixtape_matches_tf(case):
   # ids 0-2 (a quarter of the 14 ordinary ids) and the 2 extra ids 14, 15 are frequent.
-  frequent = np.zeros(VOCAB, np.float32)
-  frequent[[0, 1, 2, 14, 15]] = 1.0
+  frequent_ids = [0, 1, 2, 14, 15]
 
   def reference(ids, hidden, p):
-    return tf.gather(p["embedding"], ids), tf_mixtape(hidden, p, frequent)
+    return (tf.gather(p["embedding_embedding_weights"], ids),
+            tf_mixtape(hidden, p, frequent_ids))
   params = _check(case, lambda mesh: ve.Mixtape(
       mesh, VOCAB_DIM, D_DIM, mtf.VariableDType(tf.float32), "embedding", None,
       extra_ids=2, gate_embedding_size=4, frequent_token_fraction=0.25), reference)
   assert {k: v.shape for k, v in params.items()} == {
-      "decoder/embedding": (VOCAB, D), "decoder/embedding_context": (4, D, D),
-      "decoder/embedding_context_bias": (4, D), "decoder/embedding_gate_context":
-      (3, D, 4), "decoder/embedding_gate_vocab": (VOCAB, 4),
-      "decoder/embedding_gate_prior": (3, D), "decoder/embedding_gate_vocab_bias":
-      (VOCAB, 3), "decoder/embedding_gate_bias": (3,)}
+      "decoder/embedding_embedding_weights": (VOCAB, D),
+      "decoder/embedding_context_weights": (4, D, D),
+      "decoder/embedding_context_weights_bias": (4, D),
+      "decoder/embedding_prior_weights": (3, 4, D),
+      "decoder/embedding_prior_weights_bias": (3, 4),
+      "decoder/embedding_prior_vocab_vector": (5, 4),
+      "decoder/embedding_prior_gates_vector": (3, D),
+      "decoder/embedding_prior_bias": (5, 3)}
 
 
 def test_mixtape_training_noise_and_dropout_are_layout_independent():
@@ -156,17 +162,16 @@ def test_mixtape_training_noise_and_dropout_are_layout_independent():
 def test_mixtape_mixture_weights_sum_to_one_and_rare_tokens_share_gates():
   """With every context logit equal to 1, each mixed logit is the sum of the weights."""
   rng = np.random.RandomState(3)
-  p = {"embedding": tf.zeros([VOCAB, D]), "embedding_context": tf.zeros([4, D, D]),
-       "embedding_context_bias": tf.fill([4, D], 10.0),
-       "embedding_gate_context": rng.normal(size=(3, D, 4)).astype(np.float32),
-       "embedding_gate_vocab": rng.normal(size=(VOCAB, 4)).astype(np.float32),
-       "embedding_gate_prior": rng.normal(size=(3, D)).astype(np.float32),
-       "embedding_gate_vocab_bias": rng.normal(size=(VOCAB, 3)).astype(np.float32),
-       "embedding_gate_bias": rng.normal(size=(3,)).astype(np.float32)}
-  p["embedding"] = tf.one_hot(np.zeros(VOCAB, np.int32), D) / np.tanh(10.0)
-  frequent = np.zeros(VOCAB, np.float32)
-  frequent[:3] = 1.0
-  logits = tf_mixtape(rng.normal(size=(2, 4, D)).astype(np.float32), p, frequent).numpy()
+  p = {"embedding_context_weights": tf.zeros([4, D, D]),
+       "embedding_context_weights_bias": tf.fill([4, D], 10.0),
+       "embedding_prior_weights": rng.normal(size=(3, 4, D)).astype(np.float32),
+       "embedding_prior_weights_bias": rng.normal(size=(3, 4)).astype(np.float32),
+       "embedding_prior_vocab_vector": rng.normal(size=(3, 4)).astype(np.float32),
+       "embedding_prior_gates_vector": rng.normal(size=(3, D)).astype(np.float32),
+       "embedding_prior_bias": rng.normal(size=(3, 3)).astype(np.float32)}
+  p["embedding_embedding_weights"] = tf.one_hot(np.zeros(VOCAB, np.int32), D) / np.tanh(
+      10.0)
+  logits = tf_mixtape(rng.normal(size=(2, 4, D)).astype(np.float32), p, [0, 1, 2]).numpy()
   np.testing.assert_allclose(logits, 1.0, rtol=1e-5)
 
 
@@ -192,7 +197,7 @@ def test_embeddings_in_a_unitransformer_with_shared_softmax():
   finally:
     gin.clear_config()
   names = sorted(v.name for v in graph.trainable_variables)
-  assert "transformer/embedding_mixture" in names, names
+  assert "transformer/embedding_mixture_weights" in names, names
   lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[0])})
   got = lowering.export_to_tf_tensor(logits).numpy()
   # The mixture's logits are log-probabilities already.

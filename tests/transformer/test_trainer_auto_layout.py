@@ -43,11 +43,10 @@ def test_auto_layout_chooses_trains_and_records(tmp_path, capsys):
   try:
     from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
     gin_setup.parse_gin([], trainer_helpers.tiny_lm_bindings(model_dir, corpus)[:7])
-    shape, rules, _ = auto_layout.choose(model_fn, 8, 8, 16, utils.get_variable_dtype(),
-                                         None)
+    chosen, _ = auto_layout.choose(model_fn, 8, 8, 16, utils.get_variable_dtype(), None)
   finally:
     gin.clear_config()
-  assert (shape.to_string, str(rules)) == (chosen_mesh, chosen_rules)
+  assert (chosen.shape.to_string, str(chosen.layout_rules)) == (chosen_mesh, chosen_rules)
 
 
 def test_device_count_without_auto_is_refused(tmp_path):

@@ -33,7 +33,8 @@ OFFERED = {
         ExpertsSelfAttention ExpertsEncDecAttention""",
     "attention": """attention AttentionParams attention_params_simple local_attention_1d
         visibility_mask_to_attention_bias hybrid_attention synthetic_attention
-        maybe_reshape_attention_input_for_2d_sharding ExpertsAttentionParams""",
+        maybe_reshape_attention_input_for_2d_sharding ExpertsAttentionParams
+        concat_hyper_prompts_kv make_params_hyperprompt make_params_mtlprompt""",
     "moe": """MoE1D MoE2D transformer_moe_layer_v1 transformer_moe_layer_v2
         set_default_moe_hparams HParams""",
     "vocab_embeddings": """FactorizedVocabEmbedding AdaptiveVocabEmbedding
@@ -78,15 +79,10 @@ OFFERED = {
 
 _TPU_ESTIMATOR = "TPUEstimator-only; the TF 2 trainer (utils.run) has its own loop"
 _LATER = "not offered yet (a rarely used research variant)"
-_HYPERPROMPT = ("HyperPrompt task prompts (SelfAttention(use_hyperprompt=True)) are not "
-                "offered yet; SelfAttention accepts the hyperprompt_* parameters")
 NOT_OFFERED = {
     # 10.1
     # 10.2
     # 10.3
-    "attention.make_params_hyperprompt": _HYPERPROMPT,
-    "attention.make_params_mtlprompt": _HYPERPROMPT,
-    "attention.concat_hyper_prompts_kv": _HYPERPROMPT,
     # 10.5
     # 10.6
     # 10.7

@@ -252,11 +252,13 @@ def test_local_self_attention_window_members():
   assert tl.SelfAttention().max_relative_position(context) is None
 
 
-def test_hyperprompt_is_refused_with_its_name():
-  with pytest.raises(mtf.MtfError, match="use_hyperprompt"):
-    tl.SelfAttention(use_hyperprompt=True)
-  layer = tl.SelfAttention(hyperprompt_task_num=4, hyperprompt_hidden_dim=16)
-  assert (layer.hyperprompt_task_num, layer.use_hyperprompt) == (4, False)
+def test_hyperprompt_parameters_are_kept():
+  """(The prompts themselves are checked in test_zoo_hyper_prompts.py.)"""
+  layer = tl.SelfAttention(use_hyperprompt=True, hyperprompt_task_num=4,
+                           hyperprompt_hidden_dim=16, hyperprompt_length_encoder=3)
+  assert (layer.hyperprompt_task_num, layer.hyperprompt_hidden_dim,
+          layer.hyperprompt_length_encoder, layer.use_hyperprompt) == (4, 16, 3, True)
+  assert tl.SelfAttention().use_hyperprompt is False
 
 
 def test_attention_params_without_attention_vars_keeps_only_the_output_projection():
