@@ -39,7 +39,7 @@ class LaidOutVariable(LaidOutVariableBase):
     reads = []
     for pnum, v in enumerate(self.slice_variables):
       with tf.device(self._mesh_impl.devices[pnum]):
-        reads.append(v.read_value())
+        reads.append(v.value())  # no Identity after the read, unlike read_value()
     return LaidOutTensor(reads)
 
   def assign_to_slices(self, assign_fn, laid_out_values):
@@ -185,6 +185,17 @@ class PlacementMeshImpl(MeshImpl):
     for pnum, device in enumerate(self._devices):
       with tf.device(device):
         out.append(tf.identity(slices[pnum]))
+    return LaidOutTensor(out)
+
+  def import_constant(self, x, value):
+    """One constant per device holding its slice of the numpy value."""
+    sizes = self.slice_shape(x.shape)
+    out = []
+    for pnum, device in enumerate(self._devices):
+      begin = self.slice_begin(x.shape, pnum)
+      piece = value[tuple(slice(b, b + n) for b, n in zip(begin, sizes))]
+      with tf.device(device):
+        out.append(tf.constant(piece))
     return LaidOutTensor(out)
 
   def export_to_tf_tensor(self, x, laid_out_x):

@@ -380,8 +380,9 @@ class EmulationRuntime:
     return self.wrap(tf.constant(num))
 
   # ---- full tensors <-> compact / stacked slices ----
-  def compact_from_full(self, full, tensor_shape):
-    """Cuts a full tf.Tensor into its compact laid-out value (no copies)."""
+  def compact_from_full(self, full, tensor_shape, ops=tf):
+    """Cuts a full tf.Tensor into its compact laid-out value (no copies). With ops=np it
+    cuts a numpy array the same way."""
     tensor_shape = convert_to_shape(tensor_shape)
     layout = self._impl.tensor_layout(tensor_shape)
     sizes = self._impl.slice_shape(tensor_shape)
@@ -392,13 +393,13 @@ class EmulationRuntime:
         blocked_shape.append(self.mesh_shape[layout[i]])
       slice_axes.append(len(blocked_shape))
       blocked_shape.append(sizes[i])
-    full = tf.reshape(full, blocked_shape)
+    extents = [self.mesh_shape[a] if a in block_axis_of else 1 for a in range(self.k)]
     block_axes = [block_axis_of[a] for a in sorted(block_axis_of)]
     perm = block_axes + slice_axes
-    if perm != list(range(len(perm))):
-      full = tf.transpose(full, perm)
-    extents = [self.mesh_shape[a] if a in block_axis_of else 1 for a in range(self.k)]
-    return tf.reshape(full, extents + sizes)
+    if perm == list(range(len(perm))):  # a reshape does it all
+      return ops.reshape(full, extents + sizes)
+    full = ops.transpose(ops.reshape(full, blocked_shape), perm)
+    return ops.reshape(full, extents + sizes)
 
   def full_from_compact(self, compact, tensor_shape):
     """Inverse of compact_from_full (takes the first copy along replicated axes)."""
@@ -425,6 +426,10 @@ class EmulationRuntime:
 
   def import_tf_tensor(self, x, tf_x):
     return self.wrap(self.compact_from_full(tf.convert_to_tensor(tf_x), x.shape))
+
+  def import_constant(self, x, value):
+    """The compact value of a numpy array, cut in numpy: one constant."""
+    return self.wrap(tf.constant(self.compact_from_full(value, x.shape, ops=np)))
 
   def export_to_tf_tensor(self, x, laid_out_x):
     return self.full_from_compact(laid_out_x.compact, x.shape)

@@ -233,6 +233,11 @@ class MeshImpl:
     """Cuts a full tf.Tensor into the laid-out value of mtf Tensor x."""
     raise NotImplementedError
 
+  def import_constant(self, x, value):
+    """The laid-out value of mtf Tensor x from a numpy array of its full shape; a backend
+    may cut it in numpy and emit each slice as a constant."""
+    return self.import_tf_tensor(x, tf.constant(value))
+
   def export_to_tf_tensor(self, x, laid_out_x):
     """Reassembles the full tf.Tensor of mtf Tensor x."""
     raise NotImplementedError
@@ -279,9 +284,11 @@ class MeshImpl:
     from mesh_tf.ops.slicewise import local_broadcast  # pylint: disable=g-import-not-at-top
     old_shape, new_shape = convert_to_shape(old_shape), convert_to_shape(new_shape)
     sizes = self.slice_shape(new_shape)
-    return self.slicewise(
-        lambda t: tf.broadcast_to(local_broadcast(t, old_shape, new_shape), sizes),
-        old_slices)
+
+    def fn(t):
+      t = local_broadcast(t, old_shape, new_shape, full_rank=False)
+      return t if t.shape.as_list() == sizes else tf.broadcast_to(t, sizes)
+    return self.slicewise(fn, old_slices)
 
   def slicewise_delay_allreduce(self, fn, *inputs):
     """slicewise for a fn linear in its inputs: partial sums still owing one allreduce
