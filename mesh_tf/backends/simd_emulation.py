@@ -96,7 +96,7 @@ class EmulatedLaidOutVariable(LaidOutVariableBase):
   @property
   def laid_out_tensor(self):
     """A read of every core's slice."""
-    return self._runtime.wrap(self.variable.read_value())
+    return self._runtime.wrap(self.variable.value())  # no Identity, unlike read_value()
 
   def assign_to_slices(self, assign_fn, laid_out_values):
     """assign_fn(variable, value) once on the compact variable (every core at once).

@@ -56,7 +56,12 @@ def slice_writer(assign_fn, variable):
 def _group(ops):
   if tf.executing_eagerly():
     return None
-  return tf.group(*[o for o in ops if o is not None])
+  ops = [o for o in ops if o is not None]
+  if len(ops) == 1:  # a lone write needs no NoOp around it
+    op = ops[0] if isinstance(ops[0], tf.Operation) else getattr(ops[0], "op", None)
+    if isinstance(op, tf.Operation):
+      return op
+  return tf.group(*ops)
 
 
 class Assign(Operation):

@@ -1,4 +1,6 @@
 """Creating mtf tensors: from TF values (import), constants, zeros/ones/fill."""
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -44,12 +46,29 @@ class ImportOperation(Operation):
     impl = lowering.mesh_impl(self)
     static = _static_value(value, y)
     if static is not None:
-      lowering.set_tensor_lowering(y, impl.import_constant(y, static))
+      lowering.set_tensor_lowering(y, _import_constant(impl, y, static))
       return
     value = tf.convert_to_tensor(value, dtype=y.dtype)
     if value.shape.as_list() != y.shape.to_integer_list:
       value = tf.reshape(value, y.shape.to_integer_list)
     lowering.set_tensor_lowering(y, impl.import_tf_tensor(y, value))
+
+
+# {TF graph being traced: {(mesh impl, shape, dtype, bytes): laid-out constant}}, so each
+# distinct constant (e.g. the scalar of every `x * 2.0`) is emitted once per trace.
+_TRACE_CONSTANTS = weakref.WeakKeyDictionary()
+
+
+def _import_constant(impl, y, value):
+  if tf.executing_eagerly():
+    return impl.import_constant(y, value)
+  cache = _TRACE_CONSTANTS.setdefault(tf.compat.v1.get_default_graph(), {})
+  key = (impl, tuple(y.shape.dimension_names), tuple(y.shape.to_integer_list), y.dtype,
+         value.tobytes())
+  if key not in cache:
+    with tf.control_dependencies(None):  # shared, so it must not wait for anything
+      cache[key] = impl.import_constant(y, value)
+  return cache[key]
 
 
 # Larger known values go through import_tf_tensor as one tensor (no per-slice constants).
