@@ -104,10 +104,18 @@ def _python_names(op):
   return _PARAMS[op.type]
 
 
+def _as_tensor(value):
+  return tf.constant(value) if isinstance(value, np.ndarray) else value
+
+
 def _call_raw(op, args, attrs):
   """Emits op.type with the given inputs and attrs (keyed by op_def names); returns its
   outputs as a flat list."""
   raw, names = _python_names(op)
+  # A numpy input (a constant of the trace) becomes a constant of its own dtype (a raw op
+  # would otherwise convert it to the op's default type).
+  args = {k: [_as_tensor(x) for x in v] if isinstance(v, list) else _as_tensor(v)
+          for k, v in args.items()}
   kwargs = {names[k]: v for k, v in list(args.items()) + list(attrs.items())}
   result = raw(**kwargs)
   if isinstance(result, (tf.Tensor, tf.Variable)) or hasattr(result, "dtype"):
