@@ -26,6 +26,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_lib  # pylint: disable=g-direct-tensorflow-import
 
+from mesh_tf.backends import simd_matmul
+
 stats = collections.Counter()
 
 # Elementwise ops (numpy broadcasting): stacked inputs are aligned on per-slice rank.
@@ -322,9 +324,13 @@ class _Replay:
       """The einsum with the mesh axes drop_axes also contracted (extent 1 after)."""
       out_extents = [1 if i in drop_axes else e for i, e in enumerate(extents)]
       kept = [i for i in range(self.k) if out_extents[i] > 1]
-      call_attrs = dict(attrs, equation=",".join(terms) + "->" + "".join(
-          mesh_labels[i] for i in kept) + out)
-      result = _call_raw(op, {"inputs": values}, call_attrs)[0]
+      equation = ",".join(terms) + "->" + "".join(mesh_labels[i] for i in kept) + out
+      result = None
+      if len(values) == 2:
+        result = simd_matmul.batched_matmul(equation, values[0], values[1],
+                                            frozenset(mesh_labels))
+      if result is None:
+        result = _call_raw(op, {"inputs": values}, dict(attrs, equation=equation))[0]
       if len(kept) < self.k:
         result = tf.reshape(result, out_extents + out_shape)
       return result
