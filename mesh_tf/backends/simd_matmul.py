@@ -81,7 +81,11 @@ def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
   size.update(zip(rhs, y.shape.as_list()))
   prod = lambda s: int(np.prod([size[c] for c in s], dtype=np.int64))
 
+  # Reshapes are skipped by the labels alone (never by sizes), so the op count does not
+  # depend on the mesh shape.
   def as_3d(value, term, free, contracted_first):
+    if len(free) == 1 and len(contracted) == 1 and all(c in term for c in labels):
+      return value
     dims = [size[c] if c in term else 1 for c in labels]
     return tf.reshape(value, dims + ([prod(contracted), prod(free)] if contracted_first
                                      else [prod(free), prod(contracted)]))
@@ -95,4 +99,6 @@ def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
   summed = [i for i, (_, s) in enumerate(batch) if s]
   if summed:
     result = tf.reduce_sum(result, summed)
+  if len(free_l) == 1 and len(free_r) == 1:
+    return result
   return tf.reshape(result, [size[c] for c in out])

@@ -3,8 +3,9 @@ bounded (name-based broadcasting, reductions and constants emit minimal TF ops),
 SIMD emulation's step has the same ops at 8 and 64 emulated cores.
 
 The bounds sit a little above what the lowering emits today (placement 526 ops on one
-device; SIMD 665 on one core, 888 on 8 or 64); before issue 16's clean-up the same step
-traced 1,033, 2,334 and 2,546.
+device; SIMD 665 on one core, 1,262 on 8 or 64, of which about 370 are the reshapes around
+the batch matmuls that replace its mesh-labelled einsums); before issue 16's clean-up the
+same step traced 1,033, 2,334 and 2,546.
 """
 import collections
 
@@ -16,7 +17,7 @@ from models.tiny_lm import config, mtf_model
 
 PLACEMENT_ONE_DEVICE_BOUND = 545
 SIMD_ONE_CORE_BOUND = 690
-SIMD_EIGHT_CORES_BOUND = 920
+SIMD_EIGHT_CORES_BOUND = 1300
 # Plain TF's step of the same model (tf.GradientTape) is the floor this is measured
 # against; mesh_tf adds its variable-per-slice reads and the SGD update as mtf ops.
 LAYOUT = "batch:rows;d_ff:cols;heads:cols;vocab:cols"
