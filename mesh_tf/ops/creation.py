@@ -1,6 +1,4 @@
 """Creating mtf tensors: from TF values (import), constants, zeros/ones/fill."""
-import weakref
-
 import numpy as np
 import tensorflow as tf
 
@@ -54,15 +52,20 @@ class ImportOperation(Operation):
     lowering.set_tensor_lowering(y, impl.import_tf_tensor(y, value))
 
 
-# {TF graph being traced: {(mesh impl, shape, dtype, bytes): laid-out constant}}, so each
-# distinct constant (e.g. the scalar of every `x * 2.0`) is emitted once per trace.
-_TRACE_CONSTANTS = weakref.WeakKeyDictionary()
+# Attribute of the TF graph being built: {(mesh impl, shape, dtype, bytes): laid-out
+# constant}, so each distinct constant (e.g. the scalar of every `x * 2.0`) is emitted
+# once per graph; it lives and dies with the graph (a cond branch has its own).
+_GRAPH_CACHE_ATTR = "_mesh_tf_import_constants"
 
 
 def _import_constant(impl, y, value):
   if tf.executing_eagerly():
     return impl.import_constant(y, value)
-  cache = _TRACE_CONSTANTS.setdefault(tf.compat.v1.get_default_graph(), {})
+  graph = tf.compat.v1.get_default_graph()
+  cache = getattr(graph, _GRAPH_CACHE_ATTR, None)
+  if cache is None:
+    cache = {}
+    setattr(graph, _GRAPH_CACHE_ATTR, cache)
   key = (impl, tuple(y.shape.dimension_names), tuple(y.shape.to_integer_list), y.dtype,
          value.tobytes())
   if key not in cache:
