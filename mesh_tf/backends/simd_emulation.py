@@ -24,7 +24,7 @@ from mesh_tf.backends import simd_vectorize
 from mesh_tf.backends.simd_vectorize import broadcast_extents
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
-from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
+from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, graph_cached
 from mesh_tf.shapes import convert_to_shape
 
 _TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
@@ -428,8 +428,13 @@ class EmulationRuntime:
     return self.wrap(self.compact_from_full(tf.convert_to_tensor(tf_x), x.shape))
 
   def import_constant(self, x, value):
-    """The compact value of a numpy array, cut in numpy: one constant."""
-    return self.wrap(tf.constant(self.compact_from_full(value, x.shape, ops=np)))
+    """The compact value of a numpy array, cut in numpy: one constant, once per graph
+    for each distinct value."""
+    key = (self, tuple(x.shape.dimension_names), tuple(x.shape.to_integer_list),
+           value.dtype, value.tobytes())
+    compact = graph_cached(key, lambda: tf.constant(
+        self.compact_from_full(value, x.shape, ops=np)))
+    return self.wrap(compact)
 
   def export_to_tf_tensor(self, x, laid_out_x):
     return self.full_from_compact(laid_out_x.compact, x.shape)

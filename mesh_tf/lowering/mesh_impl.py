@@ -46,6 +46,30 @@ class LaidOutVariableBase:
     return tf.no_op() if not tf.executing_eagerly() else None
 
 
+# Attribute of a TF graph being built: {key: value} of `graph_cached`.
+_GRAPH_CACHE_ATTR = "_mesh_tf_graph_cache"
+
+
+def graph_cached(key, make):
+  """make(), memoized per TF graph being built (a cond branch or loop body has its own),
+  made outside any control dependencies; eagerly it is just make().
+
+  For values that do not depend on where they are made, e.g. the constants of
+  `import_constant` on backends whose slices do not depend on a replica context.
+  """
+  if tf.executing_eagerly():
+    return make()
+  graph = tf.compat.v1.get_default_graph()
+  cache = getattr(graph, _GRAPH_CACHE_ATTR, None)
+  if cache is None:
+    cache = {}
+    setattr(graph, _GRAPH_CACHE_ATTR, cache)
+  if key not in cache:
+    with tf.control_dependencies(None):
+      cache[key] = make()
+  return cache[key]
+
+
 class MeshImpl:
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
 
@@ -235,7 +259,7 @@ class MeshImpl:
 
   def import_constant(self, x, value):
     """The laid-out value of mtf Tensor x from a numpy array of its full shape; a backend
-    may cut it in numpy and emit each slice as a constant."""
+    may cut it in numpy and emit each slice as a constant (see `graph_cached`)."""
     return self.import_tf_tensor(x, tf.constant(value))
 
   def export_to_tf_tensor(self, x, laid_out_x):

@@ -44,34 +44,12 @@ class ImportOperation(Operation):
     impl = lowering.mesh_impl(self)
     static = _static_value(value, y)
     if static is not None:
-      lowering.set_tensor_lowering(y, _import_constant(impl, y, static))
+      lowering.set_tensor_lowering(y, impl.import_constant(y, static))
       return
     value = tf.convert_to_tensor(value, dtype=y.dtype)
     if value.shape.as_list() != y.shape.to_integer_list:
       value = tf.reshape(value, y.shape.to_integer_list)
     lowering.set_tensor_lowering(y, impl.import_tf_tensor(y, value))
-
-
-# Attribute of the TF graph being built: {(mesh impl, shape, dtype, bytes): laid-out
-# constant}, so each distinct constant (e.g. the scalar of every `x * 2.0`) is emitted
-# once per graph; it lives and dies with the graph (a cond branch has its own).
-_GRAPH_CACHE_ATTR = "_mesh_tf_import_constants"
-
-
-def _import_constant(impl, y, value):
-  if tf.executing_eagerly():
-    return impl.import_constant(y, value)
-  graph = tf.compat.v1.get_default_graph()
-  cache = getattr(graph, _GRAPH_CACHE_ATTR, None)
-  if cache is None:
-    cache = {}
-    setattr(graph, _GRAPH_CACHE_ATTR, cache)
-  key = (impl, tuple(y.shape.dimension_names), tuple(y.shape.to_integer_list), y.dtype,
-         value.tobytes())
-  if key not in cache:
-    with tf.control_dependencies(None):  # shared, so it must not wait for anything
-      cache[key] = impl.import_constant(y, value)
-  return cache[key]
 
 
 # Larger known values go through import_tf_tensor as one tensor (no per-slice constants).
