@@ -114,6 +114,12 @@ class StepPair:
     self.mtf_step = mtf_step
 
 
+def traced_op_count(step, *args):
+  """TF ops in the traced graph of a tf.function, nested function bodies included."""
+  graph_def = step.get_concrete_function(*args).graph.as_graph_def()
+  return len(graph_def.node) + sum(len(f.node_def) for f in graph_def.library.function)
+
+
 def main(_):
   targets = tf.constant(synthetic_targets(FLAGS.size))
   fns, pairs = {}, {}
@@ -128,12 +134,14 @@ def main(_):
   print("Unitransformer LM (%s + %s) %s, %s, one device; %d steps x %d repeats, median "
         "per step" % (GIN_MODEL_FILE, FLAGS.size, common.TRANSFORMER_SIZES[FLAGS.size],
                       FLAGS.optimizer, FLAGS.steps, FLAGS.repeats))
-  rows = [["variant", "ms/step", "ratio to plain TF"]]
+  rows = [["variant", "ms/step", "ratio to plain TF", "TF ops"]]
   for tag in ("no-xla", "xla"):
     base = times["plain TF, " + tag]
-    for who in ("plain TF", "mesh_tf"):
+    pair = pairs[tag]
+    for who, step in (("plain TF", pair.tf_step), ("mesh_tf", pair.mtf_step)):
       t = times["%s, %s" % (who, tag)]
-      rows.append(["%s, %s" % (who, tag), "%.2f" % (1e3 * t), "%.3f" % (t / base)])
+      rows.append(["%s, %s" % (who, tag), "%.2f" % (1e3 * t), "%.3f" % (t / base),
+                   "%d" % traced_op_count(step, targets)])
   common.print_table(rows)
   # Both sides took the same number of steps from the same weights on the same batch.
   for tag, pair in pairs.items():

@@ -8,9 +8,12 @@ The model is models.tiny_lm (vocab 2048, d_model 256, d_ff 1024, 8 heads x d_kv 
 model written with tf.Variables and tf.GradientTape, from the same weights and data;
 DTensor runs that code with DVariables laid out as mesh_tf's rules say (except the
 embedding, replicated: DTensor cannot gather along a split dim).
-Each variant is timed in two interleaved passes; the best is reported.
+Plain TF is also timed with XLA (jit_compile); `--backends placement,simd,gspmd` adds
+mesh_tf's GSPMD backend (compiled with XLA; on CPU it runs unpartitioned). "build s" is
+the time to build each step up to its traced graph (mtf graph, lowering, trace).
+Each variant is timed in interleaved passes; the best is reported.
 
-  python -m benchmarks.step_time [--steps 3 --batch 32]
+  python -m benchmarks.step_time [--steps 3 --batch 32 --backends placement,simd,gspmd]
 """
 from absl import app
 from absl import flags
@@ -26,7 +29,10 @@ flags.DEFINE_integer("vocab", 2048, "Vocabulary size.")
 flags.DEFINE_integer("d_model", 256, "Model width.")
 flags.DEFINE_integer("d_ff", 1024, "Feed-forward width.")
 flags.DEFINE_bool("dtensor", True, "Also time tf.experimental.dtensor on dp, mp, dp+mp.")
-flags.DEFINE_list("backends", ["placement", "simd"], "mesh_tf backends to run.")
+flags.DEFINE_list("backends", ["placement", "simd"],
+                  "mesh_tf backends to run (placement, simd, gspmd; gspmd steps are "
+                  "compiled with XLA).")
+flags.DEFINE_bool("xla_baseline", True, "Also time plain TF with jit_compile=True.")
 
 LAYOUTS = [
     ("single", "", ""),
@@ -36,7 +42,7 @@ LAYOUTS = [
 ]
 
 
-def make_tf_step(c, weights, make_variable=None):
+def make_tf_step(c, weights, make_variable=None, jit_compile=False):
   """The tiny LM in plain TF: tf.function(inputs, targets) -> loss before the update.
 
   make_variable(name, numpy value) makes each weight (default: a tf.Variable).
@@ -68,7 +74,7 @@ def make_tf_step(c, weights, make_variable=None):
     logits = tf.einsum("bld,dv->blv", x, v["softmax"])
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(targets, logits))
 
-  @tf.function(autograph=False)
+  @tf.function(autograph=False, jit_compile=jit_compile)
   def step(inputs, targets):
     with tf.GradientTape() as tape:
       loss = loss_fn(inputs, targets)
@@ -124,6 +130,7 @@ def op_count(step, inputs, targets):
 
 
 def main(_):
+  import time  # pylint: disable=g-import-not-at-top
   devices = common.set_up_virtual_cpus(8)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
@@ -134,18 +141,32 @@ def main(_):
   weights = config.initial_weights(c)
   batch = config.synthetic_batch(c)
   inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
-  steps = {"plain TF single": (make_tf_step(c, weights), [inputs, targets])}
+  steps, build = {}, {}
+
+  def add(label, make):
+    """Builds one variant; its build time is the graph, lowering and trace."""
+    start = time.perf_counter()
+    steps[label] = make()
+    steps[label][0].get_concrete_function(*steps[label][1])
+    build[label] = time.perf_counter() - start
+
+  add("plain TF single", lambda: (make_tf_step(c, weights), [inputs, targets]))
+  if FLAGS.xla_baseline:
+    add("plain TF single XLA", lambda: (make_tf_step(c, weights, jit_compile=True),
+                                        [inputs, targets]))
   if FLAGS.dtensor:
     for label, mesh_shape, _ in LAYOUTS[1:]:
       dims = [(d.name, d.size) for d in mtf.convert_to_shape(mesh_shape).dims]
-      steps["DTensor %s" % label] = make_dtensor_step(c, weights, devices, dims, batch)
+      add("DTensor %s" % label, lambda dims=dims: make_dtensor_step(
+          c, weights, devices, dims, batch))
   for backend in FLAGS.backends:
     for label, mesh_shape, layout in LAYOUTS:
-      model = mtf_model.TinyLmModel(c, weights)
-      n = mtf.convert_to_shape(mesh_shape).size
-      impl = mtf.make_mesh_impl(backend, mesh_shape, layout, devices[:max(n, 1)])
-      steps["mesh_tf %s %s" % (backend, label)] = (model.make_train_step(impl),
-                                                   [inputs, targets])
+      def make(backend=backend, mesh_shape=mesh_shape, layout=layout):
+        model = mtf_model.TinyLmModel(c, weights)
+        n = mtf.convert_to_shape(mesh_shape).size
+        impl = mtf.make_mesh_impl(backend, mesh_shape, layout, devices[:max(n, 1)])
+        return model.make_train_step(impl, jit_compile=impl.needs_xla), [inputs, targets]
+      add("mesh_tf %s %s" % (backend, label), make)
   first_loss = {k: float(s(*a)) for k, (s, a) in steps.items()}
   ops = {k: op_count(s, *a) for k, (s, a) in steps.items()}
   fns = {k: (lambda s=s, a=a: s(*a)) for k, (s, a) in steps.items()}
@@ -154,9 +175,9 @@ def main(_):
   print("LM %s; 8 virtual CPUs; %d steps per block, best of %d interleaved passes"
         % (dict(c._asdict()), FLAGS.steps, FLAGS.repeats))
   base = times["plain TF single"]
-  rows = [["variant", "s/step", "ratio to plain TF", "TF ops", "first loss"]]
+  rows = [["variant", "s/step", "ratio to plain TF", "TF ops", "build s", "first loss"]]
   for k, t in times.items():
-    rows.append([k, "%.3f" % t, "%.2f" % (t / base), "%d" % ops[k],
+    rows.append([k, "%.3f" % t, "%.2f" % (t / base), "%d" % ops[k], "%.1f" % build[k],
                  "%.5f" % first_loss[k]])
   common.print_table(rows)
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
-from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
+from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl, graph_cached
 from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_to_pnum
 
 
@@ -39,7 +39,7 @@ class LaidOutVariable(LaidOutVariableBase):
     reads = []
     for pnum, v in enumerate(self.slice_variables):
       with tf.device(self._mesh_impl.devices[pnum]):
-        reads.append(v.read_value())
+        reads.append(v.value())  # no Identity after the read, unlike read_value()
     return LaidOutTensor(reads)
 
   def assign_to_slices(self, assign_fn, laid_out_values):
@@ -61,6 +61,12 @@ class LaidOutVariable(LaidOutVariableBase):
     value = tf.cast(value, self.slice_dtype)
     for v, s in zip(self.slice_variables, self._mesh_impl.make_slices(value, self.shape)):
       v.assign(s)
+
+
+def _constant_key(x, value):
+  """What makes two imported constants the same laid-out value."""
+  return (tuple(x.shape.dimension_names), tuple(x.shape.to_integer_list), value.dtype,
+          value.tobytes())
 
 
 def _check_devices(mesh_shape, devices):
@@ -186,6 +192,21 @@ class PlacementMeshImpl(MeshImpl):
       with tf.device(device):
         out.append(tf.identity(slices[pnum]))
     return LaidOutTensor(out)
+
+  def import_constant(self, x, value):
+    """One constant per device holding its slice of the numpy value, once per graph for
+    each distinct value (e.g. the scalar of every `x * 2.0`)."""
+    sizes = self.slice_shape(x.shape)
+
+    def make():
+      out = []
+      for pnum, device in enumerate(self._devices):
+        begin = self.slice_begin(x.shape, pnum)
+        piece = value[tuple(slice(b, b + n) for b, n in zip(begin, sizes))]
+        with tf.device(device):
+          out.append(tf.constant(piece))
+      return LaidOutTensor(out)
+    return graph_cached((self, _constant_key(x, value)), make)
 
   def export_to_tf_tensor(self, x, laid_out_x):
     return self.combine_slices(laid_out_x.tensor_list, x.shape)

@@ -173,6 +173,11 @@ class SimdMeshImpl(MeshImpl):
   def import_tf_tensor(self, x, tf_x):
     return self._runtime.import_tf_tensor(x, tf_x)
 
+  def import_constant(self, x, value):
+    if hasattr(self._runtime, "import_constant"):
+      return self._runtime.import_constant(x, value)
+    return super().import_constant(x, value)
+
   def export_to_tf_tensor(self, x, laid_out_x):
     return self._runtime.export_to_tf_tensor(x, laid_out_x)
 

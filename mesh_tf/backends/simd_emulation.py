@@ -24,7 +24,7 @@ from mesh_tf.backends import simd_vectorize
 from mesh_tf.backends.simd_vectorize import broadcast_extents
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
-from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
+from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, graph_cached
 from mesh_tf.shapes import convert_to_shape
 
 _TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
@@ -96,7 +96,7 @@ class EmulatedLaidOutVariable(LaidOutVariableBase):
   @property
   def laid_out_tensor(self):
     """A read of every core's slice."""
-    return self._runtime.wrap(self.variable.read_value())
+    return self._runtime.wrap(self.variable.value())  # no Identity, unlike read_value()
 
   def assign_to_slices(self, assign_fn, laid_out_values):
     """assign_fn(variable, value) once on the compact variable (every core at once).
@@ -380,8 +380,9 @@ class EmulationRuntime:
     return self.wrap(tf.constant(num))
 
   # ---- full tensors <-> compact / stacked slices ----
-  def compact_from_full(self, full, tensor_shape):
-    """Cuts a full tf.Tensor into its compact laid-out value (no copies)."""
+  def compact_from_full(self, full, tensor_shape, ops=tf):
+    """Cuts a full tf.Tensor into its compact laid-out value (no copies). With ops=np it
+    cuts a numpy array the same way."""
     tensor_shape = convert_to_shape(tensor_shape)
     layout = self._impl.tensor_layout(tensor_shape)
     sizes = self._impl.slice_shape(tensor_shape)
@@ -392,13 +393,13 @@ class EmulationRuntime:
         blocked_shape.append(self.mesh_shape[layout[i]])
       slice_axes.append(len(blocked_shape))
       blocked_shape.append(sizes[i])
-    full = tf.reshape(full, blocked_shape)
+    extents = [self.mesh_shape[a] if a in block_axis_of else 1 for a in range(self.k)]
     block_axes = [block_axis_of[a] for a in sorted(block_axis_of)]
     perm = block_axes + slice_axes
-    if perm != list(range(len(perm))):
-      full = tf.transpose(full, perm)
-    extents = [self.mesh_shape[a] if a in block_axis_of else 1 for a in range(self.k)]
-    return tf.reshape(full, extents + sizes)
+    if perm == list(range(len(perm))):  # a reshape does it all
+      return ops.reshape(full, extents + sizes)
+    full = ops.transpose(ops.reshape(full, blocked_shape), perm)
+    return ops.reshape(full, extents + sizes)
 
   def full_from_compact(self, compact, tensor_shape):
     """Inverse of compact_from_full (takes the first copy along replicated axes)."""
@@ -425,6 +426,15 @@ class EmulationRuntime:
 
   def import_tf_tensor(self, x, tf_x):
     return self.wrap(self.compact_from_full(tf.convert_to_tensor(tf_x), x.shape))
+
+  def import_constant(self, x, value):
+    """The compact value of a numpy array, cut in numpy: one constant, once per graph
+    for each distinct value."""
+    key = (self, tuple(x.shape.dimension_names), tuple(x.shape.to_integer_list),
+           value.dtype, value.tobytes())
+    compact = graph_cached(key, lambda: tf.constant(
+        self.compact_from_full(value, x.shape, ops=np)))
+    return self.wrap(compact)
 
   def export_to_tf_tensor(self, x, laid_out_x):
     return self.full_from_compact(laid_out_x.compact, x.shape)

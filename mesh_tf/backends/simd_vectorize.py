@@ -26,6 +26,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_lib  # pylint: disable=g-direct-tensorflow-import
 
+from mesh_tf.backends import simd_matmul
+
 stats = collections.Counter()
 
 # Elementwise ops (numpy broadcasting): stacked inputs are aligned on per-slice rank.
@@ -104,10 +106,18 @@ def _python_names(op):
   return _PARAMS[op.type]
 
 
+def _as_tensor(value):
+  return tf.constant(value) if isinstance(value, np.ndarray) else value
+
+
 def _call_raw(op, args, attrs):
   """Emits op.type with the given inputs and attrs (keyed by op_def names); returns its
   outputs as a flat list."""
   raw, names = _python_names(op)
+  # A numpy input (a constant of the trace) becomes a constant of its own dtype (a raw op
+  # would otherwise convert it to the op's default type).
+  args = {k: [_as_tensor(x) for x in v] if isinstance(v, list) else _as_tensor(v)
+          for k, v in args.items()}
   kwargs = {names[k]: v for k, v in list(args.items()) + list(attrs.items())}
   result = raw(**kwargs)
   if isinstance(result, (tf.Tensor, tf.Variable)) or hasattr(result, "dtype"):
@@ -120,7 +130,11 @@ def _call_raw(op, args, attrs):
 
 def _shift_axis(a, k):
   """Non-negative axis values move past the k mesh axes; negative ones count from the
-  end."""
+  end. A known axis is shifted in numpy (no TF op)."""
+  static = tf.get_static_value(a)
+  if static is not None:
+    static = np.asarray(static)
+    return np.where(static >= 0, static + k, static).astype(static.dtype)
   a = tf.convert_to_tensor(a)
   return tf.where(a >= 0, a + k, a)
 
@@ -165,7 +179,12 @@ class _Replay:
     target extents if given."""
     v, extents = self.get(t)
     if extents is None:
-      v = tf.reshape(v, tf.concat([tf.ones([self.k], tf.int32), tf.shape(v)], 0))
+      if isinstance(v, np.ndarray):
+        v = np.reshape(v, [1] * self.k + list(v.shape))
+      elif v.shape.is_fully_defined():
+        v = tf.reshape(v, [1] * self.k + v.shape.as_list())
+      else:
+        v = tf.reshape(v, tf.concat([tf.ones([self.k], tf.int32), tf.shape(v)], 0))
       extents = [1] * self.k
     return v if target is None else broadcast_extents(v, extents, target)
 
@@ -176,6 +195,11 @@ class _Replay:
     if extents is None:
       return v
     r = t.shape.rank
+    if r == rank:
+      return v
+    if v.shape.is_fully_defined():  # one reshape for all the new axes
+      shape = v.shape.as_list()
+      return tf.reshape(v, shape[:self.k] + [1] * (rank - r) + shape[self.k:])
     for _ in range(rank - r):
       v = tf.expand_dims(v, self.k)
     return v
@@ -186,8 +210,8 @@ class _Replay:
     in_extents = [e for e in in_extents if e is not None]
     attrs = _explicit_attrs(op)
     if op.type == "Const":
-      value = tf.make_ndarray(op.get_attr("value"))
-      outs, extents = [tf.constant(value, dtype=op.outputs[0].dtype)], None
+      # kept in numpy: an op that reads it emits it (or folds it, e.g. a shifted axis)
+      outs, extents = [tf.make_ndarray(op.get_attr("value"))], None
     elif op.type in _SHAPE_OPS and in_extents:
       outs, extents = self._static_shape_op(op), None
     elif not in_extents:
@@ -300,9 +324,13 @@ class _Replay:
       """The einsum with the mesh axes drop_axes also contracted (extent 1 after)."""
       out_extents = [1 if i in drop_axes else e for i, e in enumerate(extents)]
       kept = [i for i in range(self.k) if out_extents[i] > 1]
-      call_attrs = dict(attrs, equation=",".join(terms) + "->" + "".join(
-          mesh_labels[i] for i in kept) + out)
-      result = _call_raw(op, {"inputs": values}, call_attrs)[0]
+      equation = ",".join(terms) + "->" + "".join(mesh_labels[i] for i in kept) + out
+      result = None
+      if len(values) == 2:
+        result = simd_matmul.batched_matmul(equation, values[0], values[1],
+                                            frozenset(mesh_labels))
+      if result is None:
+        result = _call_raw(op, {"inputs": values}, dict(attrs, equation=equation))[0]
       if len(kept) < self.k:
         result = tf.reshape(result, out_extents + out_shape)
       return result
@@ -316,18 +344,24 @@ class _Replay:
     return _call_raw(op, args, attrs)
 
   def _prepend(self, value, first):
-    """The 1-D control tensor `value` with the per-mesh-axis entries `first` in front."""
+    """The 1-D control tensor `value` with the per-mesh-axis entries `first` in front
+    (in numpy when both are known)."""
+    known, head = tf.get_static_value(value), tf.get_static_value(first)
+    if known is not None and head is not None:
+      known = np.asarray(known)
+      return np.concatenate([np.reshape(head, [-1]).astype(known.dtype),
+                             np.reshape(known, [-1])])
     return tf.concat([tf.cast(tf.reshape(first, [-1]), value.dtype), value], 0)
 
   def _rule_Reshape(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     args = self._data_args(groups, {"shape"}, extents)
-    args["shape"] = self._prepend(args["shape"], tf.constant(extents, tf.int32))
+    args["shape"] = self._prepend(args["shape"], np.array(extents, np.int32))
     return _call_raw(op, args, attrs)
 
   def _rule_BroadcastTo(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     args = self._data_args(groups, {"shape"}, extents)
     args["input"] = self.aligned(op.inputs[0], len(op.outputs[0].shape))
-    args["shape"] = self._prepend(args["shape"], tf.constant(extents, tf.int32))
+    args["shape"] = self._prepend(args["shape"], np.array(extents, np.int32))
     return _call_raw(op, args, attrs)
 
   def _rule_Fill(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
@@ -335,26 +369,30 @@ class _Replay:
     value = self.get(op.inputs[1])[0]
     rank = op.outputs[0].shape.rank
     value = tf.reshape(value, extents + [1] * rank)
-    return [tf.broadcast_to(value, self._prepend(dims, tf.constant(extents, tf.int32)))]
+    return [tf.broadcast_to(value, self._prepend(dims, np.array(extents, np.int32)))]
 
   def _rule_Tile(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     args = self._data_args(groups, {"multiples"}, extents)
-    args["multiples"] = self._prepend(args["multiples"], tf.ones([self.k], tf.int32))
+    args["multiples"] = self._prepend(args["multiples"], np.ones([self.k], np.int32))
     return _call_raw(op, args, attrs)
 
   def _pad_rule(self, op, groups, attrs, extents):
     controls = {"paddings", "constant_values"}
     args = self._data_args(groups, controls, extents)
-    zero = tf.zeros([self.k, 2], args["paddings"].dtype)
-    args["paddings"] = tf.concat([zero, args["paddings"]], 0)
+    paddings = args["paddings"]
+    if isinstance(paddings, np.ndarray):
+      args["paddings"] = np.concatenate([np.zeros([self.k, 2], paddings.dtype), paddings])
+    else:
+      zero = tf.zeros([self.k, 2], paddings.dtype)
+      args["paddings"] = tf.concat([zero, paddings], 0)
     return _call_raw(op, args, attrs)
 
   _rule_Pad = _rule_PadV2 = _rule_MirrorPad = _pad_rule
 
   def _rule_Slice(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     args = self._data_args(groups, {"begin", "size"}, extents)
-    args["begin"] = self._prepend(args["begin"], tf.zeros([self.k], tf.int32))
-    args["size"] = self._prepend(args["size"], -tf.ones([self.k], tf.int32))
+    args["begin"] = self._prepend(args["begin"], np.zeros([self.k], np.int32))
+    args["size"] = self._prepend(args["size"], -np.ones([self.k], np.int32))
     return _call_raw(op, args, attrs)
 
   def _rule_GatherV2(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
@@ -392,7 +430,7 @@ class _Replay:
 
   def _rule_StridedSlice(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     args = self._data_args(groups, {"begin", "end", "strides"}, extents)
-    zeros, ones = tf.zeros([self.k], tf.int32), tf.ones([self.k], tf.int32)
+    zeros, ones = np.zeros([self.k], np.int32), np.ones([self.k], np.int32)
     args["begin"] = self._prepend(args["begin"], zeros)
     args["end"] = self._prepend(args["end"], zeros)
     args["strides"] = self._prepend(args["strides"], ones)
@@ -437,7 +475,7 @@ def _replay(graph, placeholders, outputs, args, mesh_shape, recipes):
       if op.control_inputs:
         raise _Fallback("control dependencies inside fn")
       replay.run(op)
-    results = [replay.as_stacked(o) for o in outs]
+    results = [tf.convert_to_tensor(replay.as_stacked(o)) for o in outs]
     if control:
       results = [tf.identity(r) for r in results]
     elif recipes is not None:

@@ -46,6 +46,30 @@ class LaidOutVariableBase:
     return tf.no_op() if not tf.executing_eagerly() else None
 
 
+# Attribute of a TF graph being built: {key: value} of `graph_cached`.
+_GRAPH_CACHE_ATTR = "_mesh_tf_graph_cache"
+
+
+def graph_cached(key, make):
+  """make(), memoized per TF graph being built (a cond branch or loop body has its own),
+  made outside any control dependencies; eagerly it is just make().
+
+  For values that do not depend on where they are made, e.g. the constants of
+  `import_constant` on backends whose slices do not depend on a replica context.
+  """
+  if tf.executing_eagerly():
+    return make()
+  graph = tf.compat.v1.get_default_graph()
+  cache = getattr(graph, _GRAPH_CACHE_ATTR, None)
+  if cache is None:
+    cache = {}
+    setattr(graph, _GRAPH_CACHE_ATTR, cache)
+  if key not in cache:
+    with tf.control_dependencies(None):
+      cache[key] = make()
+  return cache[key]
+
+
 class MeshImpl:
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
 
@@ -238,6 +262,11 @@ class MeshImpl:
     """Cuts a full tf.Tensor into the laid-out value of mtf Tensor x."""
     raise NotImplementedError
 
+  def import_constant(self, x, value):
+    """The laid-out value of mtf Tensor x from a numpy array of its full shape; a backend
+    may cut it in numpy and emit each slice as a constant (see `graph_cached`)."""
+    return self.import_tf_tensor(x, tf.constant(value))
+
   def export_to_tf_tensor(self, x, laid_out_x):
     """Reassembles the full tf.Tensor of mtf Tensor x."""
     raise NotImplementedError
@@ -284,9 +313,11 @@ class MeshImpl:
     from mesh_tf.ops.slicewise import local_broadcast  # pylint: disable=g-import-not-at-top
     old_shape, new_shape = convert_to_shape(old_shape), convert_to_shape(new_shape)
     sizes = self.slice_shape(new_shape)
-    return self.slicewise(
-        lambda t: tf.broadcast_to(local_broadcast(t, old_shape, new_shape), sizes),
-        old_slices)
+
+    def fn(t):
+      t = local_broadcast(t, old_shape, new_shape, full_rank=False)
+      return t if t.shape.as_list() == sizes else tf.broadcast_to(t, sizes)
+    return self.slicewise(fn, old_slices)
 
   def slicewise_delay_allreduce(self, fn, *inputs):
     """slicewise for a fn linear in its inputs: partial sums still owing one allreduce

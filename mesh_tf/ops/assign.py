@@ -56,7 +56,14 @@ def slice_writer(assign_fn, variable):
 def _group(ops):
   if tf.executing_eagerly():
     return None
-  return tf.group(*[o for o in ops if o is not None])
+  # the writes' ops (an assign returns a tf.Operation, a tensor or an unread variable)
+  ops = [o if isinstance(o, tf.Operation) else getattr(o, "op", o) for o in ops
+         if o is not None]
+  if len(ops) == 1 and isinstance(ops[0], tf.Operation):
+    return ops[0]  # a lone write needs no NoOp around it
+  # One NoOp waiting for every write (tf.group would add one more per device).
+  with tf.control_dependencies(ops):
+    return tf.no_op()
 
 
 class Assign(Operation):

@@ -41,9 +41,36 @@ class ImportOperation(Operation):
       raise ShapeError("import %r is a placeholder (%s) and was not fed: pass "
                        "Lowering(..., feeds={tensor: value})" % (self.name, value),
                        op=self.name, tensor=y.name)
+    impl = lowering.mesh_impl(self)
+    static = _static_value(value, y)
+    if static is not None:
+      lowering.set_tensor_lowering(y, impl.import_constant(y, static))
+      return
     value = tf.convert_to_tensor(value, dtype=y.dtype)
-    value = tf.reshape(value, y.shape.to_integer_list)
-    lowering.set_tensor_lowering(y, lowering.mesh_impl(self).import_tf_tensor(y, value))
+    if value.shape.as_list() != y.shape.to_integer_list:
+      value = tf.reshape(value, y.shape.to_integer_list)
+    lowering.set_tensor_lowering(y, impl.import_tf_tensor(y, value))
+
+
+# Larger known values go through import_tf_tensor as one tensor (no per-slice constants).
+_MAX_STATIC_ELEMENTS = 4096
+
+
+def _static_value(value, y):
+  """The value as a numpy array of y's shape when it is small and known now (an eager
+  tensor or a numpy array of y's dtype, or a Python number), else None."""
+  if y.shape.size > _MAX_STATIC_ELEMENTS:
+    return None
+  if isinstance(value, tf.Tensor) and not tf.is_symbolic_tensor(value):
+    array = value.numpy() if value.dtype == y.dtype else None
+  elif isinstance(value, (np.ndarray, np.generic)):
+    array = value if value.dtype == y.dtype.as_numpy_dtype else None
+  elif isinstance(value, (int, float)) and not isinstance(value, bool) and (
+      y.dtype.is_floating):
+    array = np.asarray(value, y.dtype.as_numpy_dtype)
+  else:
+    array = None
+  return None if array is None else np.reshape(array, y.shape.to_integer_list)
 
 
 def import_tf_tensor(mesh, tf_tensor, shape=None, name=None):

@@ -171,7 +171,7 @@ def broadcasting_op(tf_fn, xs, output_shape=None, output_dtype=None, grad_functi
   in_shapes = [x.shape for x in xs]
 
   def fn(*slices):
-    return tf_fn(*[local_broadcast(s, shp, compute_shape)
+    return tf_fn(*[local_broadcast(s, shp, compute_shape, full_rank=False)
                    for s, shp in zip(slices, in_shapes)])
   y = slicewise(fn, xs, output_shape=compute_shape,
                 output_dtype=output_dtype or xs[0].dtype, grad_function=grad_function,

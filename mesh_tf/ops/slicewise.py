@@ -14,8 +14,13 @@ from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Shape, convert_to_shape
 
 
-def local_broadcast(t, in_shape, out_shape):
-  """Transposes/expands a slice of `in_shape` so it broadcasts against `out_shape` slices."""
+def local_broadcast(t, in_shape, out_shape, full_rank=True):
+  """Transposes/expands a slice of `in_shape` so it broadcasts against `out_shape` slices.
+
+  Missing dims become size-1 axes, added by one reshape when the slice shape is static.
+  With full_rank=False the leading size-1 axes are left out (TF's broadcasting adds them),
+  so a slice whose dims are a suffix of `out_shape` comes back unchanged.
+  """
   in_names = in_shape.dimension_names
   out_names = out_shape.dimension_names
   extra = [n for n in in_names if n not in out_names]
@@ -25,9 +30,19 @@ def local_broadcast(t, in_shape, out_shape):
   perm = [in_names.index(n) for n in out_names if n in in_names]
   if perm != list(range(len(perm))):
     t = tf.transpose(t, perm)
-  for axis, n in enumerate(out_names):
-    if n not in in_names:
-      t = tf.expand_dims(t, axis)
+  first = 0
+  if not full_rank:
+    while first < len(out_names) and out_names[first] not in in_names:
+      first += 1
+  missing = [a for a in range(first, len(out_names)) if out_names[a] not in in_names]
+  if not missing:
+    return t
+  if t.shape.is_fully_defined():
+    sizes = iter(t.shape.as_list())
+    return tf.reshape(t, [next(sizes) if n in in_names else 1
+                          for n in out_names[first:]])
+  for axis in missing:
+    t = tf.expand_dims(t, axis - first)
   return t
 
 
