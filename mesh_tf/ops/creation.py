@@ -42,8 +42,10 @@ class ImportOperation(Operation):
                        "Lowering(..., feeds={tensor: value})" % (self.name, value),
                        op=self.name, tensor=y.name)
     value = tf.convert_to_tensor(value, dtype=y.dtype)
-    value = tf.reshape(value, y.shape.to_integer_list)
-    lowering.set_tensor_lowering(y, lowering.mesh_impl(self).import_tf_tensor(y, value))
+    impl = lowering.mesh_impl(self)
+    if not getattr(impl, "imports_process_share", False):  # else the impl checks the shape
+      value = tf.reshape(value, y.shape.to_integer_list)
+    lowering.set_tensor_lowering(y, impl.import_tf_tensor(y, value))
 
 
 def import_tf_tensor(mesh, tf_tensor, shape=None, name=None):

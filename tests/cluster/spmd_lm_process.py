@@ -1,0 +1,51 @@
+"""One process of a multi-client SPMD run of the tiny LM (mesh batch:2;model:4 over the
+processes), for tests/cluster/test_spmd_cluster.py.
+
+  python tests/cluster/spmd_lm_process.py CLUSTER TASK MODEL_DIR STEPS [TIMEOUT]
+
+Reads only its share of each batch, trains STEPS steps, has the chief save a checkpoint
+(MODEL_DIR/model.ckpt-STEPS) and prints one JSON line: losses and the rows it read. If
+MODEL_DIR holds a checkpoint, it resumes from it.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
+
+from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+MESH = "batch:2;model:4"
+LAYOUT = "batch:batch;d_ff:model;heads:model;vocab:model"
+SIZES = dict(batch=8, length=8, vocab=32, d_model=16, heads=8, d_kv=4, d_ff=32,
+             num_layers=1)
+
+
+def main(cluster, task, model_dir, steps, timeout=60.0):
+  replicas = multi_client.ReplicaSet(MESH, LAYOUT, cluster, task, timeout=timeout)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import input_share, spmd_training  # pylint: disable=g-import-not-at-top
+  from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
+  c = config.TinyLmConfig(**SIZES)
+  trainer = spmd_training.SpmdTrainer(mtf_model.TinyLmModel(c), replicas)
+  start = 0
+  if tf.train.latest_checkpoint(model_dir):
+    start = trainer.restore(model_dir)
+  rows = input_share.batch_rows(replicas.impls[0], [c.batch, c.length])
+  batch = config.synthetic_batch(c)
+  inputs = tf.constant(batch[rows[0]:rows[1], :-1])
+  targets = tf.constant(batch[rows[0]:rows[1], 1:])
+  losses = []
+  for step in range(start, steps):
+    losses.append(trainer.step(inputs, targets))
+    print("step %d loss %.6f" % (step + 1, losses[-1]), flush=True)
+    if (step + 1) % 2 == 0:
+      trainer.save(os.path.join(model_dir, "model.ckpt"), global_step=step + 1)
+  print(json.dumps({"task": task, "start": start, "losses": losses, "rows": rows,
+                    "comm": len(replicas.impls[0].comm_log)}), flush=True)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
+       *[float(a) for a in sys.argv[5:]])
