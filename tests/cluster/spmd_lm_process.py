@@ -43,9 +43,47 @@ def main(cluster, task, model_dir, steps, timeout=60.0):
     if (step + 1) % 2 == 0:
       trainer.save(os.path.join(model_dir, "model.ckpt"), global_step=step + 1)
   print(json.dumps({"task": task, "start": start, "losses": losses, "rows": rows,
-                    "comm": len(replicas.impls[0].comm_log)}), flush=True)
+                    "primitives": primitives(replicas) if start == 0 else None}),
+        flush=True)
+
+
+def primitive_input(pnum):
+  """The [2, 4] float slice processor pnum starts from in `primitives`."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return (np.arange(8, dtype=np.float32).reshape([2, 4]) * (pnum + 1) +
+          10 * pnum).tolist()
+
+
+def apply_primitives(impl, x):
+  """{name: laid-out result} of each collective primitive applied to x (mesh [2,4])."""
+  return {"allreduce_max_0": impl.allreduce(x, [0], "MAX"),
+          "allreduce_sum_01": impl.allreduce(x, [0, 1], "SUM"),
+          "allconcat_1_0": impl.allconcat(x, 1, 0),
+          "alltoall_1_1_0": impl.alltoall(x, 1, 1, 0),
+          "receive_1_shift": impl.receive(x, 1, [None, 0, 1, 2]),
+          "receive_0_swap": impl.receive(x, 0, [1, 0])}
+
+
+def primitives(replicas):
+  """{name: [one result slice per local replica]} of apply_primitives."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def run(r, impl):
+    @tf.function
+    def fn():
+      x = impl.LaidOutTensor([tf.constant(primitive_input(impl.pnum))])
+      return {k: v.one_slice for k, v in apply_primitives(impl, x).items()}
+    return {k: v.numpy().tolist() for k, v in fn().items()}
+  results = replicas.run(run)
+  return {k: [r[k] for r in results] for k in results[0]}
 
 
 if __name__ == "__main__":
-  main(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
-       *[float(a) for a in sys.argv[5:]])
+  from mesh_tf.cluster import spec  # pylint: disable=g-import-not-at-top
+  try:
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
+         *[float(a) for a in sys.argv[5:]])
+  except spec.ClusterError as e:
+    sys.stderr.write("error: %s\n" % e)
+    sys.stdout.flush()
+    os._exit(1)  # pylint: disable=protected-access
