@@ -10,28 +10,18 @@ batch.
 import tensorflow as tf
 
 from mesh_tf.errors import LayoutError
+from mesh_tf.shapes import convert_to_shape
 
 
 def batch_rows(mesh_impl, batch_shape):
-  """(begin, end): the rows of a [batch, ...] input this process's replicas read."""
-  shape = mesh_impl_shape(mesh_impl, batch_shape)
+  """(begin, end): the rows of an input of mtf shape batch_shape ([batch, ...], e.g.
+  "batch:8;length:64") that this process's replicas read."""
+  shape = convert_to_shape(batch_shape)
   begin, size = mesh_impl.process_share(shape)
   if list(size[1:]) != shape.to_integer_list[1:]:
     raise LayoutError("input %s is split beyond its first (batch) dimension; a process "
                       "share of rows cannot express that" % shape.to_string)
   return begin[0], begin[0] + size[0]
-
-
-def mesh_impl_shape(mesh_impl, batch_shape):
-  """The mtf Shape of an input with dims batch_shape (a Shape, or a list of sizes
-  named batch, length, ...)."""
-  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
-  if isinstance(batch_shape, (list, tuple)) and all(isinstance(s, int)
-                                                    for s in batch_shape):
-    names = ["batch", "length"] + ["d%d" % i for i in range(2, len(batch_shape))]
-    return mtf.Shape([mtf.Dimension(n, s) for n, s in zip(names, batch_shape)])
-  del mesh_impl
-  return mtf.convert_to_shape(batch_shape)
 
 
 def share_of_dataset(dataset, global_batch, rows):

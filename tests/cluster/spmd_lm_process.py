@@ -32,7 +32,8 @@ def main(cluster, task, model_dir, steps, timeout=60.0):
   start = 0
   if tf.train.latest_checkpoint(model_dir):
     start = trainer.restore(model_dir)
-  rows = input_share.batch_rows(replicas.impls[0], [c.batch, c.length])
+  rows = input_share.batch_rows(replicas.impls[0],
+                                "batch:%d;length:%d" % (c.batch, c.length))
   batch = config.synthetic_batch(c)
   inputs = tf.constant(batch[rows[0]:rows[1], :-1])
   targets = tf.constant(batch[rows[0]:rows[1], 1:])
