@@ -19,6 +19,8 @@ tf.function (see mesh_tf.cluster.multi_client): TF's runtime runs the per-device
 ONE multi-device function one after another, so collectives between devices of one
 function never meet (they time out).
 """
+import weakref
+
 import tensorflow as tf
 
 from mesh_tf.backends.simd import LaidOutTensor
@@ -59,6 +61,22 @@ class ReplicaLaidOutVariable(LaidOutVariableBase):
     full = self._mesh_impl.gather_full(self.variable.read_value(), self.shape)
     return tf.cast(full, self.master_dtype)
 
+  def sync_copies(self):
+    """Makes every copy of this replica's slice equal to the first copy's: along the mesh
+    axes that do not split the variable, the processor at coordinate 0 sends its slice
+    (a masked SUM allreduce; a collective, so call it in every replica's function). For
+    initial values that each replica drew itself (random initializers)."""
+    impl = self._mesh_impl
+    replicated = [a for a in range(impl.ndims)
+                  if a not in impl.tensor_layout(self.shape).mesh_axes]
+    first = all(impl.pcoord(a) == 0 for a in replicated)
+    with tf.device(impl.device):
+      value = self.variable.read_value()
+      mine = value if first else tf.zeros_like(value)
+      synced = impl.allreduce(LaidOutTensor([mine]), replicated, "SUM",
+                              record=False).one_slice  # setup, not a step's traffic
+      return self.variable.assign(synced)
+
   def assign_full(self, value):
     """Sets this replica's slice from a full-shape value (no communication)."""
     value = tf.cast(value, self.slice_dtype)
@@ -98,11 +116,15 @@ class MultiClientMeshImpl(MeshImpl):
     self.communication_hint = communication_hint
     self._coord = pnum_to_processor_coordinates(self.shape, pnum)
     self._instance = 0
-    self._positions = {}
+    self._positions = weakref.WeakKeyDictionary()  # graph -> {mesh axes: positions}
 
   @property
   def devices(self):
     return [self.device]
+
+  def pcoord(self, mesh_axis):
+    """This replica's coordinate on mesh_axis (a Python int)."""
+    return self._coord[mesh_axis]
 
   # ---- groups and keys ----
   def group_of(self, mesh_axes):
@@ -126,14 +148,15 @@ class MultiClientMeshImpl(MeshImpl):
   def _rank_positions(self, mesh_axes, group):
     """int32 [group size]: the mesh position of the member at each TF rank (gathered
     once per group and trace)."""
-    key = (tf.compat.v1.get_default_graph(), tuple(sorted(set(mesh_axes))))
-    if key not in self._positions:
+    cache = self._positions.setdefault(tf.compat.v1.get_default_graph(), {})
+    key = tuple(sorted(set(mesh_axes)))
+    if key not in cache:
       with tf.device(self.device):
-        self._positions[key] = tf.raw_ops.CollectiveGatherV2(
+        cache[key] = tf.raw_ops.CollectiveGatherV2(
             input=tf.constant([group.index(self.pnum)], tf.int32),
             **self._collective_args(mesh_axes, group))
-        self._positions[key].set_shape([len(group)])
-    return self._positions[key]
+        cache[key].set_shape([len(group)])
+    return cache[key]
 
   def _gather(self, t, mesh_axes, group):
     """[group size, *t.shape]: the members' t, in mesh order."""
@@ -156,7 +179,7 @@ class MultiClientMeshImpl(MeshImpl):
   def _record(self, kind, mesh_axes, t):
     self.record_collective(kind, mesh_axes, t.shape.as_list(), t.dtype)
 
-  def allreduce(self, x, mesh_axes, reduction_fn_string):
+  def allreduce(self, x, mesh_axes, reduction_fn_string, record=True):
     if reduction_fn_string not in _MERGE_OPS:
       raise LayoutError("unknown reduction %r; use one of %s"
                         % (reduction_fn_string, sorted(_MERGE_OPS)))
@@ -164,7 +187,8 @@ class MultiClientMeshImpl(MeshImpl):
     if len(group) == 1:
       return x
     t = x.one_slice
-    self._record("allreduce", mesh_axes, t)
+    if record:
+      self._record("allreduce", mesh_axes, t)
     with tf.device(self.device):
       return LaidOutTensor([tf.raw_ops.CollectiveReduceV2(
           input=t, merge_op=_MERGE_OPS[reduction_fn_string], final_op="Id",

@@ -36,10 +36,14 @@ class SpmdTrainer:
     self.replicas = replicas
     self._steps = []
     self._gathers = []
+    syncs = []
     for impl in replicas.impls:
       model.lowering(impl)  # creates this replica's variables, eagerly
       self._steps.append(self._make_step(impl))
       self._gathers.append(self._make_gather(impl))
+      syncs.append(self._make_sync(impl))
+    # replicas that drew their own random initial values adopt the first copy's
+    replicas.run(lambda r, impl: syncs[r]())
 
   def _make_step(self, impl):
     model = self.model
@@ -52,6 +56,14 @@ class SpmdTrainer:
         lowering.lowered_operation(op)
       return loss
     return step
+
+  @staticmethod
+  def _make_sync(impl):
+    @tf.function
+    def sync():
+      for _, v in sorted(impl.variable_store.items()):
+        v.sync_copies()
+    return sync
 
   @staticmethod
   def _make_gather(impl):

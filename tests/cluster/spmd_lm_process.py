@@ -44,8 +44,37 @@ def main(cluster, task, model_dir, steps, timeout=60.0):
     if (step + 1) % 2 == 0:
       trainer.save(os.path.join(model_dir, "model.ckpt"), global_step=step + 1)
   print(json.dumps({"task": task, "start": start, "losses": losses, "rows": rows,
-                    "primitives": primitives(replicas) if start == 0 else None}),
+                    "primitives": primitives(replicas) if start == 0 else None,
+                    "random_init": random_init(replicas) if start == 0 else None}),
         flush=True)
+
+
+class RandomInitModel:
+  """One variable with a random initializer (split on `model`, copied on `batch`)."""
+
+  def __init__(self):
+    import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    self.graph = mtf.Graph()
+    self.mesh = mtf.Mesh(self.graph, "mesh")
+    self.w = mtf.get_variable(self.mesh, "w", "d_model:4;d_ff:8",
+                              initializer=tf.random_normal_initializer())
+    self.loss = mtf.reduce_sum(self.w)
+    self.update_ops = []
+
+  def lowering(self, mesh_impl, *batch):
+    import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+    del batch
+    return mtf.Lowering(self.graph, {self.mesh: mesh_impl})
+
+
+def random_init(replicas):
+  """Every local replica's full value of RandomInitModel's variable after SpmdTrainer
+  made the copies agree."""
+  from mesh_tf.cluster import spmd_training  # pylint: disable=g-import-not-at-top
+  trainer = spmd_training.SpmdTrainer(RandomInitModel(), replicas)
+  values = replicas.run(lambda r, impl: trainer._gathers[r]()["w"])  # pylint: disable=protected-access
+  return [v.numpy().tolist() for v in values]
 
 
 def primitive_input(pnum):

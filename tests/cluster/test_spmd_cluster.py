@@ -96,6 +96,10 @@ def test_spmd_lm_across_processes_matches_one_process_and_restores_anywhere(tmp_
     evals.append(float(eval_step(inputs, targets)))
   np.testing.assert_allclose(evals[0], evals[1], rtol=1e-5)
   assert evals[0] < single[-1]
+  # random initial values drawn by each replica were made equal on all 8
+  inits = np.array(sum((r["random_init"] for r in results), []))
+  assert inits.shape == (8, 4, 8) and np.std(inits[0]) > 0.01
+  np.testing.assert_array_equal(inits, np.broadcast_to(inits[0], inits.shape))
   # every collective primitive across the processes agrees with the placement backend
   primitives = {k: sum((r["primitives"][k] for r in results), [])
                 for k in results[0]["primitives"]}
