@@ -39,6 +39,8 @@ class ReplicaLaidOutVariable(LaidOutVariableBase):
     self._mesh_impl = mesh_impl
     super().__init__(variable)
     initial = self.initial_full_value(variable)
+    # processor 0 keeps its full initial value until sync_copies sends it to the others
+    self._initial_full = initial if mesh_impl.pnum == 0 else None
     with tf.device(mesh_impl.device):
       self.variable = tf.Variable(mesh_impl.own_slice(initial, self.shape),
                                   name="%s_replica_%d" % (self.name.replace("/", "_"),
@@ -62,20 +64,24 @@ class ReplicaLaidOutVariable(LaidOutVariableBase):
     return tf.cast(full, self.master_dtype)
 
   def sync_copies(self):
-    """Makes every copy of this replica's slice equal to the first copy's: along the mesh
-    axes that do not split the variable, the processor at coordinate 0 sends its slice
-    (a masked SUM allreduce; a collective, so call it in every replica's function). For
-    initial values that each replica drew itself (random initializers)."""
+    """Gives every replica processor 0's initial value: each replica drew its own (a
+    random initializer draws differently per replica and per process); processor 0
+    sends its full value in a masked SUM allreduce over the whole mesh. A collective:
+    call it in every replica's function at once, before training."""
     impl = self._mesh_impl
-    replicated = [a for a in range(impl.ndims)
-                  if a not in impl.tensor_layout(self.shape).mesh_axes]
-    first = all(impl.pcoord(a) == 0 for a in replicated)
+    shape = self.shape.to_integer_list
     with tf.device(impl.device):
-      value = self.variable.read_value()
-      mine = value if first else tf.zeros_like(value)
-      synced = impl.allreduce(LaidOutTensor([mine]), replicated, "SUM",
-                              record=False).one_slice  # setup, not a step's traffic
-      return self.variable.assign(synced)
+      if self._initial_full is None:
+        mine = tf.zeros(shape, self.slice_dtype)
+      else:
+        mine = self._initial_full
+      full = impl.allreduce(LaidOutTensor([mine]), list(range(impl.ndims)), "SUM",
+                            record=False).one_slice  # setup, not a step's traffic
+      return self.variable.assign(impl.own_slice(full, self.shape))
+
+  def forget_initial_value(self):
+    """Drops processor 0's copy of the full initial value (after sync_copies)."""
+    self._initial_full = None
 
   def assign_full(self, value):
     """Sets this replica's slice from a full-shape value (no communication)."""

@@ -42,8 +42,11 @@ class SpmdTrainer:
       self._steps.append(self._make_step(impl))
       self._gathers.append(self._make_gather(impl))
       syncs.append(self._make_sync(impl))
-    # replicas that drew their own random initial values adopt the first copy's
+    # every replica drew its own initial values; all take processor 0's
     replicas.run(lambda r, impl: syncs[r]())
+    for impl in replicas.impls:
+      for v in impl.variable_store.values():
+        v.forget_initial_value()
 
   def _make_step(self, impl):
     model = self.model

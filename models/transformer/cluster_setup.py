@@ -20,20 +20,27 @@ from mesh_tf.cluster import spec
 
 JOB_WORKER = spec.JOB  # the TF_CONFIG task type of a worker
 # Set by configure(): the worker addresses of this run, or None for one process.
-_state = {"addresses": None, "device_type": "CPU", "timeout": 10.0}
+_state = {"addresses": None, "device_type": "CPU", "timeout": 10.0, "replicas": None}
+MODES = ("placement", "spmd")
 
 
 @gin.configurable(module="cluster_setup")
-def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0):
+def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
+                   mode="placement", collective_timeout=60.0):
   """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process),
-  the device type the mesh uses on the workers, and seconds to wait for each worker."""
-  return cluster, device_type, float(connect_timeout)
+  the device type the mesh uses on the workers, seconds to wait for each worker, the
+  mode ("placement": one chief drives workers; "spmd": every process trains its own
+  replicas, see spmd_train_loop) and seconds an SPMD collective waits for its peers."""
+  if mode not in MODES:
+    raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
+                                   % (mode, ", ".join(MODES)))
+  return cluster, device_type, float(connect_timeout), mode, float(collective_timeout)
 
 
 def configure(cluster_flag=None):
   """Decides this process's role from --cluster, gin and TF_CONFIG; returns
   ("single" | "chief" | "worker", worker addresses or None, task index)."""
-  cluster, device_type, timeout = cluster_config()
+  cluster, device_type, timeout, _, _ = cluster_config()
   cluster = cluster_flag or cluster
   _state.update(device_type=device_type, timeout=timeout)
   if cluster:
@@ -83,10 +90,49 @@ def mesh_devices(mesh_shape, backend):
   return devices
 
 
+def spmd_replicas():
+  """This process's ReplicaSet in an SPMD cluster run, else None."""
+  return _state["replicas"]
+
+
+def claims_model_dir():
+  """Whether this process holds model_dir's lock: all but the non-chief SPMD peers."""
+  replicas = _state["replicas"]
+  return replicas is None or replicas.is_chief
+
+
+def run_spmd(addresses_, task, run_fn):
+  """Every process of an SPMD run: makes its replicas (before TF makes its devices),
+  then runs run_fn (utils.run, which trains them through spmd_train_loop)."""
+  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
+  if not addresses_:
+    raise cluster_lib.ClusterError(
+        "cluster_config.mode = 'spmd' needs the cluster: set TF_CONFIG (task type "
+        "'worker', index i) in every process, or --cluster on task 0")
+  if _bound("utils.run.mode", "train") != "train":
+    raise cluster_lib.ClusterError("cluster_config.mode = 'spmd' runs --mode=train only; "
+                                   "eval and decode run in one process on the "
+                                   "checkpoints")
+  _, device_type, _, _, collective_timeout = cluster_config()
+  _state["replicas"] = multi_client.ReplicaSet(
+      _bound("utils.run.mesh_shape", ""), _bound("utils.run.layout_rules", ""),
+      addresses_, task, device_type=device_type, timeout=collective_timeout)
+  print("task %d of %d: %d replicas of mesh %s on %s" % (
+      task, len(addresses_), len(_state["replicas"].impls),
+      _state["replicas"].mesh_shape.to_string, addresses_[task]), flush=True)
+  try:
+    return run_fn()
+  finally:
+    _state["replicas"] = None
+
+
 def run_in_role(cluster_flag, run_fn):
   """Runs this process's role: a worker serves (never returns); the chief runs run_fn
-  with a lost worker reported as a ClusterError naming it; one process runs run_fn."""
+  with a lost worker reported as a ClusterError naming it; one process runs run_fn.
+  In SPMD mode every process runs run_fn on its own replicas (run_spmd)."""
   role, addresses_, task = configure(cluster_flag)
+  if cluster_config()[3] == "spmd":
+    return run_spmd(addresses_, task, run_fn)
   if role == JOB_WORKER:
     return serve(addresses_, task, _bound("utils.run.mesh_shape", ""))
   if addresses_:

@@ -261,7 +261,9 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
           auto_layout=auto_layout.wants_auto(layout_rules)))
   export_path = export_path or None
   with contextlib.ExitStack() as held:
-    if mode == "train":  # one trainer per model_dir, refused before anything is built
+    from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
+    replicas = cluster_setup.spmd_replicas()  # None unless a multi-client SPMD run
+    if mode == "train" and cluster_setup.claims_model_dir():  # one trainer per model_dir
       held.enter_context(model_dir_guard.claimed_model_dir(model_dir))
     vocabulary = vocabulary if vocabulary is not None else _default_vocabulary()
     if isinstance(batch_size, int):
@@ -285,7 +287,8 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
     if num_microbatches == 1:  # the original's gin option, when bound
       num_microbatches = serialize_num_microbatches(
           mtf.Dimension("batch", batch_size), sequence_length, mesh_shape, layout_rules)
-    mesh_impl = run_setup.make_mesh_impl(mesh_shape, layout_rules, mesh_devices)
+    mesh_impl = None if replicas is not None else run_setup.make_mesh_impl(
+        mesh_shape, layout_rules, mesh_devices)
     run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
     variable_dtype = get_variable_dtype()
     # A fresh model per mtf graph (train, eval, decode): models remember their graph.
@@ -296,6 +299,13 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
         mesh_shape=mesh_shape)
     checked = _checked_model_fn(model_fn, batch_size, sequence_length, layout_rules,
                                 mesh_shape)
+    if mode == "train" and replicas is not None:
+      from models.transformer import spmd_train_loop  # pylint: disable=g-import-not-at-top
+      return spmd_train_loop.run_spmd_train(
+          checked, replicas, model_dir, vocabulary, train_dataset_fn, dataset_split,
+          batch_size, sequence_length, variable_dtype, train_steps, optimizer,
+          learning_rate_schedule, save_checkpoints_steps, iterations_per_loop,
+          total_run_steps)
     if mode == "train":
       from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
       return train_loop.run_train(
