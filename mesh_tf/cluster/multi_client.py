@@ -45,6 +45,11 @@ def enable_collectives(addresses, task, devices_per_task, device_type="CPU"):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * devices_per_task)
+  elif len(tf.config.list_physical_devices(device_type)) < devices_per_task:
+    raise spec.ClusterError(
+        "task %d needs %d %s devices (mesh size / processes) but has %d"
+        % (task, devices_per_task, device_type,
+           len(tf.config.list_physical_devices(device_type))), task=task)
   own = "/job:%s/task:%d" % (spec.JOB, task)
   ctx = context.context()
   ctx.configure_collective_ops(collective_leader=leader(), device_filters=(own,))

@@ -26,21 +26,23 @@ MODES = ("placement", "spmd")
 
 @gin.configurable(module="cluster_setup")
 def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
-                   mode="placement", collective_timeout=60.0):
+                   mode="placement", collective_timeout=60.0, communication_hint="auto"):
   """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process),
   the device type the mesh uses on the workers, seconds to wait for each worker, the
   mode ("placement": one chief drives workers; "spmd": every process trains its own
-  replicas, see spmd_train_loop) and seconds an SPMD collective waits for its peers."""
+  replicas, see spmd_train_loop), seconds an SPMD collective waits for its peers, and
+  the SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs)."""
   if mode not in MODES:
     raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
                                    % (mode, ", ".join(MODES)))
-  return cluster, device_type, float(connect_timeout), mode, float(collective_timeout)
+  return (cluster, device_type, float(connect_timeout), mode, float(collective_timeout),
+          communication_hint)
 
 
 def configure(cluster_flag=None):
   """Decides this process's role from --cluster, gin and TF_CONFIG; returns
   ("single" | "chief" | "worker", worker addresses or None, task index)."""
-  cluster, device_type, timeout, _, _ = cluster_config()
+  cluster, device_type, timeout = cluster_config()[:3]
   cluster = cluster_flag or cluster
   _state.update(device_type=device_type, timeout=timeout)
   if cluster:
@@ -113,10 +115,11 @@ def run_spmd(addresses_, task, run_fn):
     raise cluster_lib.ClusterError("cluster_config.mode = 'spmd' runs --mode=train only; "
                                    "eval and decode run in one process on the "
                                    "checkpoints")
-  _, device_type, _, _, collective_timeout = cluster_config()
+  _, device_type, _, _, collective_timeout, hint = cluster_config()
   _state["replicas"] = multi_client.ReplicaSet(
       _bound("utils.run.mesh_shape", ""), _bound("utils.run.layout_rules", ""),
-      addresses_, task, device_type=device_type, timeout=collective_timeout)
+      addresses_, task, device_type=device_type, timeout=collective_timeout,
+      communication_hint=hint)
   print("task %d of %d: %d replicas of mesh %s on %s" % (
       task, len(addresses_), len(_state["replicas"].impls),
       _state["replicas"].mesh_shape.to_string, addresses_[task]), flush=True)
