@@ -29,6 +29,8 @@ from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
 from mesh_tf.shapes import convert_to_shape, pnum_to_processor_coordinates
 
 _MERGE_OPS = {"SUM": "Add", "MAX": "Max", "MIN": "Min"}
+# Group keys start here, clear of those tf.distribute's own collectives count from 1.
+GROUP_KEY_BASE = 1 << 20
 DEFAULT_TIMEOUT = 60.0  # seconds a collective waits for its peers before failing
 
 
@@ -140,7 +142,7 @@ class MultiClientMeshImpl(MeshImpl):
   def group_key(self, mesh_axes, group):
     """A key every process derives alike: the axes (as a bit mask) and the lowest pnum."""
     mask = sum(1 << a for a in set(mesh_axes))
-    return 1 + mask * self.size + group[0]
+    return GROUP_KEY_BASE + mask * self.size + group[0]
 
   def _next_instance(self):
     self._instance += 1

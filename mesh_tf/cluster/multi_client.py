@@ -64,6 +64,35 @@ def enable_collectives(addresses, task, devices_per_task, device_type="CPU"):
           for i in range(devices_per_task)]
 
 
+DISTRIBUTIONS = (None, "multi_worker_mirrored")
+
+
+def multi_worker_strategy(addresses, task, devices_per_task, device_type="CPU",
+                          communication_hint="auto"):
+  """A tf.distribute.MultiWorkerMirroredStrategy over the cluster, for one replica per
+  process (it also enables collective ops); returns (strategy, [its device])."""
+  if devices_per_task != 1:
+    raise spec.ClusterError(
+        "distribution 'multi_worker_mirrored' runs one replica per process (its eager "
+        "replicas would run one at a time and never meet in a collective), but the mesh "
+        "puts %d processors on each of the %d processes; start mesh size processes, or "
+        "use no distribution" % (devices_per_task, len(addresses)), task=task)
+  if device_type.upper() != "CPU" and not tf.config.list_physical_devices(device_type):
+    raise spec.ClusterError("task %d has no %s device" % (task, device_type), task=task)
+  resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      spec.cluster_spec(addresses), task_type=spec.JOB, task_id=task, rpc_layer="grpc",
+      num_accelerators={"GPU": 1} if device_type.upper() == "GPU" else None)
+  implementation = {"nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+                    "ring": tf.distribute.experimental.CommunicationImplementation.RING
+                   }.get(communication_hint,
+                         tf.distribute.experimental.CommunicationImplementation.AUTO)
+  strategy = tf.distribute.MultiWorkerMirroredStrategy(
+      cluster_resolver=resolver,
+      communication_options=tf.distribute.experimental.CommunicationOptions(
+          implementation=implementation))
+  return strategy, list(strategy.extended.worker_devices)
+
+
 def local_pnums(mesh_size, num_tasks, task):
   """The processors of task `task` (task-major: k consecutive pnums per task)."""
   if mesh_size % num_tasks:
@@ -84,16 +113,28 @@ class ReplicaSet:
     device_type: "CPU" (virtual devices split out of the host CPU) or "GPU".
     timeout: seconds a collective waits for peers; a lost process fails the step then.
     communication_hint: "auto", "ring" or "nccl" (GPUs).
+    distribution: None (this module's threads run the replicas) or
+      "multi_worker_mirrored": the step runs through `strategy.run` of a
+      tf.distribute.MultiWorkerMirroredStrategy (one replica per process).
   """
 
   def __init__(self, mesh_shape, layout, cluster, task, device_type="CPU",
-               timeout=DEFAULT_TIMEOUT, communication_hint="auto"):
+               timeout=DEFAULT_TIMEOUT, communication_hint="auto", distribution=None):
     self.addresses = spec.parse_addresses(cluster)
     self.task = task
     self.mesh_shape = convert_to_shape(mesh_shape)
     self.pnums = local_pnums(self.mesh_shape.size, len(self.addresses), task)
     self.timeout = float(timeout)
-    self.devices = enable_collectives(self.addresses, task, len(self.pnums), device_type)
+    if distribution not in DISTRIBUTIONS:
+      raise spec.ClusterError("distribution %r: choose None or 'multi_worker_mirrored'"
+                              % (distribution,))
+    self.strategy = None
+    if distribution is None:
+      self.devices = enable_collectives(self.addresses, task, len(self.pnums),
+                                        device_type)
+    else:
+      self.strategy, self.devices = multi_worker_strategy(
+          self.addresses, task, len(self.pnums), device_type, communication_hint)
     self.impls = [MultiClientMeshImpl(self.mesh_shape, layout, p, d, self.pnums,
                                       timeout, communication_hint)
                   for p, d in zip(self.pnums, self.devices)]
@@ -109,6 +150,8 @@ class ReplicaSet:
     A failure in any replica is raised (a lost peer process as a ClusterError naming
     it); a replica still running timeout + JOIN_MARGIN seconds later is reported stuck.
     """
+    if self.strategy is not None:
+      return self._run_on_strategy(fn)
     results = [None] * len(self.impls)
     errors = [None] * len(self.impls)
 
@@ -135,3 +178,14 @@ class ReplicaSet:
                               "collective timeout" % (self.task, JOIN_MARGIN),
                               task=self.task)
     return results
+
+  def _run_on_strategy(self, fn):
+    """fn(0, impl) of the one local replica, through strategy.run."""
+    try:
+      out = self.strategy.run(lambda: fn(0, self.impls[0]))
+    except Exception as e:  # pylint: disable=broad-except
+      lost = faults.lost_task_error(e, self.addresses)
+      if lost is not None:
+        raise lost from e
+      raise
+    return list(self.strategy.experimental_local_results(out))

@@ -26,17 +26,20 @@ MODES = ("placement", "spmd")
 
 @gin.configurable(module="cluster_setup")
 def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
-                   mode="placement", collective_timeout=60.0, communication_hint="auto"):
+                   mode="placement", collective_timeout=60.0, communication_hint="auto",
+                   distribution=None):
   """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process),
   the device type the mesh uses on the workers, seconds to wait for each worker, the
   mode ("placement": one chief drives workers; "spmd": every process trains its own
-  replicas, see spmd_train_loop), seconds an SPMD collective waits for its peers, and
-  the SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs)."""
+  replicas, see spmd_train_loop), seconds an SPMD collective waits for its peers, the
+  SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), and how SPMD
+  runs the step (None: a thread per replica; "multi_worker_mirrored": strategy.run of a
+  MultiWorkerMirroredStrategy, one replica per process)."""
   if mode not in MODES:
     raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
                                    % (mode, ", ".join(MODES)))
   return (cluster, device_type, float(connect_timeout), mode, float(collective_timeout),
-          communication_hint)
+          communication_hint, distribution)
 
 
 def configure(cluster_flag=None):
@@ -115,14 +118,16 @@ def run_spmd(addresses_, task, run_fn):
     raise cluster_lib.ClusterError("cluster_config.mode = 'spmd' runs --mode=train only; "
                                    "eval and decode run in one process on the "
                                    "checkpoints")
-  _, device_type, _, _, collective_timeout, hint = cluster_config()
+  _, device_type, _, _, collective_timeout, hint, distribution = cluster_config()
   _state["replicas"] = multi_client.ReplicaSet(
       _bound("utils.run.mesh_shape", ""), _bound("utils.run.layout_rules", ""),
       addresses_, task, device_type=device_type, timeout=collective_timeout,
-      communication_hint=hint)
-  print("task %d of %d: %d replicas of mesh %s on %s" % (
+      communication_hint=hint, distribution=distribution)
+  print("task %d of %d: %d replicas of mesh %s on %s%s" % (
       task, len(addresses_), len(_state["replicas"].impls),
-      _state["replicas"].mesh_shape.to_string, addresses_[task]), flush=True)
+      _state["replicas"].mesh_shape.to_string, addresses_[task],
+      ", steps through strategy.run of MultiWorkerMirroredStrategy"
+      if _state["replicas"].strategy else ""), flush=True)
   try:
     return run_fn()
   finally:

@@ -101,3 +101,16 @@ def test_replica_errors_name_the_reduction_and_the_processor():
   with pytest.raises(mtf.LayoutError, match="replica pnum 8 is not a processor of mesh "
                      "batch:2;model:4"):
     _replica(8)
+
+
+def test_replica_set_refuses_what_it_cannot_run_before_touching_tensorflow():
+  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
+  with pytest.raises(cluster.ClusterError, match="distribution 'tpu': choose None or "
+                     "'multi_worker_mirrored'"):
+    multi_client.ReplicaSet(MESH, LAYOUT, "a:1,b:2", 0, distribution="tpu")
+  with pytest.raises(cluster.ClusterError, match="runs one replica per process .* puts 4 "
+                     "processors on each of the 2 processes"):
+    multi_client.multi_worker_strategy(["a:1", "b:2"], 0, 4)
+  with pytest.raises(cluster.ClusterError, match="mesh of 8 processors cannot be split "
+                     "evenly over 3 processes"):
+    multi_client.ReplicaSet(MESH, LAYOUT, "a:1,b:2,c:3", 0)

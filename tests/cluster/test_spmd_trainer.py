@@ -65,3 +65,22 @@ def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_pat
                                             "heads:model,vocab:model"))]
   assert evals[0]["step"] == evals[1]["step"] == 4
   np.testing.assert_allclose(evals[0]["loss"], evals[1]["loss"], rtol=1e-5)
+
+
+def test_step_through_multi_worker_mirrored_strategy_run_matches_one_process(tmp_path):
+  # one replica per process: mesh batch:2 over the two processes, each step through
+  # MultiWorkerMirroredStrategy.run
+  corpus = lm_cluster_helpers.trainer_helpers.write_corpus(tmp_path)
+  spmd_dir, local_dir = tmp_path / "spmd", tmp_path / "local"
+  strategy = ["utils.run.mesh_shape = 'batch:2'", "utils.run.train_steps = 2",
+              "cluster_setup.cluster_config.distribution = 'multi_worker_mirrored'"]
+  outs = run_spmd(lm_cluster_helpers.lm_params(spmd_dir, corpus) + strategy, tmp_path)
+  assert "steps through strategy.run of MultiWorkerMirroredStrategy" in outs[0]
+  assert "rows [0, 4) of each batch" in outs[0] and "rows [4, 8) of each batch" in outs[1]
+  history = lm_cluster_helpers.run_here(lm_cluster_helpers.lm_params(
+      local_dir, corpus, train_steps=2))
+  np.testing.assert_allclose([l for _, l in lm_cluster_helpers.losses_of(spmd_dir)],
+                             [l for _, l in history], rtol=1e-5)
+  lm_cluster_helpers.assert_same_weights(
+      lm_cluster_helpers.checkpoint_weights(spmd_dir),
+      lm_cluster_helpers.checkpoint_weights(local_dir))
