@@ -44,8 +44,8 @@ def main(cluster, task, model_dir, steps, timeout=60.0):
     if (step + 1) % 2 == 0:
       trainer.save(os.path.join(model_dir, "model.ckpt"), global_step=step + 1)
   print(json.dumps({"task": task, "start": start, "losses": losses, "rows": rows,
-                    "primitives": primitives(replicas) if start == 0 else None,
-                    "random_init": random_init(replicas) if start == 0 else None}),
+                    "primitives": primitives(replicas),
+                    "random_init": random_init(replicas)}),
         flush=True)
 
 
