@@ -25,10 +25,14 @@ from models.transformer import train_loop
 from models.transformer.context import ModeKeys
 
 
-def share_of_batches(dataset, rows):
-  """The rows [begin, end) of every batch of a dataset of feature dicts."""
-  begin, end = rows
-  return dataset.map(lambda features: {k: v[begin:end] for k, v in features.items()})
+def share_of_train_data(train_dataset_fn, sequence_length, vocabulary, dataset_split,
+                        batch_size, rows):
+  """This process's rows [begin, end) of every global batch of the train data: the
+  process runs the input pipeline itself and keeps only its examples (the others'
+  are dropped before batching); nothing is sent between processes."""
+  examples = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
+                                       dataset_split, 1).unbatch()
+  return input_share.share_of_dataset(examples, batch_size, rows)
 
 
 def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
@@ -36,14 +40,14 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
                    train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
                    iterations_per_loop, total_run_steps=None):
   """Trains to train_steps with this process's replicas; returns [(step, loss)]."""
-  dataset = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
-                                      dataset_split, batch_size)
+  probe = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
+                                    dataset_split, batch_size)  # for its feature keys
   global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
   mtf.optimize.set_global_step(global_step)
   rate = train_loop.make_learning_rate(learning_rate_schedule, global_step,
                                        total_run_steps or train_steps)
   graph = model_graph.ModelGraph(
-      model_fn(), batch_size, sequence_length, run_setup.feature_keys(dataset),
+      model_fn(), batch_size, sequence_length, run_setup.feature_keys(probe),
       ModeKeys.TRAIN, variable_dtype, optimizer=train_loop.make_optimizer(optimizer, rate))
   trainer = spmd_training.SpmdTrainer(graph, replicas)
   rows = input_share.batch_rows(replicas.impls[0], graph.placeholders["targets"].shape)
@@ -59,7 +63,8 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
            replicas.impls[0].layout_rules, replicas.task, len(replicas.addresses),
            len(replicas.impls), rows[0], rows[1], train_steps), flush=True)
   writer = summaries.ScalarWriter(model_dir) if replicas.is_chief else None
-  iterator = iter(share_of_batches(dataset, rows))
+  iterator = iter(share_of_train_data(train_dataset_fn, sequence_length, vocabulary,
+                                      dataset_split, batch_size, rows))
   history = []
   while step < train_steps:
     loss = trainer.step(run_setup.next_batch(iterator, "train"))
