@@ -9,9 +9,12 @@ devices, one replica per device, and the replicas meet in TF collective ops.
 
 Processor p of the mesh is device p % k of task p // k (k = mesh size / N), as for the
 placement mesh. The processes are peers: there are no separate worker servers; each
-process is the gRPC server of its task (`enable_collective_ops`).
+process is the gRPC server of its task (`enable_collective_ops`). With
+distribution="multi_worker_mirrored" (one replica per process) the calls go through
+`strategy.run` of a tf.distribute.MultiWorkerMirroredStrategy instead of threads.
 """
 import threading
+import time
 
 import tensorflow as tf
 from tensorflow.core.protobuf import tensorflow_server_pb2
@@ -165,8 +168,9 @@ class ReplicaSet:
                for r in range(len(self.impls))]
     for t in threads:
       t.start()
+    deadline = time.time() + self.timeout + JOIN_MARGIN
     for t in threads:
-      t.join(self.timeout + JOIN_MARGIN)
+      t.join(max(0.0, deadline - time.time()))
     failed = [e for e in errors if e is not None]
     if failed:
       lost = faults.lost_task_error(failed[0], self.addresses)

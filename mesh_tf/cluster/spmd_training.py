@@ -27,8 +27,10 @@ class SpmdTrainer:
   Args:
     model: the model (built once; its mtf graph is shared by the replicas).
     replicas: a mesh_tf.cluster.multi_client.ReplicaSet.
-    lower_step: fn(lowering, loss, update_ops) -> loss tf.Tensor (default:
-      models.train_steps.lower_train_step semantics: export the loss, run the updates).
+
+  A step exports the loss and runs every update op, as models.train_steps does. Making
+  the trainer runs collectives (every replica takes processor 0's initial values), so
+  every process makes it at the same point of its program.
   """
 
   def __init__(self, model, replicas):
