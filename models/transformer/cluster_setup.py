@@ -13,6 +13,8 @@ or, instead of TF_CONFIG, `--cluster=h0:2222,h1:2222` on the chief and
 The placement mesh is laid over all workers' devices, task-major; only the chief
 writes checkpoints (full-shape and name-based, so they restore on any mesh).
 """
+import contextlib
+
 import gin
 
 from mesh_tf import cluster as cluster_lib
@@ -20,7 +22,8 @@ from mesh_tf.cluster import spec
 
 JOB_WORKER = spec.JOB  # the TF_CONFIG task type of a worker
 # Set by configure(): the worker addresses of this run, or None for one process.
-_state = {"addresses": None, "device_type": "CPU", "timeout": 10.0, "replicas": None}
+_state = {"addresses": None, "device_type": "CPU", "timeout": 10.0, "replicas": None,
+          "strategy": None}
 MODES = ("placement", "spmd")
 
 
@@ -32,9 +35,10 @@ def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
   the device type the mesh uses on the workers, seconds to wait for each worker, the
   mode ("placement": one chief drives workers; "spmd": every process trains its own
   replicas, see spmd_train_loop), seconds an SPMD collective waits for its peers, the
-  SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), and how SPMD
-  runs the step (None: a thread per replica; "multi_worker_mirrored": strategy.run of a
-  MultiWorkerMirroredStrategy, one replica per process)."""
+  SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), and the
+  distribution: None; in SPMD mode "multi_worker_mirrored" (strategy.run of a
+  MultiWorkerMirroredStrategy, one replica per process); in one process "tpu" (the
+  step through TPUStrategy.run on SimdMeshImpl's TPU runtime; untested here)."""
   if mode not in MODES:
     raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
                                    % (mode, ", ".join(MODES)))
@@ -155,3 +159,59 @@ def _bound(name, default):
     return gin.query_parameter(name)
   except ValueError:
     return default
+
+
+def tpu_strategy(mesh_size):
+  """(TPUStrategy, DeviceAssignment) on the TPU the environment names, replica r on
+  core r of mesh_size cores. Untested here: no TPU."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mesh_tf.backends import simd_tpu, tpu_detection  # pylint: disable=g-import-not-at-top
+  found = tpu_detection.find_tpu()
+  if found.branch != "tpu":
+    raise cluster_lib.ClusterError("cluster_config.distribution = 'tpu' but %s"
+                                   % found.reason)
+  assignment = simd_tpu.device_assignment_for_mesh(found.topology, mesh_size)
+  return (tf.distribute.TPUStrategy(found.resolver,
+                                    experimental_device_assignment=assignment),
+          assignment)
+
+
+# distribution -> fn(mesh size) -> (strategy, device assignment); tests put stand-ins here
+STRATEGY_FACTORIES = {"tpu": tpu_strategy}
+
+
+def strategy_mesh_impl(mesh_shape, layout_rules):
+  """With cluster_config.distribution = 'tpu' (one process): a SimdMeshImpl on the
+  strategy's cores (its TPU runtime), else None."""
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  distribution = cluster_config()[6]
+  if distribution != "tpu" or _state["replicas"] is not None:
+    return None
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  _state["strategy"], assignment = STRATEGY_FACTORIES[distribution](mesh_shape.size)
+  return mtf.SimdMeshImpl(mesh_shape, layout_rules, device_assignment=assignment)
+
+
+def _strategy_of(mesh_impl):
+  """The strategy a mesh impl runs under (one with a TPU device assignment), or None."""
+  if getattr(mesh_impl, "device_assignment", None) is None:
+    return None
+  if _state["strategy"] is None:
+    raise cluster_lib.ClusterError("a SimdMeshImpl with a device assignment lowers inside "
+                                   "strategy.run; set cluster_config.distribution = 'tpu'")
+  return _state["strategy"]
+
+
+def variable_scope(mesh_impl):
+  """Where the trainer creates mesh_impl's variables: its strategy's scope, if any."""
+  strategy = _strategy_of(mesh_impl)
+  return contextlib.nullcontext() if strategy is None else strategy.scope()
+
+
+def run_replicated(mesh_impl, fn, *args):
+  """fn(*args), or, on a strategy's mesh, fn on every core through strategy.run (the
+  first core's result: the trainer's fn returns the replicated loss)."""
+  strategy = _strategy_of(mesh_impl)
+  if strategy is None:
+    return fn(*args)
+  return strategy.experimental_local_results(strategy.run(fn, args=args))[0]

@@ -287,8 +287,9 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
     if num_microbatches == 1:  # the original's gin option, when bound
       num_microbatches = serialize_num_microbatches(
           mtf.Dimension("batch", batch_size), sequence_length, mesh_shape, layout_rules)
-    mesh_impl = None if replicas is not None else run_setup.make_mesh_impl(
-        mesh_shape, layout_rules, mesh_devices)
+    mesh_impl = None if replicas is not None else (
+        cluster_setup.strategy_mesh_impl(mesh_shape, layout_rules) or
+        run_setup.make_mesh_impl(mesh_shape, layout_rules, mesh_devices))
     run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
     variable_dtype = get_variable_dtype()
     # A fresh model per mtf graph (train, eval, decode): models remember their graph.
