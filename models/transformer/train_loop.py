@@ -90,7 +90,9 @@ class Trainer:
     self.train_steps = train_steps
     self.save_checkpoints_steps = save_checkpoints_steps
     self.iterations_per_loop = iterations_per_loop
-    self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    with cluster_setup.variable_scope(mesh_impl):  # replica steps read it on a TPU
+      self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                     name="global_step")
     mtf.optimize.set_global_step(self.global_step)
     self.optimizer = make_optimizer(optimizer, make_learning_rate(
         learning_rate_schedule, self.global_step, total_run_steps or train_steps))

@@ -41,3 +41,5 @@ def test_make_train_lm_through_strategy_run_matches_placement(tmp_path, monkeypa
   lm_cluster_helpers.assert_same_weights(
       lm_cluster_helpers.checkpoint_weights(tpu_dir),
       lm_cluster_helpers.checkpoint_weights(local_dir))
+  reader = tf.train.load_checkpoint(str(tpu_dir))
+  assert reader.get_tensor("global_step") == 2
