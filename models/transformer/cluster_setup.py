@@ -193,8 +193,8 @@ def strategy_mesh_impl(mesh_shape, layout_rules):
 
 
 def _strategy_of(mesh_impl):
-  """The strategy a mesh impl runs under (one with a TPU device assignment), or None."""
-  if getattr(mesh_impl, "device_assignment", None) is None:
+  """The strategy a mesh impl runs under (SimdMeshImpl's TPU runtime), or None."""
+  if getattr(mesh_impl, "is_emulated", True):  # not a SimdMeshImpl on TPU cores
     return None
   if _state["strategy"] is None:
     raise cluster_lib.ClusterError("a SimdMeshImpl with a device assignment lowers inside "
