@@ -7,9 +7,12 @@ import os
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import lm_cluster_helpers
+import mesh_tf as mtf
+from mesh_tf import cluster
 from mesh_tf.backends import simd_tpu
 from models.transformer import cluster_setup
 
@@ -43,3 +46,16 @@ def test_make_train_lm_through_strategy_run_matches_placement(tmp_path, monkeypa
       lm_cluster_helpers.checkpoint_weights(local_dir))
   reader = tf.train.load_checkpoint(str(tpu_dir))
   assert reader.get_tensor("global_step") == 2
+
+
+def test_a_tpu_mesh_outside_the_tpu_distribution_is_refused_with_the_switch_named(
+    monkeypatch):
+  assignment = simd_tpu.device_assignment_for_mesh(
+      tpu_standins.fake_topology([2, 2, 1, 2]))
+  tpu_mesh = mtf.SimdMeshImpl("batch:2;model:4", "batch:batch",
+                              device_assignment=assignment)
+  monkeypatch.setitem(cluster_setup._state, "strategy", None)  # pylint: disable=protected-access
+  with pytest.raises(cluster.ClusterError, match="distribution = 'tpu'"):
+    cluster_setup.variable_scope(tpu_mesh)
+  emulated = mtf.SimdMeshImpl("batch:2;model:4", "batch:batch")
+  assert cluster_setup.run_replicated(emulated, lambda x: x + 1, 1) == 2
