@@ -32,6 +32,7 @@ def test_make_train_lm_through_strategy_run_matches_placement(tmp_path, monkeypa
     made.append(mesh_size)
     return strategy, assignment
   monkeypatch.setitem(cluster_setup.STRATEGY_FACTORIES, "tpu", fake_tpu)
+  monkeypatch.setitem(cluster_setup._state, "strategy", None)  # pylint: disable=protected-access
   corpus = lm_cluster_helpers.trainer_helpers.write_corpus(tmp_path)
   tpu_dir, local_dir = tmp_path / "tpu", tmp_path / "local"
   history = lm_cluster_helpers.run_here(
