@@ -1,14 +1,22 @@
-"""The tiny Transformer LM on mesh batch:2;model:4 laid over worker processes on this
-host (loopback gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2. Prints the median step
-time and the bytes per step that cross a process boundary (communication accounting),
-each as a ratio to 1 x 8, and the losses (which must agree).
+"""The tiny Transformer LM on mesh batch:2;model:4 spread over processes on this host
+(loopback gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in both cluster modes:
+
+- placement (single client): workers (mesh_tf.cluster.worker) hold the devices, one
+  client process (this script with --client) connects, trains and reports;
+- spmd (multi client): every process (this script with --spmd_task) runs the replicas
+  of its own devices (mesh_tf.cluster.multi_client), which meet in TF collective ops;
+  each reads only its share of the batch; task 0 reports.
+
+Prints the median step time and the bytes per step that cross a process boundary
+(communication accounting), each as a ratio to the first row, and the losses (which
+must agree).
 
   python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small]
+      [--modes placement,spmd]
 
-Each configuration starts its workers (mesh_tf.cluster.worker) and a client process
-(this script with --client), which connects, trains and reports one JSON line; all
-processes are killed before the next configuration starts. The client is a separate
-process in every configuration, so 1 x 8 pays the same client-worker hop as the others.
+All processes of a configuration are killed before the next one starts. In placement
+mode the client is a separate process in every configuration, so 1 x 8 pays the same
+client-worker hop as the others.
 """
 import json
 import os
@@ -25,7 +33,10 @@ flags.DEFINE_integer("steps", 10, "Train steps per timed block.")
 flags.DEFINE_integer("repeats", 5, "Timed blocks (the median is reported).")
 flags.DEFINE_string("size", "small", "Model size: tiny (for smoke tests) or small.")
 flags.DEFINE_list("configs", ["1x8", "2x4", "4x2"], "processes x devices per process.")
+flags.DEFINE_list("modes", ["placement", "spmd"], "Cluster modes to measure.")
 flags.DEFINE_string("client", None, "Internal: run as the client of this cluster.")
+flags.DEFINE_string("spmd_cluster", None, "Internal: the processes of an spmd run.")
+flags.DEFINE_integer("spmd_task", None, "Internal: this process's task in --spmd_cluster.")
 
 MESH = "batch:2;model:4"
 LAYOUT = "batch:batch;d_ff:model;heads:model;vocab:model"
@@ -55,6 +66,59 @@ def run_client(cluster_arg):
                     "crossing": [crossing[t] for t in sorted(crossing)]}))
 
 
+def run_spmd_task(cluster_arg, task):
+  """One process of an spmd run: trains with the others; task 0 prints one JSON line."""
+  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
+  replicas = multi_client.ReplicaSet(MESH, LAYOUT, cluster_arg, task)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import input_share, spmd_training  # pylint: disable=g-import-not-at-top
+  from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
+  c = config.TinyLmConfig(**dict(common.LM_SIZES[FLAGS.size], heads=8))
+  begin, end = input_share.batch_rows(replicas.impls[0],
+                                      "batch:%d;length:%d" % (c.batch, c.length))
+  batch = config.synthetic_batch(c)[begin:end]  # this process's rows only
+  inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
+  tf.random.set_seed(0)
+  trainer = spmd_training.SpmdTrainer(mtf_model.TinyLmModel(c), replicas)
+  losses = [trainer.step(inputs, targets) for _ in range(2)]
+  k = len(replicas.pnums)
+  crossing = communication.bytes_crossing_processes(
+      replicas.impls[0].comm_log, MESH, [p // k for p in range(k * len(
+          replicas.addresses))])
+  seconds = common.time_alternating(
+      {"step": lambda: tf.constant(trainer.step(inputs, targets))}, FLAGS.steps,
+      FLAGS.repeats)["step"]
+  if replicas.is_chief:
+    print(json.dumps({"seconds": seconds, "losses": losses,
+                      "crossing": [crossing[t] for t in sorted(crossing)]}), flush=True)
+
+
+def run_spmd_config(processes, per_process):
+  """Starts the processes of one spmd configuration; returns task 0's results."""
+  from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
+  del per_process  # each process takes mesh size / processes devices
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=root)
+  cluster_arg = ",".join("localhost:%d" % p for p in local.free_ports(processes))
+  procs = []
+  try:
+    for task in range(processes):
+      procs.append(subprocess.Popen(
+          [sys.executable, "-m", "benchmarks.multi_process", "--spmd_cluster=" +
+           cluster_arg, "--spmd_task=%d" % task, "--size=" + FLAGS.size,
+           "--steps=%d" % FLAGS.steps, "--repeats=%d" % FLAGS.repeats], cwd=root,
+          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=900) for p in procs]
+  finally:
+    local.stop(procs)
+  for (out, err), p in zip(outputs, procs):
+    if p.returncode:
+      raise RuntimeError("spmd %dx%d failed:\n%s" % (processes, 8 // processes,
+                                                       err[-3000:]))
+  return json.loads([l for l in outputs[0][0].splitlines() if l.startswith("{")][-1])
+
+
 def run_config(processes, per_process):
   """Starts the workers and a client for one configuration; returns its results."""
   from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
@@ -76,16 +140,22 @@ def main(_):
   if FLAGS.client:
     run_client(FLAGS.client)
     return
+  if FLAGS.spmd_cluster:
+    run_spmd_task(FLAGS.spmd_cluster, FLAGS.spmd_task)
+    return
+  runners = {"placement": run_config, "spmd": run_spmd_config}
   results = {}
-  for name in FLAGS.configs:
-    processes, per_process = (int(s) for s in name.split("x"))
-    results[name] = run_config(processes, per_process)
-  base = results[FLAGS.configs[0]]
+  for mode in FLAGS.modes:
+    for name in FLAGS.configs:
+      processes, per_process = (int(s) for s in name.split("x"))
+      results["%s %s" % (mode, name)] = runners[mode](processes, per_process)
+  first = next(iter(results))
+  base = results[first]
   print(common.machine_line())
   print("tiny LM %s on mesh %s, layout %s; %d steps x %d repeats, median per step"
         % (dict(common.LM_SIZES[FLAGS.size], heads=8), MESH, LAYOUT, FLAGS.steps,
            FLAGS.repeats))
-  rows = [["processes x devices", "ms/step", "vs %s" % FLAGS.configs[0],
+  rows = [["mode processes x devices", "ms/step", "vs %s" % first,
            "cross-process B/step", "max B/process", "loss after 2 steps"]]
   for name, r in results.items():
     rows.append([name, "%.1f" % (1e3 * r["seconds"]),
@@ -94,8 +164,9 @@ def main(_):
                  "%.6f" % r["losses"][-1]])
   common.print_table(rows)
   print("cross-process bytes: communication.bytes_crossing_processes of the collectives "
-        "the placement backend emitted, with processors laid task-major over the "
-        "processes.")
+        "the backend emitted (placement: the client's ring copies; spmd: one replica's "
+        "TF collective ops, every replica emits the same), with processors laid "
+        "task-major over the processes.")
 
 
 if __name__ == "__main__":

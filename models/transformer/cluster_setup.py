@@ -13,6 +13,8 @@ or, instead of TF_CONFIG, `--cluster=h0:2222,h1:2222` on the chief and
 The placement mesh is laid over all workers' devices, task-major; only the chief
 writes checkpoints (full-shape and name-based, so they restore on any mesh).
 """
+import contextlib
+
 import gin
 
 from mesh_tf import cluster as cluster_lib
@@ -20,20 +22,34 @@ from mesh_tf.cluster import spec
 
 JOB_WORKER = spec.JOB  # the TF_CONFIG task type of a worker
 # Set by configure(): the worker addresses of this run, or None for one process.
-_state = {"addresses": None, "device_type": "CPU", "timeout": 10.0}
+_state = {"addresses": None, "device_type": "CPU", "timeout": 10.0, "replicas": None,
+          "strategy": None}
+MODES = ("placement", "spmd")
 
 
 @gin.configurable(module="cluster_setup")
-def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0):
+def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
+                   mode="placement", collective_timeout=60.0, communication_hint="auto",
+                   distribution=None):
   """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process),
-  the device type the mesh uses on the workers, and seconds to wait for each worker."""
-  return cluster, device_type, float(connect_timeout)
+  the device type the mesh uses on the workers, seconds to wait for each worker, the
+  mode ("placement": one chief drives workers; "spmd": every process trains its own
+  replicas, see spmd_train_loop), seconds an SPMD collective waits for its peers, the
+  SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), and the
+  distribution: None; in SPMD mode "multi_worker_mirrored" (strategy.run of a
+  MultiWorkerMirroredStrategy, one replica per process); in one process "tpu" (the
+  step through TPUStrategy.run on SimdMeshImpl's TPU runtime; untested here)."""
+  if mode not in MODES:
+    raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
+                                   % (mode, ", ".join(MODES)))
+  return (cluster, device_type, float(connect_timeout), mode, float(collective_timeout),
+          communication_hint, distribution)
 
 
 def configure(cluster_flag=None):
   """Decides this process's role from --cluster, gin and TF_CONFIG; returns
   ("single" | "chief" | "worker", worker addresses or None, task index)."""
-  cluster, device_type, timeout = cluster_config()
+  cluster, device_type, timeout = cluster_config()[:3]
   cluster = cluster_flag or cluster
   _state.update(device_type=device_type, timeout=timeout)
   if cluster:
@@ -83,10 +99,52 @@ def mesh_devices(mesh_shape, backend):
   return devices
 
 
+def spmd_replicas():
+  """This process's ReplicaSet in an SPMD cluster run, else None."""
+  return _state["replicas"]
+
+
+def claims_model_dir():
+  """Whether this process holds model_dir's lock: all but the non-chief SPMD peers."""
+  replicas = _state["replicas"]
+  return replicas is None or replicas.is_chief
+
+
+def run_spmd(addresses_, task, run_fn):
+  """Every process of an SPMD run: makes its replicas (before TF makes its devices),
+  then runs run_fn (utils.run, which trains them through spmd_train_loop)."""
+  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
+  if not addresses_:
+    raise cluster_lib.ClusterError(
+        "cluster_config.mode = 'spmd' needs the cluster: set TF_CONFIG (task type "
+        "'worker', index i) in every process, or --cluster on task 0")
+  if _bound("utils.run.mode", "train") != "train":
+    raise cluster_lib.ClusterError("cluster_config.mode = 'spmd' runs --mode=train only; "
+                                   "eval and decode run in one process on the "
+                                   "checkpoints")
+  _, device_type, _, _, collective_timeout, hint, distribution = cluster_config()
+  _state["replicas"] = multi_client.ReplicaSet(
+      _bound("utils.run.mesh_shape", ""), _bound("utils.run.layout_rules", ""),
+      addresses_, task, device_type=device_type, timeout=collective_timeout,
+      communication_hint=hint, distribution=distribution)
+  print("task %d of %d: %d replicas of mesh %s on %s%s" % (
+      task, len(addresses_), len(_state["replicas"].impls),
+      _state["replicas"].mesh_shape.to_string, addresses_[task],
+      ", steps through strategy.run of MultiWorkerMirroredStrategy"
+      if _state["replicas"].strategy else ""), flush=True)
+  try:
+    return run_fn()
+  finally:
+    _state["replicas"] = None
+
+
 def run_in_role(cluster_flag, run_fn):
   """Runs this process's role: a worker serves (never returns); the chief runs run_fn
-  with a lost worker reported as a ClusterError naming it; one process runs run_fn."""
+  with a lost worker reported as a ClusterError naming it; one process runs run_fn.
+  In SPMD mode every process runs run_fn on its own replicas (run_spmd)."""
   role, addresses_, task = configure(cluster_flag)
+  if cluster_config()[3] == "spmd":
+    return run_spmd(addresses_, task, run_fn)
   if role == JOB_WORKER:
     return serve(addresses_, task, _bound("utils.run.mesh_shape", ""))
   if addresses_:
@@ -101,3 +159,58 @@ def _bound(name, default):
     return gin.query_parameter(name)
   except ValueError:
     return default
+
+
+def tpu_strategy(mesh_size):
+  """(TPUStrategy, DeviceAssignment) on the TPU the environment names, replica r on
+  core r of mesh_size cores. Untested here: no TPU."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mesh_tf.backends import simd_tpu, tpu_detection  # pylint: disable=g-import-not-at-top
+  found = tpu_detection.find_tpu()
+  if found.branch != "tpu":
+    raise cluster_lib.ClusterError("cluster_config.distribution = 'tpu' but %s"
+                                   % found.reason)
+  assignment = simd_tpu.device_assignment_for_mesh(found.topology, mesh_size)
+  return (tf.distribute.TPUStrategy(found.resolver,
+                                    experimental_device_assignment=assignment),
+          assignment)
+
+
+# distribution -> fn(mesh size) -> (strategy, device assignment); tests put stand-ins here
+STRATEGY_FACTORIES = {"tpu": tpu_strategy}
+
+
+def strategy_mesh_impl(mesh_layout):
+  """With cluster_config.distribution = 'tpu' (one process): a SimdMeshImpl laying
+  tensors out by mesh_layout on the strategy's cores (its TPU runtime), else None."""
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  distribution = cluster_config()[6]
+  if distribution != "tpu" or _state["replicas"] is not None:
+    return None
+  _state["strategy"], assignment = STRATEGY_FACTORIES[distribution](mesh_layout.size)
+  return mtf.SimdMeshImpl(mesh_layout, None, device_assignment=assignment)
+
+
+def _strategy_of(mesh_impl):
+  """The strategy a mesh impl runs under (SimdMeshImpl's TPU runtime), or None."""
+  if getattr(mesh_impl, "is_emulated", True):  # not a SimdMeshImpl on TPU cores
+    return None
+  if _state["strategy"] is None:
+    raise cluster_lib.ClusterError("a SimdMeshImpl with a device assignment lowers inside "
+                                   "strategy.run; set cluster_config.distribution = 'tpu'")
+  return _state["strategy"]
+
+
+def variable_scope(mesh_impl):
+  """Where the trainer creates mesh_impl's variables: its strategy's scope, if any."""
+  strategy = _strategy_of(mesh_impl)
+  return contextlib.nullcontext() if strategy is None else strategy.scope()
+
+
+def run_replicated(mesh_impl, fn, *args):
+  """fn(*args), or, on a strategy's mesh, fn on every core through strategy.run (the
+  first core's result: the trainer's fn returns the replicated loss)."""
+  strategy = _strategy_of(mesh_impl)
+  if strategy is None:
+    return fn(*args)
+  return strategy.experimental_local_results(strategy.run(fn, args=args))[0]

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from models import train_steps as shared_steps
+from models.transformer import cluster_setup
 from models.transformer import evaluation
 from models.transformer import model_graph
 from models.transformer import progress as progress_lib
@@ -89,14 +90,17 @@ class Trainer:
     self.train_steps = train_steps
     self.save_checkpoints_steps = save_checkpoints_steps
     self.iterations_per_loop = iterations_per_loop
-    self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    with cluster_setup.variable_scope(mesh_impl):  # replica steps read it on a TPU
+      self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                     name="global_step")
     mtf.optimize.set_global_step(self.global_step)
     self.optimizer = make_optimizer(optimizer, make_learning_rate(
         learning_rate_schedule, self.global_step, total_run_steps or train_steps))
     self.graph = model_graph.ModelGraph(
         model_fn(), batch_size, sequence_length, feature_keys, ModeKeys.TRAIN,
         variable_dtype, optimizer=self.optimizer, num_microbatches=num_microbatches)
-    self.graph.lowering(mesh_impl)  # creates the variables eagerly, before any trace
+    with cluster_setup.variable_scope(mesh_impl):  # a TPU strategy's scope, if any
+      self.graph.lowering(mesh_impl)  # creates the variables eagerly, before any trace
     self.manager = mtf.CheckpointManager(
         model_dir, mesh_impl, max_to_keep=keep_checkpoint_max,
         extra_variables={"global_step": self.global_step}, require_finite=True)
@@ -106,9 +110,10 @@ class Trainer:
     @tf.function(jit_compile=mesh_impl.needs_xla)
     def train_step(features):
       rate = current_learning_rate(self.optimizer)
-      loss = shared_steps.lower_train_step(graph.lowering(mesh_impl, features),
-                                           graph.loss, graph.update_ops,
-                                           skip_nonfinite=skip_nonfinite_updates)
+      loss = cluster_setup.run_replicated(  # through strategy.run on a TPU strategy
+          mesh_impl, lambda f: shared_steps.lower_train_step(
+              graph.lowering(mesh_impl, f), graph.loss, graph.update_ops,
+              skip_nonfinite=skip_nonfinite_updates), features)
       self.global_step.assign_add(1)
       return loss, rate
     self.train_step = train_step

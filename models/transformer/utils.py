@@ -250,7 +250,9 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
           auto_layout=auto_layout.wants_auto(layout_rules)))
   export_path = export_path or None
   with contextlib.ExitStack() as held:
-    if mode == "train":  # one trainer per model_dir, refused before anything is built
+    from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
+    replicas = cluster_setup.spmd_replicas()  # None unless a multi-client SPMD run
+    if mode == "train" and cluster_setup.claims_model_dir():  # one trainer per model_dir
       held.enter_context(model_dir_guard.claimed_model_dir(model_dir))
     vocabulary = vocabulary if vocabulary is not None else _default_vocabulary()
     if isinstance(batch_size, int):
@@ -275,18 +277,25 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
     if num_microbatches == 1:  # the original's gin option, when bound
       num_microbatches = serialize_num_microbatches(
           mtf.Dimension("batch", batch_size), sequence_length, mesh_shape, layout_rules)
-    mesh_impl = run_setup.make_mesh_impl(mesh_layout, mesh_devices)
+    mesh_impl = None if replicas is not None else (
+        cluster_setup.strategy_mesh_impl(mesh_layout) or
+        run_setup.make_mesh_impl(mesh_layout, mesh_devices))
     run_setup.seed_everything(seed)  # after make_mesh_impl, which may configure devices
     variable_dtype = get_variable_dtype()
     # A fresh model per mtf graph (train, eval, decode): models remember their graph.
-    # They get the backend's MeshLayout itself, so model and MeshImpl share it.
+    # They get mesh_layout itself, which the MeshImpl keeps as its own.
     model_fn = functools.partial(
         build_model, model_type=model_type,
         input_vocab_size=decode_io.vocab_size(vocabulary),
-        output_vocab_size=decode_io.vocab_size(vocabulary),
-        layout_rules=mesh_impl.mesh_layout)
-    checked = _checked_model_fn(model_fn, batch_size, sequence_length,
-                                mesh_impl.mesh_layout)
+        output_vocab_size=decode_io.vocab_size(vocabulary), layout_rules=mesh_layout)
+    checked = _checked_model_fn(model_fn, batch_size, sequence_length, mesh_layout)
+    if mode == "train" and replicas is not None:
+      from models.transformer import spmd_train_loop  # pylint: disable=g-import-not-at-top
+      return spmd_train_loop.run_spmd_train(
+          checked, replicas, model_dir, vocabulary, train_dataset_fn, dataset_split,
+          batch_size, sequence_length, variable_dtype, train_steps, optimizer,
+          learning_rate_schedule, save_checkpoints_steps, iterations_per_loop,
+          total_run_steps)
     if mode == "train":
       from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
       return train_loop.run_train(

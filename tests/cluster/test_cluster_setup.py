@@ -63,3 +63,19 @@ def test_run_in_role_runs_alone_or_names_a_lost_worker():
     with pytest.raises(ValueError, match="not a cluster failure"):  # passed through
       cluster_setup.run_in_role(live, lambda: (_ for _ in ()).throw(
           ValueError("not a cluster failure")))
+
+
+def test_spmd_mode_is_checked_before_anything_starts():
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top,unused-import
+  gin.parse_config("cluster_setup.cluster_config.mode = 'mirrored'")
+  with pytest.raises(cluster.ClusterError, match="mode = 'mirrored'; choose one of "
+                     "placement, spmd"):
+    cluster_setup.run_in_role(None, lambda: "ran")
+  gin.clear_config()
+  gin.parse_config("cluster_setup.cluster_config.mode = 'spmd'")
+  with pytest.raises(cluster.ClusterError, match="needs the cluster: set TF_CONFIG"):
+    cluster_setup.run_in_role(None, lambda: "ran")
+  gin.parse_config("utils.run.mode = 'eval'")
+  with pytest.raises(cluster.ClusterError, match="runs --mode=train only"):
+    cluster_setup.run_in_role("a:1,b:2", lambda: "ran")
+  assert cluster_setup.spmd_replicas() is None and cluster_setup.claims_model_dir()

@@ -1,0 +1,300 @@
+"""`MultiClientMeshImpl`: one replica of a SIMD program, in a multi-process (multi-client)
+mesh, communicating through TensorFlow's collective ops.
+
+Every process of the cluster runs the same mtf program once per local device -- one
+replica per mesh processor, each seeing only its own slice (the TPU runtime's one core's
+view). Collectives along mesh axes are `CollectiveReduceV2` / `CollectiveGatherV2` /
+`CollectiveAllToAllV2` over the processor groups of those axes (the group assignment of
+`SimdMeshImpl`), which TF's collective executor runs over gRPC between processes (and
+over NCCL between GPUs with communication_hint="nccl").
+
+Keys: a group is named by its mesh axes and its lowest processor number, so every
+process derives the same `group_key` without talking; `instance_key`s count the
+collectives a replica emits, so replicas tracing the same program in the same order
+agree on them. Ranks within a group are TF's (sorted device names); each gather also
+exchanges the members' positions so results come out in mesh order whatever TF sorted.
+
+The replicas of one process run concurrently, each in its own thread calling its own
+tf.function (see mesh_tf.cluster.multi_client): TF's runtime runs the per-device parts of
+ONE multi-device function one after another, so collectives between devices of one
+function never meet (they time out).
+"""
+import weakref
+
+import tensorflow as tf
+
+from mesh_tf.backends.simd import LaidOutTensor
+from mesh_tf.errors import LayoutError
+from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
+from mesh_tf.shapes import convert_to_shape, pnum_to_processor_coordinates
+
+_MERGE_OPS = {"SUM": "Add", "MAX": "Max", "MIN": "Min"}
+# Group keys start here, clear of those tf.distribute's own collectives count from 1.
+GROUP_KEY_BASE = 1 << 20
+DEFAULT_TIMEOUT = 60.0  # seconds a collective waits for its peers before failing
+
+
+class ReplicaLaidOutVariable(LaidOutVariableBase):
+  """This replica's slice of one mtf Variable: one tf.Variable on its device."""
+
+  def __init__(self, variable, mesh_impl):
+    self._mesh_impl = mesh_impl
+    super().__init__(variable)
+    initial = self.initial_full_value(variable)
+    # processor 0 keeps its full initial value until sync_copies sends it to the others
+    self._initial_full = initial if mesh_impl.pnum == 0 else None
+    with tf.device(mesh_impl.device):
+      self.variable = tf.Variable(mesh_impl.own_slice(initial, self.shape),
+                                  name="%s_replica_%d" % (self.name.replace("/", "_"),
+                                                          mesh_impl.pnum),
+                                  trainable=False)
+
+  @property
+  def laid_out_tensor(self):
+    with tf.device(self._mesh_impl.device):
+      return LaidOutTensor([self.variable.read_value()])
+
+  def assign_to_slices(self, assign_fn, laid_out_values):
+    with tf.device(self._mesh_impl.device):
+      return [assign_fn(self.variable, tf.cast(laid_out_values.one_slice,
+                                               self.slice_dtype))]
+
+  def read_full(self):
+    """The whole variable (gathered from every processor: a collective, so call it in
+    every replica's function at once) in its master dtype."""
+    full = self._mesh_impl.gather_full(self.variable.read_value(), self.shape)
+    return tf.cast(full, self.master_dtype)
+
+  def sync_copies(self):
+    """Gives every replica processor 0's initial value: each replica drew its own (a
+    random initializer draws differently per replica and per process); processor 0
+    sends its full value in a masked SUM allreduce over the whole mesh. A collective:
+    call it in every replica's function at once, before training."""
+    impl = self._mesh_impl
+    shape = self.shape.to_integer_list
+    with tf.device(impl.device):
+      if self._initial_full is None:
+        mine = tf.zeros(shape, self.slice_dtype)
+      else:
+        mine = self._initial_full
+      full = impl.allreduce(LaidOutTensor([mine]), list(range(impl.ndims)), "SUM",
+                            record=False).one_slice  # setup, not a step's traffic
+      return self.variable.assign(impl.own_slice(full, self.shape))
+
+  def forget_initial_value(self):
+    """Drops processor 0's copy of the full initial value (after sync_copies)."""
+    self._initial_full = None
+
+  def assign_full(self, value):
+    """Sets this replica's slice from a full-shape value (no communication)."""
+    value = tf.cast(value, self.slice_dtype)
+    with tf.device(self._mesh_impl.device):
+      self.variable.assign(self._mesh_impl.own_slice(value, self.shape))
+
+
+class MultiClientMeshImpl(MeshImpl):
+  """The replica of processor `pnum` of a mesh whose processors span processes.
+
+  Args:
+    shape: mesh shape.
+    layout: layout rules.
+    pnum: the processor this replica plays.
+    device: its TF device, e.g. "/job:worker/replica:0/task:1/device:CPU:2".
+    process_pnums: the processors of this process (for reading only this process's
+      share of an input; default: just pnum).
+    timeout: seconds a collective waits for its peers (a lost process then fails the
+      step instead of hanging it).
+    communication_hint: "auto", "ring" or "nccl" (GPUs), passed to the collective ops.
+  """
+
+  LaidOutTensor = LaidOutTensor
+  # import_tf_tensor takes the full value or this process's share of it
+  imports_process_share = True
+
+  def __init__(self, shape, layout, pnum, device, process_pnums=None,
+               timeout=DEFAULT_TIMEOUT, communication_hint="auto"):
+    super().__init__(shape, layout)
+    if not 0 <= pnum < self.size:
+      raise LayoutError("replica pnum %d is not a processor of mesh %s (size %d)"
+                        % (pnum, self.shape.to_string or "[]", self.size))
+    self.pnum = pnum
+    self.device = device
+    self.process_pnums = list(process_pnums or [pnum])
+    self.timeout = float(timeout)
+    self.communication_hint = communication_hint
+    self._coord = pnum_to_processor_coordinates(self.shape, pnum)
+    self._instance = 0
+    self._positions = weakref.WeakKeyDictionary()  # graph -> {mesh axes: positions}
+
+  @property
+  def devices(self):
+    return [self.device]
+
+  def pcoord(self, mesh_axis):
+    """This replica's coordinate on mesh_axis (a Python int)."""
+    return self._coord[mesh_axis]
+
+  # ---- groups and keys ----
+  def group_of(self, mesh_axes):
+    """The pnums (ascending, i.e. in mesh order) of this replica's group over mesh_axes."""
+    return next(g for g in self.processor_groups(list(mesh_axes)) if self.pnum in g)
+
+  def group_key(self, mesh_axes, group):
+    """A key every process derives alike: the axes (as a bit mask) and the lowest pnum."""
+    mask = sum(1 << a for a in set(mesh_axes))
+    return GROUP_KEY_BASE + mask * self.size + group[0]
+
+  def _next_instance(self):
+    self._instance += 1
+    return self._instance
+
+  def _collective_args(self, mesh_axes, group):
+    return dict(group_size=len(group), group_key=self.group_key(mesh_axes, group),
+                instance_key=self._next_instance(), ordering_token=[],
+                communication_hint=self.communication_hint, timeout_seconds=self.timeout)
+
+  def _rank_positions(self, mesh_axes, group):
+    """int32 [group size]: the mesh position of the member at each TF rank (gathered
+    once per group and trace)."""
+    cache = self._positions.setdefault(tf.compat.v1.get_default_graph(), {})
+    key = tuple(sorted(set(mesh_axes)))
+    if key not in cache:
+      with tf.device(self.device):
+        cache[key] = tf.raw_ops.CollectiveGatherV2(
+            input=tf.constant([group.index(self.pnum)], tf.int32),
+            **self._collective_args(mesh_axes, group))
+        cache[key].set_shape([len(group)])
+    return cache[key]
+
+  def _gather(self, t, mesh_axes, group):
+    """[group size, *t.shape]: the members' t, in mesh order."""
+    with tf.device(self.device):
+      gathered = tf.raw_ops.CollectiveGatherV2(
+          input=tf.expand_dims(t, 0), **self._collective_args(mesh_axes, group))
+      # row r came from the member at mesh position positions[r]
+      order = tf.math.invert_permutation(self._rank_positions(mesh_axes, group))
+      return tf.reshape(tf.gather(gathered, order), [len(group)] + t.shape.as_list())
+
+  # ---- primitives ----
+  def slicewise(self, fn, *inputs):
+    args = [x.one_slice if isinstance(x, LaidOutTensor) else x for x in inputs]
+    with tf.device(self.device):
+      out = fn(*args)
+    if isinstance(out, (tuple, list)):
+      return tuple(LaidOutTensor([o]) for o in out)
+    return LaidOutTensor([out])
+
+  def _record(self, kind, mesh_axes, t):
+    self.record_collective(kind, mesh_axes, t.shape.as_list(), t.dtype)
+
+  def allreduce(self, x, mesh_axes, reduction_fn_string, record=True):
+    if reduction_fn_string not in _MERGE_OPS:
+      raise LayoutError("unknown reduction %r; use one of %s"
+                        % (reduction_fn_string, sorted(_MERGE_OPS)))
+    group = self.group_of(mesh_axes) if mesh_axes else [self.pnum]
+    if len(group) == 1:
+      return x
+    t = x.one_slice
+    if record:
+      self._record("allreduce", mesh_axes, t)
+    with tf.device(self.device):
+      return LaidOutTensor([tf.raw_ops.CollectiveReduceV2(
+          input=t, merge_op=_MERGE_OPS[reduction_fn_string], final_op="Id",
+          **self._collective_args(mesh_axes, group))])
+
+  def allconcat(self, x, mesh_axis, concat_axis, record=True):
+    t = x.one_slice
+    if record:
+      self._record("allconcat", [mesh_axis], t)
+    group = self.group_of([mesh_axis])
+    pieces = self._gather(t, [mesh_axis], group)
+    with tf.device(self.device):
+      return LaidOutTensor([tf.concat(tf.unstack(pieces), concat_axis)])
+
+  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    t = x.one_slice
+    self._record("alltoall", [mesh_axis], t)
+    group = self.group_of([mesh_axis])
+    n = len(group)
+    shape = t.shape.as_list()
+    if shape[split_axis] % n:
+      raise LayoutError("alltoall over mesh axis %d (size %d): split axis %d of slice %s "
+                        "is not divisible" % (mesh_axis, n, split_axis, shape))
+    with tf.device(self.device):
+      pieces = tf.stack(tf.split(t, n, axis=split_axis))  # piece j is for position j
+      positions = self._rank_positions([mesh_axis], group)
+      # TF sends row r to rank r: put the piece for rank r's position there
+      sent = tf.raw_ops.CollectiveAllToAllV2(
+          input=tf.gather(pieces, positions), **self._collective_args([mesh_axis], group))
+      received = tf.reshape(tf.gather(sent, tf.math.invert_permutation(positions)),
+                            pieces.shape)
+      return LaidOutTensor([tf.concat(tf.unstack(received), concat_axis)])
+
+  def receive(self, x, mesh_axis, source_pcoord):
+    t = x.one_slice
+    self._record("receive", [mesh_axis], t)
+    source = source_pcoord[self._coord[mesh_axis]]
+    # every member gathers the group's slices and keeps its source's: one collective
+    # whatever the shift pattern
+    everyone = self._gather(t, [mesh_axis], self.group_of([mesh_axis]))
+    with tf.device(self.device):
+      return LaidOutTensor([tf.zeros_like(t) if source is None else everyone[source]])
+
+  def laid_out_pnum(self):
+    with tf.device(self.device):
+      return LaidOutTensor([tf.constant(self.pnum, tf.int32)])
+
+  def laid_out_pcoord(self, mesh_axis):
+    with tf.device(self.device):
+      return LaidOutTensor([tf.constant(self._coord[mesh_axis], tf.int32)])
+
+  # ---- full tensors ----
+  def own_slice(self, full, tensor_shape):
+    """This replica's slice of a full tf.Tensor."""
+    return self._cut(full, tensor_shape, self.slice_begin(tensor_shape, self.pnum))
+
+  def _cut(self, t, tensor_shape, begin):
+    sizes = self.slice_shape(tensor_shape)
+    with tf.device(self.device):
+      return tf.slice(t, begin, sizes) if sizes else tf.identity(t)
+
+  def process_share(self, tensor_shape):
+    """(begin, size): the box of a full tensor that this process's replicas read."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    sizes = self.slice_shape(tensor_shape)
+    begins = [self.slice_begin(tensor_shape, p) for p in self.process_pnums]
+    lo = [min(b[i] for b in begins) for i in range(len(sizes))]
+    hi = [max(b[i] for b in begins) + s for i, s in enumerate(sizes)]
+    return lo, [h - l for h, l in zip(hi, lo)]
+
+  def import_tf_tensor(self, x, tf_x):
+    """This replica's slice of tf_x: the full tensor, or only this process's share of
+    it (the box process_share gives) when that is what tf_x's shape is."""
+    tf_x = tf.convert_to_tensor(tf_x)
+    full = x.shape.to_integer_list
+    begin = self.slice_begin(x.shape, self.pnum)
+    if tf_x.shape.as_list() != full:
+      share_begin, share_size = self.process_share(x.shape)
+      if tf_x.shape.as_list() != share_size:
+        raise LayoutError("input %s of shape %s is neither the full tensor %s nor this "
+                          "process's share %s" % (x.name, tf_x.shape.as_list(), full,
+                                                  share_size), tensor=x.name)
+      begin = [b - s for b, s in zip(begin, share_begin)]
+    return LaidOutTensor([self._cut(tf_x, x.shape, begin)])
+
+  def gather_full(self, t, tensor_shape):
+    """The full tensor from every replica's slice t (allconcat along each split axis;
+    not counted in comm_log, as no backend counts an export)."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    layout = self.tensor_layout(tensor_shape)
+    x = LaidOutTensor([t])
+    for tensor_axis, mesh_axis in enumerate(layout):
+      if mesh_axis is not None:
+        x = self.allconcat(x, mesh_axis, tensor_axis, record=False)
+    return x.one_slice
+
+  def export_to_tf_tensor(self, x, laid_out_x):
+    return self.gather_full(laid_out_x.one_slice, x.shape)
+
+  def make_variable(self, variable):
+    return ReplicaLaidOutVariable(variable, self)

@@ -1,0 +1,195 @@
+"""Multi-client SPMD: every process of the cluster runs the mesh program for its own
+devices, one replica per device, and the replicas meet in TF collective ops.
+
+    # in each of N processes (task i), first thing, before TensorFlow makes devices:
+    from mesh_tf.cluster import multi_client
+    replicas = multi_client.ReplicaSet("batch:2;model:4", layout,
+                                       "h0:2222,h1:2222", task=i)
+    losses = replicas.run(lambda r, impl: step_fns[r](inputs, targets))
+
+Processor p of the mesh is device p % k of task p // k (k = mesh size / N), as for the
+placement mesh. The processes are peers: there are no separate worker servers; each
+process is the gRPC server of its task (`enable_collective_ops`). With
+distribution="multi_worker_mirrored" (one replica per process) the calls go through
+`strategy.run` of a tf.distribute.MultiWorkerMirroredStrategy instead of threads.
+"""
+import threading
+import time
+
+import tensorflow as tf
+from tensorflow.core.protobuf import tensorflow_server_pb2
+from tensorflow.python.eager import context
+
+from mesh_tf.backends.simd_multi_client import DEFAULT_TIMEOUT, MultiClientMeshImpl
+from mesh_tf.cluster import faults, spec
+from mesh_tf.shapes import convert_to_shape
+
+# A replica thread may take this long beyond the collective timeout before it is
+# declared stuck (tracing on a loaded host).
+JOIN_MARGIN = 120.0
+
+
+def leader():
+  """The collective group leader: task 0."""
+  return "/job:%s/replica:0/task:0" % spec.JOB
+
+
+def enable_collectives(addresses, task, devices_per_task, device_type="CPU"):
+  """Makes this process task `task` of the cluster, able to run collectives with the
+  others; returns the names of its devices_per_task local devices.
+
+  Call before TensorFlow initializes (no tensors yet): for CPUs it splits the host CPU
+  into devices_per_task virtual devices.
+  """
+  if not 0 <= task < len(addresses):
+    raise spec.ClusterError("task %d is not an index of the %d processes %s"
+                            % (task, len(addresses), ",".join(addresses)), task=task)
+  if device_type.upper() == "CPU":
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * devices_per_task)
+  elif len(tf.config.list_physical_devices(device_type)) < devices_per_task:
+    raise spec.ClusterError(
+        "task %d needs %d %s devices (mesh size / processes) but has %d"
+        % (task, devices_per_task, device_type,
+           len(tf.config.list_physical_devices(device_type))), task=task)
+  own = "/job:%s/task:%d" % (spec.JOB, task)
+  ctx = context.context()
+  ctx.configure_collective_ops(collective_leader=leader(), device_filters=(own,))
+  config = ctx.config
+  config.experimental.collective_group_leader = leader()
+  del config.device_filters[:]
+  config.device_filters.append(own)
+  ctx.enable_collective_ops(tensorflow_server_pb2.ServerDef(
+      cluster=spec.cluster_spec(addresses).as_cluster_def(), default_session_config=config,
+      job_name=spec.JOB, task_index=task, protocol="grpc"))
+  return ["/job:%s/replica:0/task:%d/device:%s:%d" % (spec.JOB, task, device_type, i)
+          for i in range(devices_per_task)]
+
+
+DISTRIBUTIONS = (None, "multi_worker_mirrored")
+
+
+def multi_worker_strategy(addresses, task, devices_per_task, device_type="CPU",
+                          communication_hint="auto"):
+  """A tf.distribute.MultiWorkerMirroredStrategy over the cluster, for one replica per
+  process (it also enables collective ops); returns (strategy, [its device])."""
+  if devices_per_task != 1:
+    raise spec.ClusterError(
+        "distribution 'multi_worker_mirrored' runs one replica per process (its eager "
+        "replicas would run one at a time and never meet in a collective), but the mesh "
+        "puts %d processors on each of the %d processes; start mesh size processes, or "
+        "use no distribution" % (devices_per_task, len(addresses)), task=task)
+  if device_type.upper() != "CPU" and not tf.config.list_physical_devices(device_type):
+    raise spec.ClusterError("task %d has no %s device" % (task, device_type), task=task)
+  resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      spec.cluster_spec(addresses), task_type=spec.JOB, task_id=task, rpc_layer="grpc",
+      num_accelerators={"GPU": 1} if device_type.upper() == "GPU" else None)
+  implementation = {"nccl": tf.distribute.experimental.CommunicationImplementation.NCCL,
+                    "ring": tf.distribute.experimental.CommunicationImplementation.RING
+                   }.get(communication_hint,
+                         tf.distribute.experimental.CommunicationImplementation.AUTO)
+  strategy = tf.distribute.MultiWorkerMirroredStrategy(
+      cluster_resolver=resolver,
+      communication_options=tf.distribute.experimental.CommunicationOptions(
+          implementation=implementation))
+  return strategy, list(strategy.extended.worker_devices)
+
+
+def local_pnums(mesh_size, num_tasks, task):
+  """The processors of task `task` (task-major: k consecutive pnums per task)."""
+  if mesh_size % num_tasks:
+    raise spec.ClusterError("a mesh of %d processors cannot be split evenly over %d "
+                            "processes" % (mesh_size, num_tasks))
+  k = mesh_size // num_tasks
+  return list(range(task * k, (task + 1) * k))
+
+
+class ReplicaSet:
+  """This process's replicas of a mesh program: one MultiClientMeshImpl per local device,
+  run concurrently by `run`.
+
+  Args:
+    mesh_shape, layout: the mesh and layout rules (the same in every process).
+    cluster: the processes' addresses ("h:p,h:p", a list, TF_CONFIG-style dict).
+    task: this process's index.
+    device_type: "CPU" (virtual devices split out of the host CPU) or "GPU".
+    timeout: seconds a collective waits for peers; a lost process fails the step then.
+    communication_hint: "auto", "ring" or "nccl" (GPUs).
+    distribution: None (this module's threads run the replicas) or
+      "multi_worker_mirrored": the step runs through `strategy.run` of a
+      tf.distribute.MultiWorkerMirroredStrategy (one replica per process).
+  """
+
+  def __init__(self, mesh_shape, layout, cluster, task, device_type="CPU",
+               timeout=DEFAULT_TIMEOUT, communication_hint="auto", distribution=None):
+    self.addresses = spec.parse_addresses(cluster)
+    self.task = task
+    self.mesh_shape = convert_to_shape(mesh_shape)
+    self.pnums = local_pnums(self.mesh_shape.size, len(self.addresses), task)
+    self.timeout = float(timeout)
+    if distribution not in DISTRIBUTIONS:
+      raise spec.ClusterError("distribution %r: choose None or 'multi_worker_mirrored'"
+                              % (distribution,))
+    self.strategy = None
+    if distribution is None:
+      self.devices = enable_collectives(self.addresses, task, len(self.pnums),
+                                        device_type)
+    else:
+      self.strategy, self.devices = multi_worker_strategy(
+          self.addresses, task, len(self.pnums), device_type, communication_hint)
+    self.impls = [MultiClientMeshImpl(self.mesh_shape, layout, p, d, self.pnums,
+                                      timeout, communication_hint)
+                  for p, d in zip(self.pnums, self.devices)]
+
+  @property
+  def is_chief(self):
+    """Whether this process writes checkpoints and reports (task 0)."""
+    return self.task == 0
+
+  def run(self, fn):
+    """[fn(r, impl) for each local replica r], called concurrently, one thread each.
+
+    A failure in any replica is raised (a lost peer process as a ClusterError naming
+    it); a replica still running timeout + JOIN_MARGIN seconds later is reported stuck.
+    """
+    if self.strategy is not None:
+      return self._run_on_strategy(fn)
+    results = [None] * len(self.impls)
+    errors = [None] * len(self.impls)
+
+    def body(r):
+      try:
+        with tf.device(self.devices[r]):
+          results[r] = fn(r, self.impls[r])
+      except Exception as e:  # pylint: disable=broad-except
+        errors[r] = e
+    threads = [threading.Thread(target=body, args=(r,), daemon=True)
+               for r in range(len(self.impls))]
+    for t in threads:
+      t.start()
+    deadline = time.time() + self.timeout + JOIN_MARGIN
+    for t in threads:
+      t.join(max(0.0, deadline - time.time()))
+    failed = [e for e in errors if e is not None]
+    if failed:
+      lost = faults.lost_task_error(failed[0], self.addresses)
+      if lost is not None:
+        raise lost from failed[0]
+      raise failed[0]
+    if any(t.is_alive() for t in threads):
+      raise spec.ClusterError("replicas of task %d still running %.0fs after the "
+                              "collective timeout" % (self.task, JOIN_MARGIN),
+                              task=self.task)
+    return results
+
+  def _run_on_strategy(self, fn):
+    """fn(0, impl) of the one local replica, through strategy.run."""
+    try:
+      out = self.strategy.run(lambda: fn(0, self.impls[0]))
+    except Exception as e:  # pylint: disable=broad-except
+      lost = faults.lost_task_error(e, self.addresses)
+      if lost is not None:
+        raise lost from e
+      raise
+    return list(self.strategy.experimental_local_results(out))

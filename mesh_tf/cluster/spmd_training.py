@@ -1,0 +1,103 @@
+"""Training a model in multi-client SPMD mode: this process's replicas step together
+with every other process's, the chief (task 0) writes the checkpoints.
+
+The model follows models/train_steps' protocol: `lowering(mesh_impl, *batch)`, `loss`,
+`update_ops`. Every replica lowers the same mtf graph on its own MultiClientMeshImpl.
+"""
+import tensorflow as tf
+
+from mesh_tf.checkpoint import save_restore
+
+
+class _FullValue:
+  """A gathered full value in the shape of a checkpoint entry's state."""
+
+  def __init__(self, value):
+    self.value = value
+    self.shape = value.shape
+    self.dtype = value.dtype
+
+  def read_value(self):
+    return self.value
+
+
+class SpmdTrainer:
+  """Train steps, checkpoints and restores of one model on a ReplicaSet.
+
+  Args:
+    model: the model (built once; its mtf graph is shared by the replicas).
+    replicas: a mesh_tf.cluster.multi_client.ReplicaSet.
+
+  A step exports the loss and runs every update op, as models.train_steps does. Making
+  the trainer runs collectives (every replica takes processor 0's initial values), so
+  every process makes it at the same point of its program.
+  """
+
+  def __init__(self, model, replicas):
+    self.model = model
+    self.replicas = replicas
+    self._steps = []
+    self._gathers = []
+    syncs = []
+    for impl in replicas.impls:
+      model.lowering(impl)  # creates this replica's variables, eagerly
+      self._steps.append(self._make_step(impl))
+      self._gathers.append(self._make_gather(impl))
+      syncs.append(self._make_sync(impl))
+    # every replica drew its own initial values; all take processor 0's
+    replicas.run(lambda r, impl: syncs[r]())
+    for impl in replicas.impls:
+      for v in impl.variable_store.values():
+        v.forget_initial_value()
+
+  def _make_step(self, impl):
+    model = self.model
+
+    @tf.function
+    def step(*batch):
+      lowering = model.lowering(impl, *batch)
+      loss = lowering.export_to_tf_tensor(model.loss)
+      for op in model.update_ops:
+        lowering.lowered_operation(op)
+      return loss
+    return step
+
+  @staticmethod
+  def _make_sync(impl):
+    @tf.function
+    def sync():
+      for _, v in sorted(impl.variable_store.items()):
+        v.sync_copies()
+    return sync
+
+  @staticmethod
+  def _make_gather(impl):
+    @tf.function
+    def gather():
+      return {name: v.read_full() for name, v in sorted(impl.variable_store.items())}
+    return gather
+
+  def step(self, *batch):
+    """One update on every replica; returns the loss before it (as a float).
+
+    `batch` is the full batch or this process's share of it (see input_share).
+    """
+    losses = self.replicas.run(lambda r, impl: self._steps[r](*batch))
+    return float(losses[0])
+
+  def save(self, path, global_step=None):
+    """Gathers every variable (all processes take part); the chief writes the
+    checkpoint. Returns the chief's prefix, None elsewhere."""
+    values = self.replicas.run(lambda r, impl: self._gathers[r]())[0]
+    if not self.replicas.is_chief:
+      return None
+    return save_restore.save_checkpoint(
+        path, {n: _FullValue(v) for n, v in values.items()}, global_step=global_step)
+
+  def restore(self, path):
+    """Sets every replica's slices from a (full-shape, name-based) checkpoint that all
+    processes can read; returns the checkpoint's global step (or None)."""
+    result = None
+    for impl in self.replicas.impls:
+      result = save_restore.restore_checkpoint(path, impl)
+    return result.global_step

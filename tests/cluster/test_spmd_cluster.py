@@ -1,0 +1,133 @@
+"""Multi-client SPMD: two processes (4 virtual CPUs each) run the tiny LM's replicas on
+mesh batch:2;model:4 and meet in TF collective ops; one is killed, both restart and
+resume; compared with one process. (The trainer's SPMD mode: test_spmd_trainer.py.)"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import cluster_helpers
+import mesh_tf as mtf
+from models.tiny_lm import config, mtf_model
+
+SCRIPT = os.path.join("tests", "cluster", "spmd_lm_process.py")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import spmd_lm_process  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+STOP_TIMEOUT = 120  # seconds the survivor may take to stop after its peer dies
+
+
+def _start(addresses, model_dir, steps, log_dir, timeout=60.0):
+  """The two processes of a run, with output to log_dir/task<i>.{out,err}."""
+  procs = []
+  for task in range(len(addresses)):
+    out = open(os.path.join(str(log_dir), "task%d.out" % task), "w")
+    err = open(os.path.join(str(log_dir), "task%d.err" % task), "w")
+    procs.append(subprocess.Popen(
+        [sys.executable, SCRIPT, ",".join(addresses), str(task), str(model_dir),
+         str(steps), str(timeout)], cwd=cluster_helpers.REPO_ROOT,
+        env=cluster_helpers.env(), stdout=out, stderr=err))
+    out.close()
+    err.close()
+  return procs
+
+
+def _results(procs, log_dir, timeout=240):
+  """Waits for every process; returns their JSON lines (asserting they succeeded)."""
+  results = []
+  for task, p in enumerate(procs):
+    p.wait(timeout=timeout)
+    out = open(os.path.join(str(log_dir), "task%d.out" % task)).read()
+    err = open(os.path.join(str(log_dir), "task%d.err" % task)).read()
+    assert p.returncode == 0, err[-3000:]
+    results.append(cluster_helpers.last_json_line(out))
+  return results
+
+
+def _tiny_lm():
+  return mtf_model.TinyLmModel(config.TinyLmConfig(**spmd_lm_process.SIZES))
+
+
+def _batch():
+  batch = config.synthetic_batch(config.TinyLmConfig(**spmd_lm_process.SIZES))
+  return tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
+
+
+def _placement_2x4():
+  return mtf.PlacementMeshImpl(spmd_lm_process.MESH, spmd_lm_process.LAYOUT,
+                               ["/cpu:%d" % i for i in range(8)])
+
+
+def _check_primitives_and_initial_values(results):
+  """Every collective primitive across the processes gives the placement backend's
+  slices, and the random initial values drawn by each replica were made equal."""
+  primitives = {k: sum((r["primitives"][k] for r in results), [])
+                for k in results[0]["primitives"]}
+  impl = _placement_2x4()
+  x = impl.LaidOutTensor([tf.constant(spmd_lm_process.primitive_input(p))
+                          for p in range(8)])
+  for name, laid_out in spmd_lm_process.apply_primitives(impl, x).items():
+    expected = [t.numpy() for t in laid_out.tensor_list]
+    np.testing.assert_allclose(primitives[name], expected, err_msg=name)
+  inits = np.array(sum((r["random_init"] for r in results), []))
+  assert inits.shape == (8, 4, 8) and np.std(inits[0]) > 0.01
+  np.testing.assert_array_equal(inits, np.broadcast_to(inits[0], inits.shape))
+
+
+def test_killed_process_stops_the_other_and_restart_resumes_as_one_process(tmp_path):
+  addresses = ["localhost:%d" % p for p in cluster_helpers.free_ports(2)]
+  model_dir = tmp_path / "m"
+  procs = _start(addresses, model_dir, 100000, tmp_path, timeout=40.0)
+  try:
+    deadline = time.time() + 240
+    while not (model_dir / "model.ckpt-2.index").exists():
+      assert all(p.poll() is None for p in procs), "a process exited before step 2"
+      assert time.time() < deadline, "no checkpoint after 240s"
+      time.sleep(0.1)
+    procs[1].kill()
+    killed = time.time()
+    try:
+      returncode = procs[0].wait(timeout=STOP_TIMEOUT)  # a hang fails here
+    except subprocess.TimeoutExpired:
+      pytest.fail("task 0 did not stop within %ds of losing task 1" % STOP_TIMEOUT)
+    print("task 0 stopped %.1fs after task 1 was killed" % (time.time() - killed))
+  finally:
+    cluster_helpers.stop(procs)
+  err = (tmp_path / "task0.err").read_text()
+  errors = [l for l in err.splitlines() if l.startswith("error:")]
+  assert returncode == 1, err[-3000:]
+  assert len(errors) == 1 and errors[0].startswith(
+      "error: lost worker task 1 (%s)" % addresses[1]), err[-3000:]
+  saved = max(int(m) for m in re.findall(r"model\.ckpt-(\d+)\.index",
+                                         " ".join(os.listdir(model_dir))))
+  # restart both processes on new ports: they resume from the last checkpoint
+  addresses = ["localhost:%d" % p for p in cluster_helpers.free_ports(2)]
+  procs = _start(addresses, model_dir, saved + 2, tmp_path)
+  try:
+    results = _results(procs, tmp_path)
+  finally:
+    cluster_helpers.stop(procs)
+  assert [r["start"] for r in results] == [saved, saved]
+  # each process read only its share of the batch: the rows of its batch coordinate
+  assert [r["rows"] for r in results] == [[0, 4], [4, 8]]
+  # one process, 8 devices, placement backend, from the same checkpoint: the same
+  # losses and weights
+  model = _tiny_lm()
+  impl = _placement_2x4()
+  step = model.make_train_step(impl)
+  mtf.restore_checkpoint(str(model_dir / ("model.ckpt-%d" % saved)), impl)
+  inputs, targets = _batch()
+  single = [float(step(inputs, targets)) for _ in range(2)]
+  for r in results:
+    np.testing.assert_allclose(r["losses"], single, rtol=1e-5)
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir)))
+  assert reader.get_tensor("global_step") == saved + 2
+  for name, v in impl.variable_store.items():
+    np.testing.assert_allclose(reader.get_tensor(name), v.read_full().numpy(), rtol=1e-5,
+                               atol=1e-6, err_msg=name)
+  _check_primitives_and_initial_values(results)

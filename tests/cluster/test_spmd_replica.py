@@ -1,0 +1,116 @@
+"""The multi-client replica backend and input shares, in one process (no collectives
+run: the replicas are only traced, or their slices cut)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf import analysis
+from mesh_tf import cluster
+from mesh_tf.analysis import communication
+from mesh_tf.backends.simd_multi_client import MultiClientMeshImpl
+from mesh_tf.cluster import input_share
+from models import train_steps
+from models.tiny_lm import config as lm_config
+from models.tiny_lm import mtf_model as lm
+
+MESH = "batch:2;model:4"
+LAYOUT = "batch:batch;d_ff:model;heads:model;vocab:model"
+
+
+def _replica(pnum, tasks=2):
+  k = 8 // tasks
+  task = pnum // k
+  return MultiClientMeshImpl(MESH, LAYOUT, pnum, "/cpu:%d" % (pnum % k),
+                             process_pnums=range(task * k, (task + 1) * k))
+
+
+def test_group_keys_are_distinct_and_agreed_by_every_member():
+  keys = {}
+  for axes in ([0], [1], [0, 1]):
+    for group in _replica(0).processor_groups(axes):
+      seen = {_replica(p).group_key(axes, _replica(p).group_of(axes)) for p in group}
+      assert len(seen) == 1, (axes, group)
+      keys[(tuple(axes), tuple(group))] = seen.pop()
+  assert len(set(keys.values())) == len(keys) == 2 + 4 + 1
+
+
+def test_each_process_imports_its_share_as_the_full_batch_would():
+  batch = tf.reshape(tf.range(64), [8, 8])
+  shape = mtf.Shape([mtf.Dimension("batch", 8), mtf.Dimension("length", 8)])
+  holder = type("T", (), {"shape": shape, "name": "inputs"})()
+  for pnum in range(8):
+    impl = _replica(pnum)
+    begin, end = input_share.batch_rows(impl, shape)
+    assert (begin, end) == ((0, 4) if pnum < 4 else (4, 8))
+    from_share = impl.import_tf_tensor(holder, batch[begin:end]).one_slice
+    from_full = impl.import_tf_tensor(holder, batch).one_slice
+    np.testing.assert_array_equal(from_share.numpy(), from_full.numpy())
+  with pytest.raises(mtf.LayoutError, match="input inputs of shape \\[3, 8\\]"):
+    _replica(0).import_tf_tensor(holder, batch[:3])
+
+
+def test_dataset_shares_of_the_processes_assemble_the_global_batches():
+  examples = tf.data.Dataset.range(40).map(lambda i: tf.stack([i, 10 * i]))
+  whole = [b.numpy() for b in examples.batch(8, drop_remainder=True)]
+  shares = [[b.numpy() for b in input_share.share_of_dataset(examples, 8, rows)]
+            for rows in ((0, 4), (4, 8))]
+  assert len(shares[0]) == len(shares[1]) == len(whole) == 5
+  for k, batch in enumerate(whole):
+    assert shares[0][k].shape == (4, 2)
+    np.testing.assert_array_equal(np.concatenate([shares[0][k], shares[1][k]]), batch)
+  with pytest.raises(mtf.LayoutError, match="rows \\[4, 9\\)"):
+    input_share.share_of_dataset(examples, 8, (4, 9))
+
+
+def _records(model, impl, feeds):
+  lowerings = []
+
+  @tf.function
+  def step(*args):
+    lowerings.append(model.lowering(impl, *args))
+    return train_steps.lower_train_step(lowerings[-1], model.loss, model.update_ops)
+  model.lowering(impl)
+  step.get_concrete_function(*feeds)
+  return lowerings[-1].comm_records
+
+
+def test_replica_collectives_are_the_placement_ones_and_cross_as_predicted():
+  model = lm.TinyLmModel(lm_config.TinyLmConfig(num_layers=1, heads=8))
+  batch = lm_config.synthetic_batch(model.config)
+  feeds = (batch[:, :-1], batch[:, 1:])
+  replica = _records(model, _replica(5), feeds)
+  placement = _records(model, mtf.PlacementMeshImpl(
+      MESH, LAYOUT, ["/cpu:%d" % i for i in range(8)]), feeds)
+  key = lambda r: (r.kind, r.mesh_axes, r.group_size, r.slice_bytes)
+  assert sorted(map(key, replica)) == sorted(map(key, placement))
+  predicted = analysis.estimate_cost(model.graph, MESH, LAYOUT,
+                                     fetches=[model.loss] + model.update_ops)
+  for tasks in (2, 4):
+    processes = cluster.processes_of_devices(cluster.task_devices(tasks, 8 // tasks))
+    got = communication.bytes_crossing_processes(replica, MESH, processes)
+    assert got == pytest.approx(communication.bytes_crossing_processes(
+        predicted.comm_records, MESH, processes))
+    assert sum(got.values()) > 0
+
+
+def test_replica_errors_name_the_reduction_and_the_processor():
+  x = _replica(0).LaidOutTensor([tf.zeros([2])])
+  with pytest.raises(mtf.LayoutError, match="unknown reduction 'PROD'"):
+    _replica(0).allreduce(x, [1], "PROD")
+  with pytest.raises(mtf.LayoutError, match="replica pnum 8 is not a processor of mesh "
+                     "batch:2;model:4"):
+    _replica(8)
+
+
+def test_replica_set_refuses_what_it_cannot_run_before_touching_tensorflow():
+  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
+  with pytest.raises(cluster.ClusterError, match="distribution 'tpu': choose None or "
+                     "'multi_worker_mirrored'"):
+    multi_client.ReplicaSet(MESH, LAYOUT, "a:1,b:2", 0, distribution="tpu")
+  with pytest.raises(cluster.ClusterError, match="runs one replica per process .* puts 4 "
+                     "processors on each of the 2 processes"):
+    multi_client.multi_worker_strategy(["a:1", "b:2"], 0, 4)
+  with pytest.raises(cluster.ClusterError, match="mesh of 8 processors cannot be split "
+                     "evenly over 3 processes"):
+    multi_client.ReplicaSet(MESH, LAYOUT, "a:1,b:2,c:3", 0)
