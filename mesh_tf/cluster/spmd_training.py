@@ -6,6 +6,7 @@ The model follows models/train_steps' protocol: `lowering(mesh_impl, *batch)`, `
 """
 import tensorflow as tf
 
+from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.checkpoint import save_restore
 
 
@@ -27,22 +28,27 @@ class SpmdTrainer:
   Args:
     model: the model (built once; its mtf graph is shared by the replicas).
     replicas: a mesh_tf.cluster.multi_client.ReplicaSet.
+    skip_nonfinite: if True, a step whose loss is NaN/Inf runs no update (every replica
+      sees the same loss, so all of them skip it).
 
   A step exports the loss and runs every update op, as models.train_steps does. Making
   the trainer runs collectives (every replica takes processor 0's initial values), so
   every process makes it at the same point of its program.
   """
 
-  def __init__(self, model, replicas):
+  def __init__(self, model, replicas, skip_nonfinite=False):
     self.model = model
     self.replicas = replicas
+    self.skip_nonfinite = skip_nonfinite
     self._steps = []
     self._gathers = []
+    self._agrees = []
     syncs = []
     for impl in replicas.impls:
       model.lowering(impl)  # creates this replica's variables, eagerly
       self._steps.append(self._make_step(impl))
       self._gathers.append(self._make_gather(impl))
+      self._agrees.append(self._make_agree(impl))
       syncs.append(self._make_sync(impl))
     # every replica drew its own initial values; all take processor 0's
     replicas.run(lambda r, impl: syncs[r]())
@@ -53,14 +59,32 @@ class SpmdTrainer:
   def _make_step(self, impl):
     model = self.model
 
+    skip_nonfinite = self.skip_nonfinite
+
     @tf.function
     def step(*batch):
       lowering = model.lowering(impl, *batch)
       loss = lowering.export_to_tf_tensor(model.loss)
-      for op in model.update_ops:
-        lowering.lowered_operation(op)
+
+      def apply_updates():
+        for op in model.update_ops:
+          lowering.lowered_operation(op)
+        return tf.constant(True)
+      if skip_nonfinite:
+        tf.cond(tf.math.is_finite(loss), apply_updates, lambda: tf.constant(False))
+      else:
+        apply_updates()
       return loss
     return step
+
+  @staticmethod
+  def _make_agree(impl):
+    @tf.function
+    def agree(value):
+      mine = LaidOutTensor([tf.reshape(value, [1])])
+      return impl.allreduce(mine, list(range(impl.ndims)), "MAX",
+                            record=False).one_slice[0]  # control, not model traffic
+    return agree
 
   @staticmethod
   def _make_sync(impl):
@@ -85,10 +109,26 @@ class SpmdTrainer:
     losses = self.replicas.run(lambda r, impl: self._steps[r](*batch))
     return float(losses[0])
 
+  def agree_max(self, value):
+    """The largest of every process's `value` (a small int, e.g. a stop request): a
+    collective, so every process calls it at the same point of its loop."""
+    value = tf.constant(value, tf.float32)  # a tensor: a new Python value would retrace
+    results = self.replicas.run(lambda r, impl: self._agrees[r](value))
+    return int(round(float(results[0])))
+
+  def gather(self):
+    """{name: full value} of every variable (all processes take part)."""
+    return self.replicas.run(lambda r, impl: self._gathers[r]())[0]
+
+  def full_values(self):
+    """{name: full value holder} of every variable, in the form a
+    mesh_tf.CheckpointManager saves (a plain-variable entry per name)."""
+    return {n: _FullValue(v) for n, v in self.gather().items()}
+
   def save(self, path, global_step=None):
     """Gathers every variable (all processes take part); the chief writes the
     checkpoint. Returns the chief's prefix, None elsewhere."""
-    values = self.replicas.run(lambda r, impl: self._gathers[r]())[0]
+    values = self.gather()
     if not self.replicas.is_chief:
       return None
     return save_restore.save_checkpoint(

@@ -6,9 +6,12 @@ the checkpoints and summaries.
 What it shares with train_loop: the optimizer and learning rate (read from this
 process's global step, which advances once per step after every replica ran it), the
 model graph, the checkpoint format (full-shape, name-based, `global_step` included), so
-a run resumes in either mode and restores on any mesh. What it lacks: eval during
-training, microbatches, skipping non-finite steps, keep_checkpoint_max (every
-checkpoint is kept) and the signal handling of train_loop.
+a run resumes in either mode and restores on any mesh; keep_checkpoint_max (the chief's
+mtf.CheckpointManager prunes only after it wrote the new checkpoint), the progress
+lines, NonFiniteError / skip_nonfinite_updates, and SIGTERM / Ctrl-C: a signal to ANY
+process stops EVERY process after the same step (the processes agree on it in one
+small collective per step), the chief saves, and all exit as train_loop does (status
+143 for SIGTERM, 130 for Ctrl-C). What it lacks: eval during training and microbatches.
 """
 import math
 import os
@@ -17,9 +20,14 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.cluster import input_share
+from mesh_tf.checkpoint import manager as checkpoint_manager
+from mesh_tf.checkpoint.entries import collect_entries
+from mesh_tf.checkpoint.save_restore import DEFAULT_BASENAME
 from mesh_tf.cluster import spmd_training
 from models.transformer import model_graph
+from models.transformer import progress as progress_lib
 from models.transformer import run_setup
+from models.transformer import stop_signals
 from models.transformer import summaries
 from models.transformer import train_loop
 from models.transformer.context import ModeKeys
@@ -38,7 +46,8 @@ def share_of_train_data(train_dataset_fn, sequence_length, vocabulary, dataset_s
 def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
                    dataset_split, batch_size, sequence_length, variable_dtype,
                    train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
-                   iterations_per_loop, total_run_steps=None):
+                   iterations_per_loop, total_run_steps=None, keep_checkpoint_max=None,
+                   skip_nonfinite_updates=False):
   """Trains to train_steps with this process's replicas; returns [(step, loss)]."""
   probe = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
                                     dataset_split, batch_size)  # for its feature keys
@@ -46,42 +55,138 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
   mtf.optimize.set_global_step(global_step)
   rate = train_loop.make_learning_rate(learning_rate_schedule, global_step,
                                        total_run_steps or train_steps)
+  optimizer = train_loop.make_optimizer(optimizer, rate)
   graph = model_graph.ModelGraph(
       model_fn(), batch_size, sequence_length, run_setup.feature_keys(probe),
-      ModeKeys.TRAIN, variable_dtype, optimizer=train_loop.make_optimizer(optimizer, rate))
-  trainer = spmd_training.SpmdTrainer(graph, replicas)
+      ModeKeys.TRAIN, variable_dtype, optimizer=optimizer)
+  trainer = spmd_training.SpmdTrainer(graph, replicas,
+                                      skip_nonfinite=skip_nonfinite_updates)
   rows = input_share.batch_rows(replicas.impls[0], graph.placeholders["targets"].shape)
-  step = 0
-  latest = tf.train.latest_checkpoint(model_dir)
-  if latest:
-    step = int(trainer.restore(latest) or 0)
-    global_step.assign(step)
-    print("resumed from %s at step %d" % (latest, step), flush=True)
+  saver = ChiefSaver(trainer, model_dir, global_step, keep_checkpoint_max)
+  step = saver.restore()
   print("training %s on mesh %s, layout %s (MultiClientMeshImpl: task %d of %d, %d "
         "replicas, rows [%d, %d) of each batch), to step %d"
         % (type(graph.model).__name__, replicas.mesh_shape.to_string,
            replicas.impls[0].layout_rules, replicas.task, len(replicas.addresses),
            len(replicas.impls), rows[0], rows[1], train_steps), flush=True)
-  writer = summaries.ScalarWriter(model_dir) if replicas.is_chief else None
+  if step >= train_steps:
+    print("global step %d already reaches train_steps %d; nothing to do"
+          % (step, train_steps), flush=True)
+    return []
   iterator = iter(share_of_train_data(train_dataset_fn, sequence_length, vocabulary,
                                       dataset_split, batch_size, rows))
-  history = []
-  while step < train_steps:
-    loss = trainer.step(run_setup.next_batch(iterator, "train"))
-    global_step.assign_add(1)
-    step += 1
-    if not math.isfinite(loss):
-      raise mtf.errors.NonFiniteError("loss is %s at step %d; training stopped" % (
-          loss, step))
-    if step % iterations_per_loop == 0 or step == train_steps:
-      history.append((step, loss))
-      print("step %d: loss %.6f" % (step, loss), flush=True)
+  loop = _Loop(trainer, saver, graph, optimizer, train_steps, save_checkpoints_steps,
+               iterations_per_loop, skip_nonfinite_updates)
+  return loop.run(step, iterator)
+
+
+class ChiefSaver:
+  """Checkpoints of an SPMD run: every process gathers, the chief writes through a
+  mtf.CheckpointManager (which keeps keep_checkpoint_max of them and refuses NaN/Inf)."""
+
+  def __init__(self, trainer, model_dir, global_step, keep_checkpoint_max):
+    self.trainer = trainer
+    self.model_dir = model_dir
+    self.global_step = global_step
+    self._values = {}  # refilled before each save with the gathered full values
+    self.manager = None
+    if trainer.replicas.is_chief:
+      self.manager = mtf.CheckpointManager(
+          model_dir, self._values, max_to_keep=keep_checkpoint_max,
+          extra_variables={"global_step": global_step}, require_finite=True)
+    self.latest = tf.train.latest_checkpoint(model_dir)
+    self.saved_step = None
+
+  def restore(self):
+    """Resumes every replica from model_dir's latest checkpoint; returns the step."""
+    if not self.latest:
+      return 0
+    step = int(self.trainer.restore(self.latest) or 0)
+    self.global_step.assign(step)
+    print("resumed from %s at step %d" % (self.latest, step), flush=True)
+    self.saved_step = step
+    return step
+
+  def save(self, step):
+    """Every process gathers; the chief writes checkpoint `step` (then prunes)."""
+    values = self.trainer.full_values()
+    prefix = "%s-%d" % (os.path.join(self.model_dir, DEFAULT_BASENAME), step)
+    # every process checks what the chief's manager would refuse, so all stop alike
+    checkpoint_manager.check_finite(collect_entries(values), prefix)
+    self.saved_step = step
+    if self.manager is None:
+      self.latest = prefix  # the chief's checkpoint (for error messages)
+      return None
+    self._values.clear()
+    self._values.update(values)
+    self.latest = self.manager.save(step)
+    print("saved checkpoint %s" % self.latest, flush=True)
+    return self.latest
+
+
+class _Loop:
+  """The step loop of run_spmd_train (see the module docstring)."""
+
+  def __init__(self, trainer, saver, graph, optimizer, train_steps, save_checkpoints_steps,
+               iterations_per_loop, skip_nonfinite_updates):
+    self.trainer = trainer
+    self.saver = saver
+    self.graph = graph
+    self.optimizer = optimizer
+    self.train_steps = train_steps
+    self.save_checkpoints_steps = save_checkpoints_steps
+    self.iterations_per_loop = iterations_per_loop
+    self.skip_nonfinite_updates = skip_nonfinite_updates
+    self.is_chief = trainer.replicas.is_chief
+
+  def run(self, step, iterator):
+    """Steps from `step` to train_steps (or a stop signal); returns [(step, loss)]."""
+    writer = summaries.ScalarWriter(self.saver.model_dir) if self.is_chief else None
+    progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch())
+    progress.start(step)
+    history, skipped = [], 0
+    with stop_signals.GracefulStop() as stop:
+      signum = 0
+      while step < self.train_steps and not signum:
+        reporting = (step + 1) % self.iterations_per_loop == 0 or (
+            step + 1 == self.train_steps)
+        rate = float(train_loop.current_learning_rate(self.optimizer)) if (
+            reporting) else 0.0  # the rate this step uses
+        loss = self.trainer.step(run_setup.next_batch(iterator, "train"))
+        self.saver.global_step.assign_add(1)
+        step += 1
+        if not math.isfinite(loss):
+          if not self.skip_nonfinite_updates:
+            raise self._nonfinite_error(loss, step)
+          skipped += 1
+          print("step %d: loss is %s; its update was skipped (%d step(s) skipped so "
+                "far)" % (step, loss, skipped), flush=True)
+        if reporting:
+          tokens_per_second = progress.report(step, loss, rate)
+          history.append((step, loss))
+          if writer is not None:
+            writer.write(step, {"loss": loss, "learning_rate": rate,
+                                "tokens_per_second": tokens_per_second})
+        if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
+          self.saver.save(step)
+        # a signal to any process stops all of them after this same step
+        signum = self.trainer.agree_max(stop.signum or 0)
       if writer is not None:
-        writer.write(step, {"loss": loss})
-    if step % save_checkpoints_steps == 0 or step == train_steps:
-      path = trainer.save(os.path.join(model_dir, "model.ckpt"), global_step=step)
-      if path:
-        print("saved checkpoint %s" % path, flush=True)
-  if writer is not None:
-    writer.close()
-  return history
+        writer.close()
+      if signum:
+        if self.saver.saved_step != step:
+          self.saver.save(step)
+        stop.signum = signum  # the signal some process got: every process exits so
+        stop.exit("stopped at step %d by %s; resume by running the same command again"
+                  % (step, "Ctrl-C" if signum == 2 else "SIGTERM"))
+    return history
+
+  def _nonfinite_error(self, loss, step):
+    last = self.saver.latest
+    where = ("the last good checkpoint is %s" % last if last else
+             "no checkpoint was written in %s" % self.saver.model_dir)
+    return mtf.errors.NonFiniteError(
+        "loss is %s at step %d; training stopped and nothing was saved after it; %s"
+        % (loss, step, where),
+        hint="lower the learning rate (or clip gradients), or bind "
+             "utils.run.skip_nonfinite_updates = True to skip such steps")

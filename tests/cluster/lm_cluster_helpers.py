@@ -1,5 +1,9 @@
 """The `make train` LM config at toy size, run by the trainer on a cluster or locally."""
+import contextlib
+import json
+import subprocess
 import sys
+import time
 
 import gin
 import numpy as np
@@ -58,3 +62,64 @@ def assert_same_weights(a, b):
     np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+SPMD = "cluster_setup.cluster_config.mode = 'spmd'"
+
+
+def peer_command(params):
+  """argv of one SPMD peer of the trainer (its task comes from TF_CONFIG)."""
+  cmd = cluster_command(list(params) + [SPMD], "x:1")
+  return [a for a in cmd if not a.startswith("--cluster=")]
+
+
+@contextlib.contextmanager
+def spmd_peers(params, log_dir, num_tasks=2):
+  """Context manager: the trainer's num_tasks SPMD peers (TF_CONFIG each), logging to
+  log_dir/peer<i>.txt; yields their Popen objects; always kills them at the end."""
+  addresses = ["localhost:%d" % p for p in cluster_helpers.free_ports(num_tasks)]
+  procs, logs = [], []
+  try:
+    for task in range(num_tasks):
+      config = {"cluster": {"worker": addresses},
+                "task": {"type": "worker", "index": task}}
+      logs.append(open(log_dir / ("peer%d.txt" % task), "w"))
+      procs.append(subprocess.Popen(
+          peer_command(params), cwd=cluster_helpers.REPO_ROOT,
+          env=dict(cluster_helpers.env(), TF_CONFIG=json.dumps(config)),
+          stdout=logs[-1], stderr=subprocess.STDOUT))
+    yield procs
+  finally:
+    cluster_helpers.stop(procs)
+    for log in logs:
+      log.close()
+
+
+def peer_logs(log_dir, num_tasks=2):
+  """The peers' output texts."""
+  return [(log_dir / ("peer%d.txt" % t)).read_text() for t in range(num_tasks)]
+
+
+def wait_all(procs, timeout):
+  """Waits for every process (bounded); returns their exit statuses."""
+  deadline = time.time() + timeout
+  return [p.wait(timeout=max(1.0, deadline - time.time())) for p in procs]
+
+
+def wait_for_text(path, text, procs, timeout):
+  """Waits until the file at path contains text (fails if a process ends first)."""
+  deadline = time.time() + timeout
+  while time.time() < deadline:
+    if text in path.read_text():
+      return
+    assert all(p.poll() is None for p in procs), path.read_text()[-3000:]
+    time.sleep(0.1)
+  raise AssertionError("no %r in %s after %ds" % (text, path, timeout))
+
+
+def run_spmd(params, log_dir, timeout=300):
+  """Runs the two peers to the end; returns their output texts (asserting success)."""
+  with spmd_peers(params, log_dir) as procs:
+    codes = wait_all(procs, timeout)
+  outs = peer_logs(log_dir)
+  for code, out in zip(codes, outs):
+    assert code == 0, out[-3000:]
+  return outs
