@@ -63,21 +63,22 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
                                       skip_nonfinite=skip_nonfinite_updates)
   rows = input_share.batch_rows(replicas.impls[0], graph.placeholders["targets"].shape)
   saver = ChiefSaver(trainer, model_dir, global_step, keep_checkpoint_max)
-  step = saver.restore()
-  print("training %s on mesh %s, layout %s (MultiClientMeshImpl: task %d of %d, %d "
-        "replicas, rows [%d, %d) of each batch), to step %d"
-        % (type(graph.model).__name__, replicas.mesh_shape.to_string,
-           replicas.impls[0].layout_rules, replicas.task, len(replicas.addresses),
-           len(replicas.impls), rows[0], rows[1], train_steps), flush=True)
-  if step >= train_steps:
-    print("global step %d already reaches train_steps %d; nothing to do"
-          % (step, train_steps), flush=True)
-    return []
-  iterator = iter(share_of_train_data(train_dataset_fn, sequence_length, vocabulary,
-                                      dataset_split, batch_size, rows))
   loop = _Loop(trainer, saver, graph, optimizer, train_steps, save_checkpoints_steps,
                iterations_per_loop, skip_nonfinite_updates)
-  return loop.run(step, iterator)
+  with stop_signals.GracefulStop() as stop:  # from here a signal waits for a step's end
+    step = saver.restore()
+    print("training %s on mesh %s, layout %s (MultiClientMeshImpl: task %d of %d, %d "
+          "replicas, rows [%d, %d) of each batch), to step %d"
+          % (type(graph.model).__name__, replicas.mesh_shape.to_string,
+             replicas.impls[0].layout_rules, replicas.task, len(replicas.addresses),
+             len(replicas.impls), rows[0], rows[1], train_steps), flush=True)
+    if step >= train_steps:
+      print("global step %d already reaches train_steps %d; nothing to do"
+            % (step, train_steps), flush=True)
+      return []
+    iterator = iter(share_of_train_data(train_dataset_fn, sequence_length, vocabulary,
+                                        dataset_split, batch_size, rows))
+    return loop.run(step, iterator, stop)
 
 
 class ChiefSaver:
@@ -139,46 +140,46 @@ class _Loop:
     self.skip_nonfinite_updates = skip_nonfinite_updates
     self.is_chief = trainer.replicas.is_chief
 
-  def run(self, step, iterator):
-    """Steps from `step` to train_steps (or a stop signal); returns [(step, loss)]."""
+  def run(self, step, iterator, stop):
+    """Steps from `step` to train_steps (or until `stop`, a GracefulStop, saw a signal
+    in any process); returns [(step, loss)]."""
     writer = summaries.ScalarWriter(self.saver.model_dir) if self.is_chief else None
     progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch())
     progress.start(step)
     history, skipped = [], 0
-    with stop_signals.GracefulStop() as stop:
-      signum = 0
-      while step < self.train_steps and not signum:
-        reporting = (step + 1) % self.iterations_per_loop == 0 or (
-            step + 1 == self.train_steps)
-        rate = float(train_loop.current_learning_rate(self.optimizer)) if (
-            reporting) else 0.0  # the rate this step uses
-        loss = self.trainer.step(run_setup.next_batch(iterator, "train"))
-        self.saver.global_step.assign_add(1)
-        step += 1
-        if not math.isfinite(loss):
-          if not self.skip_nonfinite_updates:
-            raise self._nonfinite_error(loss, step)
-          skipped += 1
-          print("step %d: loss is %s; its update was skipped (%d step(s) skipped so "
-                "far)" % (step, loss, skipped), flush=True)
-        if reporting:
-          tokens_per_second = progress.report(step, loss, rate)
-          history.append((step, loss))
-          if writer is not None:
-            writer.write(step, {"loss": loss, "learning_rate": rate,
-                                "tokens_per_second": tokens_per_second})
-        if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
-          self.saver.save(step)
-        # a signal to any process stops all of them after this same step
-        signum = self.trainer.agree_max(stop.signum or 0)
-      if writer is not None:
-        writer.close()
-      if signum:
-        if self.saver.saved_step != step:
-          self.saver.save(step)
-        stop.signum = signum  # the signal some process got: every process exits so
-        stop.exit("stopped at step %d by %s; resume by running the same command again"
-                  % (step, "Ctrl-C" if signum == 2 else "SIGTERM"))
+    signum = 0
+    while step < self.train_steps and not signum:
+      reporting = (step + 1) % self.iterations_per_loop == 0 or (
+          step + 1 == self.train_steps)
+      rate = float(train_loop.current_learning_rate(self.optimizer)) if (
+          reporting) else 0.0  # the rate this step uses
+      loss = self.trainer.step(run_setup.next_batch(iterator, "train"))
+      self.saver.global_step.assign_add(1)
+      step += 1
+      if not math.isfinite(loss):
+        if not self.skip_nonfinite_updates:
+          raise self._nonfinite_error(loss, step)
+        skipped += 1
+        print("step %d: loss is %s; its update was skipped (%d step(s) skipped so "
+              "far)" % (step, loss, skipped), flush=True)
+      if reporting:
+        tokens_per_second = progress.report(step, loss, rate)
+        history.append((step, loss))
+        if writer is not None:
+          writer.write(step, {"loss": loss, "learning_rate": rate,
+                              "tokens_per_second": tokens_per_second})
+      if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
+        self.saver.save(step)
+      # a signal to any process stops all of them after this same step
+      signum = self.trainer.agree_max(stop.signum or 0)
+    if writer is not None:
+      writer.close()
+    if signum:
+      if self.saver.saved_step != step:
+        self.saver.save(step)
+      stop.signum = signum  # the signal some process got: every process exits so
+      stop.exit("stopped at step %d by %s; resume by running the same command again"
+                % (step, "Ctrl-C" if signum == 2 else "SIGTERM"))
     return history
 
   def _nonfinite_error(self, loss, step):

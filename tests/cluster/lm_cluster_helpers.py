@@ -50,7 +50,7 @@ def losses_of(model_dir):
 
 def checkpoint_weights(model_dir):
   """{name: value} of model_dir's latest checkpoint, without global_step."""
-  reader = tf.train.load_checkpoint(str(model_dir))
+  reader = tf.train.load_checkpoint(str(model_dir))  # a directory or a prefix
   return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
           if n != "global_step"}
 
@@ -123,3 +123,22 @@ def run_spmd(params, log_dir, timeout=300):
   for code, out in zip(codes, outs):
     assert code == 0, out[-3000:]
   return outs
+
+
+class LocalLm:
+  """The toy LM trained 4 steps (checkpoints at 2 and 4) in this process on 8 local
+  CPUs: the single-process reference of the cluster tests (see conftest.local_lm)."""
+
+  def __init__(self, directory):
+    self.corpus = trainer_helpers.write_corpus(directory)
+    self.model_dir = directory / "local"
+    self.history = run_here(lm_params(self.model_dir, self.corpus))
+
+  def losses(self, steps=4):
+    """The losses of steps 1..steps."""
+    assert [s for s, _ in self.history] == [1, 2, 3, 4]
+    return [l for _, l in self.history[:steps]]
+
+  def weights(self, step=4):
+    """{name: value} of the checkpoint after `step` steps (2 or 4)."""
+    return checkpoint_weights(self.model_dir / ("model.ckpt-%d" % step))

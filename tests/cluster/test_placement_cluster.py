@@ -60,10 +60,11 @@ def test_mlp_across_processes_matches_one_device_and_restores_anywhere(workers, 
                                rtol=1e-5)
 
 
-def test_make_train_lm_across_processes_matches_one_process(workers, tmp_path):
+def test_make_train_lm_across_processes_matches_one_process(workers, tmp_path,
+                                                           local_lm):
   cluster = ",".join(workers[0])
-  corpus = lm_cluster_helpers.trainer_helpers.write_corpus(tmp_path)
-  cluster_dir, local_dir = tmp_path / "cluster", tmp_path / "local"
+  corpus = local_lm.corpus
+  cluster_dir = tmp_path / "cluster"
   run = subprocess.run(
       lm_cluster_helpers.cluster_command(lm_cluster_helpers.lm_params(cluster_dir, corpus),
                                          cluster),
@@ -72,14 +73,12 @@ def test_make_train_lm_across_processes_matches_one_process(workers, tmp_path):
   assert run.returncode == 0, run.stderr[-3000:]
   assert "8 devices of 2 worker tasks" in run.stdout
   assert "PlacementMeshImpl" in run.stdout and "batch:2;model:4" in run.stdout
-  history = lm_cluster_helpers.run_here(lm_cluster_helpers.lm_params(local_dir, corpus))
   cluster_losses = lm_cluster_helpers.losses_of(cluster_dir)
   assert [s for s, _ in cluster_losses] == [1, 2, 3, 4]
-  np.testing.assert_allclose([l for _, l in cluster_losses], [l for _, l in history],
+  np.testing.assert_allclose([l for _, l in cluster_losses], local_lm.losses(),
                              rtol=1e-5)
   lm_cluster_helpers.assert_same_weights(
-      lm_cluster_helpers.checkpoint_weights(cluster_dir),
-      lm_cluster_helpers.checkpoint_weights(local_dir))
+      lm_cluster_helpers.checkpoint_weights(cluster_dir), local_lm.weights())
   # The chief's checkpoint restores in this one process on [] and on [2,4].
   evals = [lm_cluster_helpers.run_here(
       lm_cluster_helpers.lm_params(cluster_dir, corpus),

@@ -1,6 +1,10 @@
 """The trainer (`python -m models.transformer.main`) in multi-client SPMD mode: two
 processes (4 virtual CPUs each) train the `make train` LM on mesh batch:2,model:4, each
-from TF_CONFIG, each reading its own rows of the batch; compared with one process."""
+from TF_CONFIG, each reading its own rows of the batch; compared with one process.
+The same command to more steps resumes, and SIGTERM to one peer stops both."""
+import re
+import signal
+
 import numpy as np
 
 import lm_cluster_helpers
@@ -8,11 +12,41 @@ import lm_cluster_helpers
 run_spmd = lm_cluster_helpers.run_spmd
 
 
-def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_path):
-  corpus = lm_cluster_helpers.trainer_helpers.write_corpus(tmp_path)
-  spmd_dir, local_dir = tmp_path / "spmd", tmp_path / "local"
-  outs = run_spmd(lm_cluster_helpers.lm_params(spmd_dir, corpus) +
-                  ["utils.run.keep_checkpoint_max = 1"], tmp_path)
+def _stop_by_sigterm_to_peer_1(params, log_dir):
+  """Starts the peers (resuming at step 4), sends SIGTERM to task 1 only as it starts
+  training; returns the step both stopped at (asserting the single-client trainer's
+  stop: status 143, the same message, a checkpoint of that step from the chief)."""
+  with lm_cluster_helpers.spmd_peers(params, log_dir) as procs:
+    # the first step takes seconds to trace: the signal arrives before its end
+    lm_cluster_helpers.wait_for_text(log_dir / "peer1.txt", "training Unitransformer",
+                                     procs, 240)
+    procs[1].send_signal(signal.SIGTERM)  # the chief gets no signal
+    codes = lm_cluster_helpers.wait_all(procs, 120)
+  outs = lm_cluster_helpers.peer_logs(log_dir)
+  assert codes == [128 + signal.SIGTERM] * 2, [o[-2000:] for o in outs]
+  for out in outs:
+    assert "resumed from %s-4 at step 4" % params_model_dir(params) in out, out[-3000:]
+  stopped = [re.findall(r"^stopped at step (\d+) by SIGTERM; resume by running the "
+                        r"same command again$", out, re.M) for out in outs]
+  assert len(stopped[0]) == 1 and stopped[0] == stopped[1], outs
+  step = int(stopped[0][0])
+  assert "saved checkpoint %s-%d\n" % (params_model_dir(params), step) in outs[0]
+  assert "saved checkpoint" not in outs[1]
+  return step
+
+
+def params_model_dir(params):
+  """The model.ckpt prefix of the model_dir bound in params."""
+  bound = [p for p in params if p.startswith("utils.run.model_dir = ")][0]
+  return bound.split(" = ")[1].strip("'") + "/model.ckpt"
+
+
+def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_path,
+                                                                          local_lm):
+  spmd_dir = tmp_path / "spmd"
+  params = lm_cluster_helpers.lm_params(spmd_dir, local_lm.corpus) + [
+      "utils.run.keep_checkpoint_max = 1"]
+  outs = run_spmd(params, tmp_path)
   assert "rows [0, 4) of each batch" in outs[0] and "rows [4, 8) of each batch" in outs[1]
   assert "saved checkpoint" in outs[0] and "saved checkpoint" not in outs[1]
   for out in outs:  # the single-client trainer's progress lines
@@ -20,38 +54,41 @@ def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_pat
   # keep_checkpoint_max = 1: the chief pruned step 2's checkpoint after writing step 4's
   assert sorted(p.name for p in spmd_dir.glob("model.ckpt-*.index")) == [
       "model.ckpt-4.index"]
-  history = lm_cluster_helpers.run_here(lm_cluster_helpers.lm_params(local_dir, corpus))
   spmd_losses = lm_cluster_helpers.losses_of(spmd_dir)
   assert [s for s, _ in spmd_losses] == [1, 2, 3, 4]
-  np.testing.assert_allclose([l for _, l in spmd_losses], [l for _, l in history],
-                             rtol=1e-5)
+  np.testing.assert_allclose([l for _, l in spmd_losses], local_lm.losses(), rtol=1e-5)
   lm_cluster_helpers.assert_same_weights(
-      lm_cluster_helpers.checkpoint_weights(spmd_dir),
-      lm_cluster_helpers.checkpoint_weights(local_dir))
+      lm_cluster_helpers.checkpoint_weights(spmd_dir), local_lm.weights())
+  # the same command, now to step 1000: it resumes at 4, and SIGTERM to one peer stops
+  # both after the same step
+  (tmp_path / "stop").mkdir()
+  stopped_at = _stop_by_sigterm_to_peer_1(params + ["utils.run.train_steps = 1000"],
+                                          tmp_path / "stop")
+  assert 4 < stopped_at < 1000
+  assert sorted(p.name for p in spmd_dir.glob("model.ckpt-*.index")) == [
+      "model.ckpt-%d.index" % stopped_at]
   evals = [lm_cluster_helpers.run_here(
-      lm_cluster_helpers.lm_params(spmd_dir, corpus),
+      lm_cluster_helpers.lm_params(spmd_dir, local_lm.corpus),
       ["utils.run.mode = 'eval'", "utils.run.mesh_shape = %r" % mesh,
        "utils.run.layout_rules = %r" % layout])
            for mesh, layout in (("", ""), ("batch:2,model:4", "batch:batch,d_ff:model,"
                                             "heads:model,vocab:model"))]
-  assert evals[0]["step"] == evals[1]["step"] == 4
+  assert evals[0]["step"] == evals[1]["step"] == stopped_at
   np.testing.assert_allclose(evals[0]["loss"], evals[1]["loss"], rtol=1e-5)
 
 
-def test_step_through_multi_worker_mirrored_strategy_run_matches_one_process(tmp_path):
+def test_step_through_multi_worker_mirrored_strategy_run_matches_one_process(tmp_path,
+                                                                             local_lm):
   # one replica per process: mesh batch:2 over the two processes, each step through
   # MultiWorkerMirroredStrategy.run
-  corpus = lm_cluster_helpers.trainer_helpers.write_corpus(tmp_path)
-  spmd_dir, local_dir = tmp_path / "spmd", tmp_path / "local"
+  spmd_dir = tmp_path / "spmd"
   strategy = ["utils.run.mesh_shape = 'batch:2'", "utils.run.train_steps = 2",
               "cluster_setup.cluster_config.distribution = 'multi_worker_mirrored'"]
-  outs = run_spmd(lm_cluster_helpers.lm_params(spmd_dir, corpus) + strategy, tmp_path)
+  outs = run_spmd(lm_cluster_helpers.lm_params(spmd_dir, local_lm.corpus) + strategy,
+                  tmp_path)
   assert "steps through strategy.run of MultiWorkerMirroredStrategy" in outs[0]
   assert "rows [0, 4) of each batch" in outs[0] and "rows [4, 8) of each batch" in outs[1]
-  history = lm_cluster_helpers.run_here(lm_cluster_helpers.lm_params(
-      local_dir, corpus, train_steps=2))
   np.testing.assert_allclose([l for _, l in lm_cluster_helpers.losses_of(spmd_dir)],
-                             [l for _, l in history], rtol=1e-5)
+                             local_lm.losses(2), rtol=1e-5)
   lm_cluster_helpers.assert_same_weights(
-      lm_cluster_helpers.checkpoint_weights(spmd_dir),
-      lm_cluster_helpers.checkpoint_weights(local_dir))
+      lm_cluster_helpers.checkpoint_weights(spmd_dir), local_lm.weights(2))

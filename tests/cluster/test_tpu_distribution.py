@@ -21,7 +21,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tpu_standins  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
-def test_make_train_lm_through_strategy_run_matches_placement(tmp_path, monkeypatch):
+def test_make_train_lm_through_strategy_run_matches_placement(tmp_path, monkeypatch,
+                                                              local_lm):
   strategy = tf.distribute.MirroredStrategy(["/cpu:%d" % i for i in range(8)])
   standins = tpu_standins.TpuCollectiveStandIns(strategy).install(monkeypatch)
   assignment = simd_tpu.device_assignment_for_mesh(
@@ -33,18 +34,14 @@ def test_make_train_lm_through_strategy_run_matches_placement(tmp_path, monkeypa
     return strategy, assignment
   monkeypatch.setitem(cluster_setup.STRATEGY_FACTORIES, "tpu", fake_tpu)
   monkeypatch.setitem(cluster_setup._state, "strategy", None)  # pylint: disable=protected-access
-  corpus = lm_cluster_helpers.trainer_helpers.write_corpus(tmp_path)
-  tpu_dir, local_dir = tmp_path / "tpu", tmp_path / "local"
+  tpu_dir = tmp_path / "tpu"
   history = lm_cluster_helpers.run_here(
-      lm_cluster_helpers.lm_params(tpu_dir, corpus, train_steps=2),
+      lm_cluster_helpers.lm_params(tpu_dir, local_lm.corpus, train_steps=2),
       ["cluster_setup.cluster_config.distribution = 'tpu'"])
   assert made == [8] and standins.ops_used()
-  want = lm_cluster_helpers.run_here(
-      lm_cluster_helpers.lm_params(local_dir, corpus, train_steps=2))
-  np.testing.assert_allclose([l for _, l in history], [l for _, l in want], rtol=1e-5)
+  np.testing.assert_allclose([l for _, l in history], local_lm.losses(2), rtol=1e-5)
   lm_cluster_helpers.assert_same_weights(
-      lm_cluster_helpers.checkpoint_weights(tpu_dir),
-      lm_cluster_helpers.checkpoint_weights(local_dir))
+      lm_cluster_helpers.checkpoint_weights(tpu_dir), local_lm.weights(2))
   reader = tf.train.load_checkpoint(str(tpu_dir))
   assert reader.get_tensor("global_step") == 2
 
