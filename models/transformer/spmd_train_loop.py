@@ -11,7 +11,8 @@ mtf.CheckpointManager prunes only after it wrote the new checkpoint), the progre
 lines, NonFiniteError / skip_nonfinite_updates, and SIGTERM / Ctrl-C: a signal to ANY
 process stops EVERY process after the same step (the processes agree on it in one
 small collective per step), the chief saves, and all exit as train_loop does (status
-143 for SIGTERM, 130 for Ctrl-C). What it lacks: eval during training and microbatches.
+143 for SIGTERM, 130 for Ctrl-C), eval after each checkpoint (spmd_evaluation: no
+sequence accuracy). What it lacks: microbatches.
 """
 import math
 import os
@@ -24,9 +25,11 @@ from mesh_tf.checkpoint import manager as checkpoint_manager
 from mesh_tf.checkpoint.entries import collect_entries
 from mesh_tf.checkpoint.save_restore import DEFAULT_BASENAME
 from mesh_tf.cluster import spmd_training
+from models.transformer import evaluation
 from models.transformer import model_graph
 from models.transformer import progress as progress_lib
 from models.transformer import run_setup
+from models.transformer import spmd_evaluation
 from models.transformer import stop_signals
 from models.transformer import summaries
 from models.transformer import train_loop
@@ -47,8 +50,9 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
                    dataset_split, batch_size, sequence_length, variable_dtype,
                    train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
                    iterations_per_loop, total_run_steps=None, keep_checkpoint_max=None,
-                   skip_nonfinite_updates=False):
-  """Trains to train_steps with this process's replicas; returns [(step, loss)]."""
+                   skip_nonfinite_updates=False, eval_dataset_fn=None, eval_steps=0):
+  """Trains to train_steps with this process's replicas; returns [(step, loss)].
+  With eval_dataset_fn and eval_steps, evaluates after every checkpoint."""
   probe = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
                                     dataset_split, batch_size)  # for its feature keys
   global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -65,6 +69,15 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
   saver = ChiefSaver(trainer, model_dir, global_step, keep_checkpoint_max)
   loop = _Loop(trainer, saver, graph, optimizer, train_steps, save_checkpoints_steps,
                iterations_per_loop, skip_nonfinite_updates)
+  if eval_dataset_fn is not None and eval_steps:
+    eval_probe = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,
+                                           "validation", batch_size)
+    loop.evaluator = spmd_evaluation.SpmdEvaluator(
+        model_fn, replicas, batch_size, sequence_length,
+        run_setup.feature_keys(eval_probe), variable_dtype)
+    loop.eval_dataset = loop.evaluator.dataset(eval_dataset_fn, sequence_length,
+                                               vocabulary, batch_size)
+    loop.eval_steps = eval_steps
   with stop_signals.GracefulStop() as stop:  # from here a signal waits for a step's end
     step = saver.restore()
     print("training %s on mesh %s, layout %s (MultiClientMeshImpl: task %d of %d, %d "
@@ -139,6 +152,8 @@ class _Loop:
     self.iterations_per_loop = iterations_per_loop
     self.skip_nonfinite_updates = skip_nonfinite_updates
     self.is_chief = trainer.replicas.is_chief
+    self.evaluator = self.eval_dataset = None  # set by run_spmd_train for eval
+    self.eval_steps = 0
 
   def run(self, step, iterator, stop):
     """Steps from `step` to train_steps (or until `stop`, a GracefulStop, saw a signal
@@ -170,6 +185,8 @@ class _Loop:
                               "tokens_per_second": tokens_per_second})
       if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
         self.saver.save(step)
+        if self.evaluator is not None:
+          self._evaluate(step)
       # a signal to any process stops all of them after this same step
       signum = self.trainer.agree_max(stop.signum or 0)
     if writer is not None:
@@ -181,6 +198,12 @@ class _Loop:
       stop.exit("stopped at step %d by %s; resume by running the same command again"
                 % (step, "Ctrl-C" if signum == 2 else "SIGTERM"))
     return history
+
+  def _evaluate(self, step):
+    results = self.evaluator.evaluate(self.eval_dataset, self.eval_steps)
+    if self.is_chief:
+      evaluation.write_eval_results(self.saver.model_dir, step, results)
+    print("eval at step %d: %s" % (step, evaluation.describe(results)), flush=True)
 
   def _nonfinite_error(self, loss, step):
     last = self.saver.latest

@@ -295,7 +295,8 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
           checked, replicas, model_dir, vocabulary, train_dataset_fn, dataset_split,
           batch_size, sequence_length, variable_dtype, train_steps, optimizer,
           learning_rate_schedule, save_checkpoints_steps, iterations_per_loop,
-          total_run_steps, keep_checkpoint_max, skip_nonfinite_updates)
+          total_run_steps, keep_checkpoint_max, skip_nonfinite_updates,
+          eval_dataset_fn, eval_steps)
     if mode == "train":
       from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
       return train_loop.run_train(

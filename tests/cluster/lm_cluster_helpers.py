@@ -125,19 +125,28 @@ def run_spmd(params, log_dir, timeout=300):
   return outs
 
 
+EVAL_DURING_TRAINING = "utils.run.eval_steps = 1"
+
+
 class LocalLm:
-  """The toy LM trained 4 steps (checkpoints at 2 and 4) in this process on 8 local
-  CPUs: the single-process reference of the cluster tests (see conftest.local_lm)."""
+  """The toy LM trained 4 steps (checkpoints at 2 and 4, an eval batch after each) in
+  this process on 8 local CPUs: the single-process reference of the cluster tests (see
+  conftest.local_lm)."""
 
   def __init__(self, directory):
     self.corpus = trainer_helpers.write_corpus(directory)
     self.model_dir = directory / "local"
-    self.history = run_here(lm_params(self.model_dir, self.corpus))
+    self.history = run_here(lm_params(self.model_dir, self.corpus) +
+                            [EVAL_DURING_TRAINING])
 
   def losses(self, steps=4):
     """The losses of steps 1..steps."""
     assert [s for s, _ in self.history] == [1, 2, 3, 4]
     return [l for _, l in self.history[:steps]]
+
+  def eval_results(self, step):
+    """The text of eval/eval_results-<step>.txt written during training."""
+    return (self.model_dir / "eval" / ("eval_results-%d.txt" % step)).read_text()
 
   def weights(self, step=4):
     """{name: value} of the checkpoint after `step` steps (2 or 4)."""

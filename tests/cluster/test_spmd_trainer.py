@@ -35,6 +35,11 @@ def _stop_by_sigterm_to_peer_1(params, log_dir):
   return step
 
 
+def _metrics(path):
+  """The numbers of an eval_results file, in its order."""
+  return [float(line.split(" = ")[1]) for line in path.read_text().splitlines()]
+
+
 def params_model_dir(params):
   """The model.ckpt prefix of the model_dir bound in params."""
   bound = [p for p in params if p.startswith("utils.run.model_dir = ")][0]
@@ -46,7 +51,7 @@ def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_pat
   spmd_dir = tmp_path / "spmd"
   params = lm_cluster_helpers.lm_params(spmd_dir, local_lm.corpus) + [
       "utils.run.keep_checkpoint_max = 1"]
-  outs = run_spmd(params, tmp_path)
+  outs = run_spmd(params + [lm_cluster_helpers.EVAL_DURING_TRAINING], tmp_path)
   assert "rows [0, 4) of each batch" in outs[0] and "rows [4, 8) of each batch" in outs[1]
   assert "saved checkpoint" in outs[0] and "saved checkpoint" not in outs[1]
   for out in outs:  # the single-client trainer's progress lines
@@ -59,6 +64,12 @@ def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_pat
   np.testing.assert_allclose([l for _, l in spmd_losses], local_lm.losses(), rtol=1e-5)
   lm_cluster_helpers.assert_same_weights(
       lm_cluster_helpers.checkpoint_weights(spmd_dir), local_lm.weights())
+  for step in (2, 4):  # eval during training, each process on its rows: as one process
+    assert "eval at step %d: loss " % step in outs[1]
+    np.testing.assert_allclose(
+        _metrics(spmd_dir / "eval" / ("eval_results-%d.txt" % step)),
+        _metrics(local_lm.model_dir / "eval" / ("eval_results-%d.txt" % step)),
+        rtol=1e-5)
   # the same command, now to step 1000: it resumes at 4, and SIGTERM to one peer stops
   # both after the same step
   (tmp_path / "stop").mkdir()
