@@ -109,6 +109,11 @@ class ChiefSaver:
           model_dir, self._values, max_to_keep=keep_checkpoint_max,
           extra_variables={"global_step": global_step}, require_finite=True)
     self.latest = tf.train.latest_checkpoint(model_dir)
+    if self.manager is not None:
+      if self.manager.note:
+        print(self.manager.note, flush=True)
+      if self.manager.repair_state():
+        print("rewrote the state file of %s" % model_dir, flush=True)
     self.saved_step = None
 
   def restore(self):
@@ -141,8 +146,8 @@ class ChiefSaver:
 class _Loop:
   """The step loop of run_spmd_train (see the module docstring)."""
 
-  def __init__(self, trainer, saver, graph, optimizer, train_steps, save_checkpoints_steps,
-               iterations_per_loop, skip_nonfinite_updates):
+  def __init__(self, trainer, saver, graph, optimizer, train_steps,
+               save_checkpoints_steps, iterations_per_loop, skip_nonfinite_updates):
     self.trainer = trainer
     self.saver = saver
     self.graph = graph
