@@ -70,11 +70,12 @@ def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_pat
         _metrics(spmd_dir / "eval" / ("eval_results-%d.txt" % step)),
         _metrics(local_lm.model_dir / "eval" / ("eval_results-%d.txt" % step)),
         rtol=1e-5)
-  # the same command, now to step 1000: it resumes at 4, and SIGTERM to one peer stops
-  # both after the same step
+  # to step 1000 on mesh batch:2 (one replica per process, fewer to trace): it resumes
+  # the [2,4] checkpoint at step 4, and SIGTERM to one peer stops both after one step
   (tmp_path / "stop").mkdir()
-  stopped_at = _stop_by_sigterm_to_peer_1(params + ["utils.run.train_steps = 1000"],
-                                          tmp_path / "stop")
+  stopped_at = _stop_by_sigterm_to_peer_1(
+      params + ["utils.run.train_steps = 1000", "utils.run.mesh_shape = 'batch:2'"],
+      tmp_path / "stop")
   assert 4 < stopped_at < 1000
   assert sorted(p.name for p in spmd_dir.glob("model.ckpt-*.index")) == [
       "model.ckpt-%d.index" % stopped_at]
