@@ -1,7 +1,7 @@
 """One process of a multi-client SPMD run of the tiny LM (mesh batch:2;model:4 over the
 processes), for tests/cluster/test_spmd_cluster.py.
 
-  python tests/cluster/spmd_lm_process.py CLUSTER TASK MODEL_DIR STEPS [TIMEOUT]
+  python tests/cluster/spmd_lm_process.py CLUSTER TASK MODEL_DIR STEPS [TIMEOUT [MESH]]
 
 Reads only its share of each batch, trains STEPS steps, has the chief save a checkpoint
 (MODEL_DIR/model.ckpt-STEPS) and prints one JSON line: losses and the rows it read. If
@@ -22,8 +22,8 @@ SIZES = dict(batch=8, length=8, vocab=32, d_model=16, heads=8, d_kv=4, d_ff=32,
              num_layers=1)
 
 
-def main(cluster, task, model_dir, steps, timeout=60.0):
-  replicas = multi_client.ReplicaSet(MESH, LAYOUT, cluster, task, timeout=timeout)
+def main(cluster, task, model_dir, steps, timeout=60.0, mesh=MESH):
+  replicas = multi_client.ReplicaSet(mesh, LAYOUT, cluster, task, timeout=timeout)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mesh_tf.cluster import input_share, spmd_training  # pylint: disable=g-import-not-at-top
   from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
@@ -112,7 +112,7 @@ if __name__ == "__main__":
   from mesh_tf.cluster import spec  # pylint: disable=g-import-not-at-top
   try:
     main(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
-         *[float(a) for a in sys.argv[5:]])
+         *([float(a) for a in sys.argv[5:6]] + sys.argv[6:7]))
   except spec.ClusterError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.stdout.flush()

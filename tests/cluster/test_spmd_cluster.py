@@ -22,7 +22,8 @@ import spmd_lm_process  # pylint: disable=g-import-not-at-top,wrong-import-posit
 STOP_TIMEOUT = 120  # seconds the survivor may take to stop after its peer dies
 
 
-def _start(addresses, model_dir, steps, log_dir, timeout=60.0):
+def _start(addresses, model_dir, steps, log_dir, timeout=60.0,
+           mesh=spmd_lm_process.MESH):
   """The two processes of a run, with output to log_dir/task<i>.{out,err}."""
   procs = []
   for task in range(len(addresses)):
@@ -30,7 +31,7 @@ def _start(addresses, model_dir, steps, log_dir, timeout=60.0):
     err = open(os.path.join(str(log_dir), "task%d.err" % task), "w")
     procs.append(subprocess.Popen(
         [sys.executable, SCRIPT, ",".join(addresses), str(task), str(model_dir),
-         str(steps), str(timeout)], cwd=cluster_helpers.REPO_ROOT,
+         str(steps), str(timeout), mesh], cwd=cluster_helpers.REPO_ROOT,
         env=cluster_helpers.env(), stdout=out, stderr=err))
     out.close()
     err.close()
@@ -82,7 +83,9 @@ def _check_primitives_and_initial_values(results):
 def test_killed_process_stops_the_other_and_restart_resumes_as_one_process(tmp_path):
   addresses = ["localhost:%d" % p for p in cluster_helpers.free_ports(2)]
   model_dir = tmp_path / "m"
-  procs = _start(addresses, model_dir, 100000, tmp_path, timeout=40.0)
+  # the run that loses a process: mesh batch:2, one replica per process (quick to
+  # trace); its full-shape checkpoint resumes on batch:2;model:4 below
+  procs = _start(addresses, model_dir, 100000, tmp_path, timeout=40.0, mesh="batch:2")
   try:
     deadline = time.time() + 240
     while not (model_dir / "model.ckpt-2.index").exists():
