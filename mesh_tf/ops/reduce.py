@@ -121,24 +121,55 @@ def reduce_any(x, disable_positional_args=None, output_shape=None, reduced_dim=N
   return _reduce_bool(x, out, reduce_max, name or "reduce_any")
 
 
+def _composite_logsumexp(x, reduced_shape, extra_logit, name):
+  from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
+  max_logit = ew.maximum(reduce_max(stop_gradient(x), output_shape=reduced_shape),
+                         extra_logit)
+  total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
+  total += ew.exp(extra_logit - max_logit)
+  return ew.add(ew.log(total), max_logit, name=name)
+
+
+def _reduced_dim_of(x, reduced_dim, fn_name):
+  """The Dimension of x named by reduced_dim (a Dimension, pair or name)."""
+  reduced_shape = _output_shape(x, None, reduced_dim, None, fn_name)
+  return [d for d in x.shape.dims if d not in reduced_shape.dims], reduced_shape
+
+
+def _fused(x, reduced_dim, kind, extra_logit, name):
+  """The fused op when reduced_dim is one dim and there is no extra_logit, else None."""
+  dims, _ = _reduced_dim_of(x, reduced_dim, kind)
+  if extra_logit is not None or len(dims) != 1:
+    return None
+  from mesh_tf.ops import fused_softmax  # pylint: disable=g-import-not-at-top
+  return fused_softmax.fused_softmax(x, dims[0], kind, name=name)
+
+
 def reduce_logsumexp(x, reduced_dim, extra_logit=None, name=None):
   """log(sum(exp(x))) over reduced_dim, computed stably; extra_logit adds one more term."""
-  from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
-  reduced_shape = _output_shape(x, None, reduced_dim, None, "reduce_logsumexp")
-  max_logit = reduce_max(stop_gradient(x), output_shape=reduced_shape)
-  if extra_logit is not None:
-    max_logit = ew.maximum(max_logit, extra_logit)
-  total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
-  if extra_logit is not None:
-    total += ew.exp(extra_logit - max_logit)
-  return ew.add(ew.log(total), max_logit, name=name)
+  fused = _fused(x, reduced_dim, "logsumexp", extra_logit, name)
+  if fused is not None:
+    return fused
+  _, reduced_shape = _reduced_dim_of(x, reduced_dim, "reduce_logsumexp")
+  if extra_logit is None:  # several reduced dims: max, then sum of the shifted exps
+    from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
+    max_logit = reduce_max(stop_gradient(x), output_shape=reduced_shape)
+    total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
+    return ew.add(ew.log(total), max_logit, name=name)
+  return _composite_logsumexp(x, reduced_shape, extra_logit, name)
 
 
 def softmax(x, reduced_dim, extra_logit=None, name=None):
   """exp(x) normalized over reduced_dim."""
+  fused = _fused(x, reduced_dim, "softmax", extra_logit, name)
+  if fused is not None:
+    return fused
   return ew.exp(log_softmax(x, reduced_dim, extra_logit=extra_logit), name=name)
 
 
 def log_softmax(x, reduced_dim, extra_logit=None, name=None):
   """x minus its logsumexp over reduced_dim."""
+  fused = _fused(x, reduced_dim, "log_softmax", extra_logit, name)
+  if fused is not None:
+    return fused
   return ew.sub(x, reduce_logsumexp(x, reduced_dim, extra_logit=extra_logit), name=name)
