@@ -1,4 +1,5 @@
-"""softmax / log_softmax / reduce_logsumexp as one fused op (mesh_tf/ops/fused_softmax.py).
+"""softmax / log_softmax / reduce_logsumexp as one fused op (mesh_tf/ops/fused_softmax.py),
+and reduce_mean as TF's Mean per slice.
 
 Values and gradients on every mesh case are in test_reduce.py; here: the fused TF kernel is
 what runs when the reduced dim is whole, the split case sends exactly the bytes of the
@@ -120,3 +121,30 @@ def test_simd_emulation_replays_the_kernels():
   fallbacks = {k: v - before.get(k, 0) for k, v in simd_vectorize.stats.items()
                if k.startswith("fallback:")}
   assert not any(fallbacks.values()), fallbacks
+
+
+@pytest.mark.parametrize("mesh_shape,rules", [
+    ("all:8", "batch:all"), ("rows:2;cols:4", "batch:rows;hidden:cols")])
+def test_reduce_mean_is_one_mean_kernel_with_the_bytes_of_a_sum(mesh_shape, rules):
+  graph, mesh = new_mesh()
+  x = mtf.import_tf_tensor(mesh, random_array(SHAPE, 8), SHAPE)
+  means = [mtf.reduce_mean(x, reduced_dim=BATCH), mtf.reduce_mean(x, reduced_dim=CLASSES),
+           mtf.reduce_mean(x)]
+  sums = [mtf.reduce_sum(x, reduced_dim=BATCH), mtf.reduce_sum(x, reduced_dim=CLASSES),
+          mtf.reduce_sum(x)]
+  sent = []
+  for outs in (means, sums):
+    n = mtf.convert_to_shape(mesh_shape).size
+    impl = mtf.PlacementMeshImpl(mesh_shape, rules, DEVICES[:n])
+    lowering = mtf.Lowering(graph, {mesh: impl})
+    got = [lowering.export_to_tf_tensor(t).numpy() for t in outs]
+    sent.append(analysis.total_bytes_per_processor(impl.comm_log))
+    cost = analysis.estimate_cost(graph, mesh_shape, rules, fetches=outs)
+    assert sent[-1] == cost.comm_bytes_per_processor
+  value = random_array(SHAPE, 8)
+  for g, want in zip(got, [value.sum(0), value.sum(3), value.sum()]):
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-5)
+  assert sent[0] == sent[1] > 0, sent
+  impl = mtf.PlacementMeshImpl(mesh_shape, rules, DEVICES[:n])
+  tf_ops = _tf_op_types(graph, mesh, impl, means)
+  assert "Mean" in tf_ops and "Sum" not in tf_ops
