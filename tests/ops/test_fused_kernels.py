@@ -14,7 +14,8 @@ import mesh_tf as mtf
 from mesh_tf import analysis
 from mesh_tf.autodiff.gradients import stop_gradient
 from mesh_tf.backends import simd_vectorize
-from mtf_testing import BATCH, CLASSES, HIDDEN, LENGTH, new_mesh, random_array
+from mtf_testing import (BATCH, CLASSES, HIDDEN, LENGTH, check_against_tf, new_mesh,
+                         random_array)
 
 SHAPE = [BATCH, LENGTH, HIDDEN, CLASSES]
 DEVICES = ["/cpu:%d" % i for i in range(8)]
@@ -148,3 +149,17 @@ def test_reduce_mean_is_one_mean_kernel_with_the_bytes_of_a_sum(mesh_shape, rule
   impl = mtf.PlacementMeshImpl(mesh_shape, rules, DEVICES[:n])
   tf_ops = _tf_op_types(graph, mesh, impl, means)
   assert "Mean" in tf_ops and "Sum" not in tf_ops
+
+
+@pytest.mark.parametrize("dim,axis", [(HIDDEN, 2), (BATCH, 0)], ids=["hidden", "batch"])
+def test_softmax_cross_entropy_matches_tf(mesh_impl, dim, axis):
+  """Soft targets (distributions over dim: TF's kernel differentiates as if they sum to
+  1), so the gradient reaches both inputs; split or whole dim by case."""
+  logits, targets = random_array(SHAPE, 9, -4.0, 4.0), random_array(SHAPE, 10, 0.1, 1.0)
+  targets /= targets.sum(axis, keepdims=True)
+  check_against_tf(
+      mesh_impl, [(logits, SHAPE), (targets, SHAPE)],
+      lambda l, t: [mtf.layers.softmax_cross_entropy_with_logits(l, t, dim)],
+      lambda l, t: [tf.nn.softmax_cross_entropy_with_logits(labels=t, logits=l, axis=axis)],
+      labels=["cross-entropy"], input_labels=["logits", "targets"])
+
