@@ -19,7 +19,7 @@ def shares_host_memory(devices):
     if not d:
       continue
     spec = tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d)
-    if spec.job is not None or (spec.device_type or "CPU").upper() != "CPU":
+    if spec.job not in (None, "localhost") or (spec.device_type or "CPU").upper() != "CPU":
       return False
   return True
 

@@ -43,7 +43,8 @@ def test_allconcat_direct_matches_numpy(n, concat_axis):
 
 
 def test_host_memory_detection():
-  assert pc.shares_host_memory(["", "/cpu:0", "CPU:3", "/device:CPU:1"])
+  assert pc.shares_host_memory(["", "/cpu:0", "CPU:3", "/device:CPU:1",
+                                "/job:localhost/replica:0/task:0/device:CPU:2"])
   assert not pc.shares_host_memory(["/cpu:0", "/gpu:0"])
   assert not pc.shares_host_memory(["/job:worker/task:1/device:CPU:0"])
 
