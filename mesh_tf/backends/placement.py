@@ -138,7 +138,7 @@ class PlacementMeshImpl(MeshImpl):
     if not mesh_axes:
       return x
     self._record(x, "allreduce", mesh_axes)
-    return self._per_group(x, mesh_axes, lambda xs, ds: collectives.allreduce_ring(
+    return self._per_group(x, mesh_axes, lambda xs, ds: collectives.allreduce(
         xs, ds, reduction_fn_string))
 
   def _record(self, x, kind, mesh_axes):
@@ -147,7 +147,7 @@ class PlacementMeshImpl(MeshImpl):
 
   def allconcat(self, x, mesh_axis, concat_axis):
     self._record(x, "allconcat", [mesh_axis])
-    return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.allconcat_ring(
+    return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.allconcat(
         xs, ds, concat_axis))
 
   def alltoall(self, x, mesh_axis, split_axis, concat_axis):

@@ -395,6 +395,19 @@ class _Replay:
     args["size"] = self._prepend(args["size"], -np.ones([self.k], np.int32))
     return _call_raw(op, args, attrs)
 
+  def _last_axis_rule(self, op, groups, attrs, extents):  # pylint: disable=unused-argument
+    """Softmax / LogSoftmax act on the last axis; the leading (mesh and batch) axes are
+    folded into one, as the CPU kernels take at most rank 5."""
+    v, _ = self.get(op.inputs[0])
+    v = _as_tensor(v)
+    if not v.shape.is_fully_defined():
+      raise _Fallback("%s of a dynamic shape" % op.type)
+    shape = v.shape.as_list()
+    out = _call_raw(op, {"logits": tf.reshape(v, [-1, shape[-1]])}, attrs)[0]
+    return [tf.reshape(out, shape)]
+
+  _rule_Softmax = _rule_LogSoftmax = _last_axis_rule
+
   def _rule_GatherV2(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     axis = tf.get_static_value(self._plain(op.inputs[2]))
     if axis is None or axis < 0 or attrs.get("batch_dims", 0) < 0:

@@ -9,11 +9,14 @@ from mesh_tf.ops import elementwise as ew
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape
 
-_TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
+_TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min,
+              "MEAN": tf.reduce_mean}
 
 
 class ReduceOperation(Operation):
-  """Reduces x to output_shape (a subset of its dims, in any order) with SUM, MAX or MIN."""
+  """Reduces x to output_shape (a subset of its dims, in any order) with SUM, MAX, MIN or
+  MEAN (TF's fused mean per slice; the slices' means are summed over the mesh axes
+  splitting a reduced dim, each scaled by 1 / their processor count)."""
 
   def __init__(self, x, output_shape, reduction_fn_string, name=None):
     super().__init__([x], name=name or "reduce")
@@ -33,6 +36,8 @@ class ReduceOperation(Operation):
     x, y, dy = self.inputs[0], self.outputs[0], grad_ys[0]
     if self.reduction_fn_string == "SUM":
       return [broadcast(dy, x.shape)]
+    if self.reduction_fn_string == "MEAN":
+      return [broadcast(dy * (float(y.shape.size) / x.shape.size), x.shape)]
     mask = ew.cast(ew.equal(x, broadcast(y, x.shape)), x.dtype)
     return [mask * dy / reduce_sum(mask, output_shape=y.shape)]
 
@@ -44,16 +49,21 @@ class ReduceOperation(Operation):
     kept = [n for n in in_names if n in y.shape.dimension_names]
     perm = [kept.index(n) for n in y.shape.dimension_names]
     tf_reduce = _TF_REDUCE[self.reduction_fn_string]
+    plan = self.plan(impl.slice_layout)
+    summed = plan.outputs[0][0].mesh_axes if plan.outputs[0] else ()
+    shards = impl.slice_layout.axes_size(summed) if self.reduction_fn_string == "MEAN" else 1
 
     def fn(t):
       r = tf_reduce(t, axis=axes) if axes else t
+      r = r * (1.0 / shards) if shards > 1 else r
       return tf.transpose(r, perm) if perm != sorted(perm) else r
-    plan_interpreter.lower_planned(lowering, self, self.plan(impl.slice_layout), fn)
+    plan_interpreter.lower_planned(lowering, self, plan, fn)
 
   def plan(self, layout):
     """The OpPlan of this reduction on a MeshLayout (see plans/rules.py)."""
+    reduction = self.reduction_fn_string
     return plan_rules.reduce_plan(layout, self.inputs[0].shape, self.outputs[0].shape,
-                                  self.reduction_fn_string)
+                                  "SUM" if reduction == "MEAN" else reduction)
 
 
 def _output_shape(x, output_shape, reduced_dim, disable_positional_args, fn_name):
@@ -97,7 +107,11 @@ def reduce_mean(x, disable_positional_args=None, output_shape=None, reduced_dim=
                 name=None):
   """Mean of x over the dims not in output_shape (or over reduced_dim)."""
   out = _output_shape(x, output_shape, reduced_dim, disable_positional_args, "reduce_mean")
-  return reduce_sum(x, output_shape=out, name=name) * (float(out.size) / x.shape.size)
+  if out == x.shape:
+    return x
+  if not x.dtype.is_floating:  # an integer mean is the sum scaled, as in the original
+    return reduce_sum(x, output_shape=out, name=name) * (float(out.size) / x.shape.size)
+  return ReduceOperation(x, out, "MEAN", name=name or "reduce_mean").outputs[0]
 
 
 def _reduce_bool(x, out, reducer, name):
@@ -121,24 +135,55 @@ def reduce_any(x, disable_positional_args=None, output_shape=None, reduced_dim=N
   return _reduce_bool(x, out, reduce_max, name or "reduce_any")
 
 
+def _composite_logsumexp(x, reduced_shape, extra_logit, name):
+  from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
+  max_logit = ew.maximum(reduce_max(stop_gradient(x), output_shape=reduced_shape),
+                         extra_logit)
+  total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
+  total += ew.exp(extra_logit - max_logit)
+  return ew.add(ew.log(total), max_logit, name=name)
+
+
+def _reduced_dim_of(x, reduced_dim, fn_name):
+  """The Dimension of x named by reduced_dim (a Dimension, pair or name)."""
+  reduced_shape = _output_shape(x, None, reduced_dim, None, fn_name)
+  return [d for d in x.shape.dims if d not in reduced_shape.dims], reduced_shape
+
+
+def _fused(x, reduced_dim, kind, extra_logit, name):
+  """The fused op when reduced_dim is one dim and there is no extra_logit, else None."""
+  dims, _ = _reduced_dim_of(x, reduced_dim, kind)
+  if extra_logit is not None or len(dims) != 1:
+    return None
+  from mesh_tf.ops import fused_softmax  # pylint: disable=g-import-not-at-top
+  return fused_softmax.fused_softmax(x, dims[0], kind, name=name)
+
+
 def reduce_logsumexp(x, reduced_dim, extra_logit=None, name=None):
   """log(sum(exp(x))) over reduced_dim, computed stably; extra_logit adds one more term."""
-  from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
-  reduced_shape = _output_shape(x, None, reduced_dim, None, "reduce_logsumexp")
-  max_logit = reduce_max(stop_gradient(x), output_shape=reduced_shape)
-  if extra_logit is not None:
-    max_logit = ew.maximum(max_logit, extra_logit)
-  total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
-  if extra_logit is not None:
-    total += ew.exp(extra_logit - max_logit)
-  return ew.add(ew.log(total), max_logit, name=name)
+  fused = _fused(x, reduced_dim, "logsumexp", extra_logit, name)
+  if fused is not None:
+    return fused
+  _, reduced_shape = _reduced_dim_of(x, reduced_dim, "reduce_logsumexp")
+  if extra_logit is None:  # several reduced dims: max, then sum of the shifted exps
+    from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
+    max_logit = reduce_max(stop_gradient(x), output_shape=reduced_shape)
+    total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
+    return ew.add(ew.log(total), max_logit, name=name)
+  return _composite_logsumexp(x, reduced_shape, extra_logit, name)
 
 
 def softmax(x, reduced_dim, extra_logit=None, name=None):
   """exp(x) normalized over reduced_dim."""
+  fused = _fused(x, reduced_dim, "softmax", extra_logit, name)
+  if fused is not None:
+    return fused
   return ew.exp(log_softmax(x, reduced_dim, extra_logit=extra_logit), name=name)
 
 
 def log_softmax(x, reduced_dim, extra_logit=None, name=None):
   """x minus its logsumexp over reduced_dim."""
+  fused = _fused(x, reduced_dim, "log_softmax", extra_logit, name)
+  if fused is not None:
+    return fused
   return ew.sub(x, reduce_logsumexp(x, reduced_dim, extra_logit=extra_logit), name=name)

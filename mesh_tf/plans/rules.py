@@ -69,6 +69,22 @@ def reduce_plan(layout, input_shape, output_shape, reduction):
                 float(layout.slice_size(input_shape)))
 
 
+def softmax_plan(layout, input_shape, reduced_dim, itemsize):
+  """Fused softmax / log_softmax / logsumexp over reduced_dim. Whole dim: one local
+  kernel, no communication. Split dim: the local max is allreduced (MAX), then the local
+  sum of exp(x - max) (SUM): the two allreduces the composite (reduce_max, reduce_sum)
+  owes, on the same reduced shape."""
+  a = layout.split_axes(input_shape).get(reduced_dim.name)
+  middle = ()
+  if a is not None:
+    reduced = input_shape - [reduced_dim]
+    split = layout.split_axes(reduced)
+    middle = tuple(Middle(reduced, dict(split), [Allreduce((a,), r)], itemsize)
+                   for r in ("MAX", "SUM"))
+  return OpPlan([Operand(0, [])], [[]], 4.0 * layout.slice_size(input_shape),
+                middle=middle)
+
+
 # ---- add_n ----
 def add_n_plan(layout, shape, owed_axes):
   """owed_axes: per input, the mesh axes of the SUM it still owes (None: none). Partial

@@ -1,0 +1,65 @@
+"""The placement backend's tree allreduce and direct allconcat (used between CPUs of one
+process) against numpy, and the choice between them and the ring algorithms."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from mesh_tf.backends import placement_collectives as pc
+
+DEVICES = ["/cpu:%d" % i for i in range(8)]
+NUMPY = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
+
+
+def _inputs(n, shape):
+  rng = np.random.RandomState(n)
+  values = [rng.randn(*shape).astype(np.float32) for _ in range(n)]
+  xs = []
+  for v, d in zip(values, DEVICES):
+    with tf.device(d):
+      xs.append(tf.constant(v))
+  return values, xs
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("reduction", ["SUM", "MAX", "MIN"])
+def test_allreduce_tree_matches_numpy_on_every_device(n, reduction):
+  values, xs = _inputs(n, [4, 6])
+  expected = NUMPY[reduction](np.stack(values), axis=0)
+  out = pc.allreduce_tree(xs, DEVICES[:n], reduction)
+  assert len(out) == n
+  for o, d in zip(out, DEVICES[:n]):
+    assert o.device.endswith("CPU:" + d.split(":")[-1]), (o.device, d)
+    np.testing.assert_allclose(o.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+@pytest.mark.parametrize("concat_axis", [0, 1])
+def test_allconcat_direct_matches_numpy(n, concat_axis):
+  values, xs = _inputs(n, [2, 3])
+  out = pc.allconcat_direct(xs, DEVICES[:n], concat_axis)
+  for o, d in zip(out, DEVICES[:n]):
+    assert o.device.endswith("CPU:" + d.split(":")[-1])
+    np.testing.assert_array_equal(o.numpy(), np.concatenate(values, axis=concat_axis))
+
+
+def test_host_memory_detection():
+  assert pc.shares_host_memory(["", "/cpu:0", "CPU:3", "/device:CPU:1",
+                                "/job:localhost/replica:0/task:0/device:CPU:2"])
+  assert not pc.shares_host_memory(["/cpu:0", "/gpu:0"])
+  assert not pc.shares_host_memory(["/job:worker/task:1/device:CPU:0"])
+
+
+def _op_types(fn, n, shape):
+  xs = [tf.TensorSpec(shape, tf.float32)] * n
+  graph = tf.function(lambda *a: fn(list(a))).get_concrete_function(*xs).graph
+  return [op.type for op in graph.get_operations() if op.type not in ("Placeholder",)]
+
+
+def test_tree_on_cpus_emits_fewer_ops_than_the_ring():
+  n, shape = 8, [64, 64]  # big enough for the ring to shard
+  ring = _op_types(lambda xs: pc.allreduce_ring(xs, DEVICES), n, shape)
+  chosen = _op_types(lambda xs: pc.allreduce(xs, DEVICES), n, shape)
+  # n - 1 reductions, n - 1 copies and the outputs' Identity ops of tf.function
+  assert chosen.count("AddV2") == n - 1
+  assert len(chosen) < len(ring) / 4
+  assert "Split" in ring and "Split" not in chosen
