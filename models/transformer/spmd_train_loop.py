@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.cluster import input_share
+from mesh_tf.checkpoint import discovery
 from mesh_tf.checkpoint import manager as checkpoint_manager
 from mesh_tf.checkpoint.entries import collect_entries
 from mesh_tf.checkpoint.save_restore import DEFAULT_BASENAME
@@ -108,7 +109,10 @@ class ChiefSaver:
       self.manager = mtf.CheckpointManager(
           model_dir, self._values, max_to_keep=keep_checkpoint_max,
           extra_variables={"global_step": global_step}, require_finite=True)
-    self.latest = tf.train.latest_checkpoint(model_dir)
+    # Every process resolves the checkpoint by the one rule train/eval/decode use, so a
+    # lost or garbled state file cannot make processes resume from different steps.
+    found = discovery.find_checkpoints(model_dir, DEFAULT_BASENAME)
+    self.latest = found.checkpoints[-1] if found.checkpoints else None
     if self.manager is not None:
       if self.manager.note:
         print(self.manager.note, flush=True)

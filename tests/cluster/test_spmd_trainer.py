@@ -8,6 +8,7 @@ import signal
 import numpy as np
 
 import lm_cluster_helpers
+from mesh_tf.checkpoint import files
 
 run_spmd = lm_cluster_helpers.run_spmd
 
@@ -73,6 +74,8 @@ def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_pat
   # to step 1000 on mesh batch:2 (one replica per process, fewer to trace): it resumes
   # the [2,4] checkpoint at step 4, and SIGTERM to one peer stops both after one step
   (tmp_path / "stop").mkdir()
+  # a garbled state file: every process (not only the chief) must find step 4 by scanning
+  (spmd_dir / files.STATE_FILENAME).write_text("garbage \x00 not a state file")
   stopped_at = _stop_by_sigterm_to_peer_1(
       params + ["utils.run.train_steps = 1000", "utils.run.mesh_shape = 'batch:2'"],
       tmp_path / "stop")
