@@ -75,6 +75,9 @@ class FusedSoftmaxOperation(Operation):
       return tf.reshape(r, kept)
     run = lambda v, m: plan_interpreter.run_steps(impl, v, m.shape, m.steps)
     top = run(impl.slicewise(lambda t: tf.reduce_max(t, axis), x), plan.middle[0])
+    # An all -inf (or +inf) slice would give inf - inf = NaN: shift by 0 there instead,
+    # as tf.reduce_logsumexp does, so its logsumexp is -inf (+inf).
+    top = impl.slicewise(lambda m: tf.where(tf.math.is_finite(m), m, tf.zeros_like(m)), top)
     total = run(impl.slicewise(
         lambda t, m: tf.reduce_sum(tf.exp(t - keep(m, t)), axis), x, top),
                 plan.middle[1])

@@ -163,3 +163,18 @@ def test_softmax_cross_entropy_matches_tf(mesh_impl, dim, axis):
       lambda l, t: [tf.nn.softmax_cross_entropy_with_logits(labels=t, logits=l, axis=axis)],
       labels=["cross-entropy"], input_labels=["logits", "targets"])
 
+
+
+@pytest.mark.parametrize("mesh_shape,rules", [("", ""), ("all:8", "hidden:all"),
+                                              ("rows:2;cols:4", "hidden:cols")])
+def test_logsumexp_of_infinite_rows_matches_tf(mesh_shape, rules):
+  """A row of all -inf has logsumexp -inf and one with +inf has +inf, split or whole."""
+  x = random_array([BATCH, HIDDEN], 5)
+  x[0, :] = -np.inf
+  x[1, 3] = np.inf
+  graph, mesh = new_mesh()
+  xt = mtf.import_tf_tensor(mesh, x, [BATCH, HIDDEN])
+  y = mtf.reduce_logsumexp(xt, reduced_dim=HIDDEN)
+  impl = mtf.PlacementMeshImpl(mesh_shape, rules, DEVICES[:max(1, len(mesh_shape) and 8)])
+  got = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(y).numpy()
+  np.testing.assert_allclose(got, tf.reduce_logsumexp(x, axis=1).numpy(), rtol=1e-6)
