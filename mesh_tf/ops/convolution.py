@@ -159,6 +159,20 @@ class ConvFamilyOperation(Operation):
   def _kernels(self):
     return _KERNELS[self._n]
 
+  def _conv_slices(self, x, f, transpose):
+    """conv(x, f), or conv_transpose(x, f) sized as outputs[0], on local slices."""
+    n = self._n
+    fwd, backprop_input, _ = self._kernels()
+    flat = _flat(x, n + 1)
+    if transpose:
+      y_dims = self.outputs[0].shape.dims[-n - 1:-1]
+      sizes = [flat.shape[0]] + [d.size for d in y_dims] + [f.shape[n]]
+      out = backprop_input(input_sizes=tf.constant(sizes, tf.int32), filter=f,
+                           out_backprop=flat, strides=self._strides, padding=self._padding)
+    else:
+      out = fwd(flat, f, self._strides, self._padding)
+    return _unflat(out, x.shape.as_list()[:-n - 1])
+
   def _local(self, *slices):
     raise NotImplementedError
 
@@ -175,13 +189,15 @@ class ConvFamilyOperation(Operation):
 
 
 class _ConvOperation(ConvFamilyOperation):
-  """y = conv(x, filter): contracts the input channels and the filter window."""
+  """y = conv(x, filter) contracting the input channels and the filter window; with
+  _TRANSPOSE, y = conv_transpose(x, filter), the input-gradient of a conv from y to x."""
 
   _N = None
+  _TRANSPOSE = False
 
   def __init__(self, conv_input, conv_filter, strides, padding, name=None):
-    n = self._N
-    what = name or "conv%dd" % n
+    n, transpose = self._N, self._TRANSPOSE
+    what = name or "conv%dd%s" % (n, "_transpose" if transpose else "")
     super().__init__([conv_input, conv_filter], name=what)
     _check_rank(conv_input, n + 1, n, "input", what, at_least=True)
     _check_rank(conv_filter, n + 2, n, "filter", what)
@@ -189,29 +205,26 @@ class _ConvOperation(ConvFamilyOperation):
     strides = normalize_strides(strides, n, what)
     padding = normalize_padding(padding, what)
     xd, fd = conv_input.shape.dims, conv_filter.shape.dims
-    _check_same_dim(xd[-1], conv_input, fd[n], conv_filter, what, "the channel dim")
-    sizes = [conv_output_size(d.size, f.size, s, padding)
+    if transpose:
+      in_ch, out_ch, size_fn = fd[n + 1], fd[n], conv_transpose_output_size
+      role = "the channel dim (the filter's last dim for a transpose)"
+    else:
+      in_ch, out_ch, size_fn, role = fd[n], fd[n + 1], conv_output_size, "the channel dim"
+    _check_same_dim(xd[-1], conv_input, in_ch, conv_filter, what, role)
+    sizes = [size_fn(d.size, f.size, s, padding)
              for d, f, s in zip(xd[-n - 1:-1], fd[:n], strides[1:-1])]
-    self._add_output(_output_shape(xd[:-n - 1], xd[-n - 1:-1], sizes, fd[n + 1], what,
+    self._add_output(_output_shape(xd[:-n - 1], xd[-n - 1:-1], sizes, out_ch, what,
                                    conv_filter.name), conv_input.dtype)
     self._setup(n, strides, padding, [d.name for d in xd[-n - 1:-1] + fd[:n]], [xd[-1]])
 
   def _local(self, x, f):
-    fwd = self._kernels()[0]
-    return _unflat(fwd(_flat(x, self._n + 1), f, self._strides, self._padding),
-                   x.shape.as_list()[:-self._n - 1])
+    return self._conv_slices(x, f, self._TRANSPOSE)
 
   def gradient(self, grad_ys):
-    return _input_and_filter_gradients(self, grad_ys, is_transpose=False)
-
-
-def _input_and_filter_gradients(op, grad_ys, is_transpose):
-  x, f = op.inputs
-  dy = grad_ys[0]
-  n, s, p = op._n, op._strides, op._padding  # pylint: disable=protected-access
-  return [
-      Conv2or3dBackpropInputOperation(n, is_transpose, x.shape, f, dy, s, p).outputs[0],
-      Conv2or3dBackpropFilterOperation(n, is_transpose, x, f.shape, dy, s, p).outputs[0]]
+    (x, f), dy = self.inputs, grad_ys[0]
+    n, s, p, t = self._n, self._strides, self._padding, self._TRANSPOSE
+    return [Conv2or3dBackpropInputOperation(n, t, x.shape, f, dy, s, p).outputs[0],
+            Conv2or3dBackpropFilterOperation(n, t, x, f.shape, dy, s, p).outputs[0]]
 
 
 class Conv2dOperation(_ConvOperation):
@@ -224,51 +237,14 @@ class Conv3dOperation(_ConvOperation):
   _N = 3
 
 
-class _ConvTransposeOperation(ConvFamilyOperation):
-  """y = conv_transpose(x, filter): the input-gradient of a convolution from y to x."""
-
-  _N = None
-
-  def __init__(self, conv_input, conv_filter, strides, padding, name=None):
-    n = self._N
-    what = name or "conv%dd_transpose" % n
-    super().__init__([conv_input, conv_filter], name=what)
-    _check_rank(conv_input, n + 1, n, "input", what, at_least=True)
-    _check_rank(conv_filter, n + 2, n, "filter", what)
-    _check_dtypes([conv_input, conv_filter], what)
-    strides = normalize_strides(strides, n, what)
-    padding = normalize_padding(padding, what)
-    xd, fd = conv_input.shape.dims, conv_filter.shape.dims
-    _check_same_dim(xd[-1], conv_input, fd[n + 1], conv_filter, what,
-                    "the channel dim (the filter's last dim for a transpose)")
-    sizes = [conv_transpose_output_size(d.size, f.size, s, padding)
-             for d, f, s in zip(xd[-n - 1:-1], fd[:n], strides[1:-1])]
-    self._add_output(_output_shape(xd[:-n - 1], xd[-n - 1:-1], sizes, fd[n], what,
-                                   conv_filter.name), conv_input.dtype)
-    self._setup(n, strides, padding, [d.name for d in xd[-n - 1:-1] + fd[:n]], [xd[-1]])
-
-  def _local(self, x, f):
-    n = self._n
-    backprop_input = self._kernels()[1]
-    y_dims = self.outputs[0].shape.dims[-n - 1:-1]
-    flat = _flat(x, n + 1)
-    sizes = [flat.shape[0]] + [d.size for d in y_dims] + [f.shape[n]]
-    out = backprop_input(input_sizes=tf.constant(sizes, tf.int32), filter=f,
-                         out_backprop=flat, strides=self._strides, padding=self._padding)
-    return _unflat(out, x.shape.as_list()[:-n - 1])
-
-  def gradient(self, grad_ys):
-    return _input_and_filter_gradients(self, grad_ys, is_transpose=True)
-
-
-class Conv2dTransposeOperation(_ConvTransposeOperation):
+class Conv2dTransposeOperation(_ConvOperation):
   """2-D transposed convolution of [batch..., h, w, in] with a [fh, fw, out, in] filter."""
-  _N = 2
+  _N, _TRANSPOSE = 2, True
 
 
-class Conv3dTransposeOperation(_ConvTransposeOperation):
+class Conv3dTransposeOperation(_ConvOperation):
   """3-D transposed convolution of [batch..., d, h, w, in] with [fd, fh, fw, out, in]."""
-  _N = 3
+  _N, _TRANSPOSE = 3, True
 
 
 class Conv2or3dBackpropInputOperation(ConvFamilyOperation):
@@ -309,17 +285,7 @@ class Conv2or3dBackpropInputOperation(ConvFamilyOperation):
                 [d.name for d in input_shape.dims[-n - 1:-1] + fd[:n]], [y_ch])
 
   def _local(self, f, dy):
-    n = self._n
-    fwd, backprop_input, _ = self._kernels()
-    flat = _flat(dy, n + 1)
-    if self._is_transpose:
-      out = fwd(flat, f, self._strides, self._padding)
-    else:
-      x_dims = self.outputs[0].shape.dims[-n - 1:-1]
-      sizes = [flat.shape[0]] + [d.size for d in x_dims] + [f.shape[n]]
-      out = backprop_input(input_sizes=tf.constant(sizes, tf.int32), filter=f,
-                           out_backprop=flat, strides=self._strides, padding=self._padding)
-    return _unflat(out, dy.shape.as_list()[:-n - 1])
+    return self._conv_slices(dy, f, not self._is_transpose)
 
   def gradient(self, grad_ys):
     f, dy = self.inputs
@@ -397,53 +363,28 @@ class Conv2or3dBackpropFilterOperation(ConvFamilyOperation):
             conv(x, ddf, s, p).outputs[0]]
 
 
-def conv2d_backprop_input(input_shape, conv_filter, dy, strides, padding, name=None):
-  """Gradient of a 2-D convolution w.r.t. its input (of shape input_shape)."""
-  return Conv2or3dBackpropInputOperation(2, False, input_shape, conv_filter, dy, strides,
-                                         padding, name=name).outputs[0]
+def _backprop_function(n, is_transpose, wrt):
+  """The public conv{n}d[_transpose]_backprop_{wrt} function (wrt "input" or "filter")."""
+  if wrt == "input":
+    def fn(input_shape, conv_filter, dy, strides, padding, name=None):
+      return Conv2or3dBackpropInputOperation(n, is_transpose, input_shape, conv_filter, dy,
+                                             strides, padding, name=name).outputs[0]
+  else:
+    def fn(conv_input, filter_shape, dy, strides, padding, name=None):
+      return Conv2or3dBackpropFilterOperation(n, is_transpose, conv_input, filter_shape, dy,
+                                              strides, padding, name=name).outputs[0]
+  kind = "transposed convolution" if is_transpose else "convolution"
+  fn.__name__ = fn.__qualname__ = "conv%dd%s_backprop_%s" % (
+      n, "_transpose" if is_transpose else "", wrt)
+  fn.__doc__ = "Gradient of a %d-D %s w.r.t. its %s." % (n, kind, wrt)
+  return fn
 
 
-def conv2d_backprop_filter(conv_input, filter_shape, dy, strides, padding, name=None):
-  """Gradient of a 2-D convolution w.r.t. its filter (of shape filter_shape)."""
-  return Conv2or3dBackpropFilterOperation(2, False, conv_input, filter_shape, dy, strides,
-                                          padding, name=name).outputs[0]
-
-
-def conv3d_backprop_input(input_shape, conv_filter, dy, strides, padding, name=None):
-  """Gradient of a 3-D convolution w.r.t. its input (of shape input_shape)."""
-  return Conv2or3dBackpropInputOperation(3, False, input_shape, conv_filter, dy, strides,
-                                         padding, name=name).outputs[0]
-
-
-def conv3d_backprop_filter(conv_input, filter_shape, dy, strides, padding, name=None):
-  """Gradient of a 3-D convolution w.r.t. its filter (of shape filter_shape)."""
-  return Conv2or3dBackpropFilterOperation(3, False, conv_input, filter_shape, dy, strides,
-                                          padding, name=name).outputs[0]
-
-
-def conv2d_transpose_backprop_input(input_shape, conv_filter, dy, strides, padding,
-                                    name=None):
-  """Gradient of a 2-D transposed convolution w.r.t. its input."""
-  return Conv2or3dBackpropInputOperation(2, True, input_shape, conv_filter, dy, strides,
-                                         padding, name=name).outputs[0]
-
-
-def conv2d_transpose_backprop_filter(conv_input, filter_shape, dy, strides, padding,
-                                     name=None):
-  """Gradient of a 2-D transposed convolution w.r.t. its filter."""
-  return Conv2or3dBackpropFilterOperation(2, True, conv_input, filter_shape, dy, strides,
-                                          padding, name=name).outputs[0]
-
-
-def conv3d_transpose_backprop_input(input_shape, conv_filter, dy, strides, padding,
-                                    name=None):
-  """Gradient of a 3-D transposed convolution w.r.t. its input."""
-  return Conv2or3dBackpropInputOperation(3, True, input_shape, conv_filter, dy, strides,
-                                         padding, name=name).outputs[0]
-
-
-def conv3d_transpose_backprop_filter(conv_input, filter_shape, dy, strides, padding,
-                                     name=None):
-  """Gradient of a 3-D transposed convolution w.r.t. its filter."""
-  return Conv2or3dBackpropFilterOperation(3, True, conv_input, filter_shape, dy, strides,
-                                          padding, name=name).outputs[0]
+conv2d_backprop_input = _backprop_function(2, False, "input")
+conv2d_backprop_filter = _backprop_function(2, False, "filter")
+conv3d_backprop_input = _backprop_function(3, False, "input")
+conv3d_backprop_filter = _backprop_function(3, False, "filter")
+conv2d_transpose_backprop_input = _backprop_function(2, True, "input")
+conv2d_transpose_backprop_filter = _backprop_function(2, True, "filter")
+conv3d_transpose_backprop_input = _backprop_function(3, True, "input")
+conv3d_transpose_backprop_filter = _backprop_function(3, True, "filter")
