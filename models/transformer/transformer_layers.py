@@ -270,16 +270,7 @@ class SelfAttention(TransformerLayer):
     make = lambda: relative_position.relative_attention_bias_variable(
         context.mesh, heads_dims, self.relative_attention_num_buckets,
         context.variable_dtype)
-    if self.relative_attention_type == "bias":
-      table = make()
-    else:
-      if context.shared_params is None:
-        raise MtfError("%s: relative_attention_type 'bias_shared' needs "
-                       "context.shared_params (a dict) to hold the shared table" %
-                       type(self).__name__, rule="bias_shared")
-      if "relative_attention_bias" not in context.shared_params:
-        context.shared_params["relative_attention_bias"] = make()
-      table = context.shared_params["relative_attention_bias"]
+    table = _bias_table(self, context, "relative_attention_bias", make)
     return mtf.cast(relative_position.relative_position_bias(table, rel, bidirectional),
                     context.activation_dtype)
 
@@ -522,19 +513,24 @@ def enc_dec_attention_bias(layer, context, heads_dims,
     return mtf.get_variable(context.mesh, name, mtf.Shape(list(heads_dims) + [buckets_dim]),
                             initializer=tf.random_normal_initializer(stddev=1.0),
                             dtype=context.variable_dtype)
-  if kind == "bias":
-    table = make()
-  else:
-    if context.shared_params is None:
-      raise MtfError("%s: relative_attention_type 'bias_shared' needs "
-                     "context.shared_params (a dict) to hold the shared table" %
-                     type(layer).__name__, rule="bias_shared")
-    if name not in context.shared_params:
-      context.shared_params[name] = make()
-    table = context.shared_params[name]
+  table = _bias_table(layer, context, name, make)
   rel_bias = mtf.cast(relative_position.relative_position_bias(
       table, relative_position_fn(context), bidirectional=True), context.activation_dtype)
   return rel_bias if bias is None else bias + rel_bias
+
+
+def _bias_table(layer, context, key, make):
+  """make() for relative_attention_type "bias"; for "bias_shared" the one table kept in
+  context.shared_params[key], made by the first layer that asks."""
+  if layer.relative_attention_type == "bias":
+    return make()
+  if context.shared_params is None:
+    raise MtfError("%s: relative_attention_type 'bias_shared' needs context.shared_params "
+                   "(a dict) to hold the shared table" % type(layer).__name__,
+                   rule="bias_shared")
+  if key not in context.shared_params:
+    context.shared_params[key] = make()
+  return context.shared_params[key]
 
 
 def enc_dec_attention(self_attention_layer, memory_antecedent, context, x, losses,
