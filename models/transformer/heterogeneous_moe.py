@@ -113,23 +113,10 @@ class HeterogeneousMoE1D(moe.MoE1D):
                use_second_place_expert_prob=None,
                use_second_place_expert_prob_temp=None, moe_num_layers=1,
                heterogeneous_mask_info=None, top_n_num_experts_per_token=3):
-    super().__init__(
-        num_experts=num_experts, loss_coef=loss_coef, hidden_size=hidden_size,
-        group_size=group_size, capacity_factor_train=capacity_factor_train,
-        capacity_factor_eval=capacity_factor_eval,
-        use_second_place_loss=use_second_place_loss,
-        second_policy_train=second_policy_train, second_policy_eval=second_policy_eval,
-        second_threshold_train=second_threshold_train,
-        second_threshold_eval=second_threshold_eval, dropout_rate=dropout_rate,
-        activation=activation, moe_gating=moe_gating,
-        min_expert_capacity=min_expert_capacity,
-        switch_policy_train=switch_policy_train, switch_policy_eval=switch_policy_eval,
-        switch_dropout=switch_dropout, switch_temperature=switch_temperature,
-        switch_jitter=switch_jitter, ntlb_top_k=ntlb_top_k, output_dim=output_dim,
-        z_loss=z_loss, word_embed_mode=word_embed_mode,
-        use_second_place_expert_prob=use_second_place_expert_prob,
-        use_second_place_expert_prob_temp=use_second_place_expert_prob_temp,
-        top_n_num_experts_per_token=top_n_num_experts_per_token)
+    moe1d_args = dict(locals())  # the arguments alone: nothing else is bound yet
+    for own in ("self", "__class__", "moe_num_layers", "heterogeneous_mask_info"):
+      del moe1d_args[own]
+    super().__init__(**moe1d_args)
     if heterogeneous_mask_info is not None:
       _parse_mask_info(heterogeneous_mask_info)  # fail early on a malformed string
     self._hparams.add_hparam("moe_num_layers", moe_num_layers)
