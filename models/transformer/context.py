@@ -64,33 +64,11 @@ class Context:
                encoder_output=None, encoder_sequence_id=None, constant_states=None,
                shared_params=None, encoder_layer_outputs=None, write_priority=None,
                read_priority=None, inputs=None, encoder_inputs=None, num_microbatches=1):
-    self.model = model
-    self.mesh = mesh
+    for name, value in list(locals().items()):  # each argument, as its attribute
+      if name != "self":
+        setattr(self, name, value)
     self.batch_dims = list(batch_dims)
-    self.length_dim = length_dim
-    self.variable_dtype = variable_dtype
-    self.beam_dim = beam_dim
-    self.mode = mode
-    self.position = position
-    self.position_is_default = position_is_default
-    self.sequence_id = sequence_id
-    self.subsequence_id = subsequence_id
-    self.states = states
-    self.new_states = new_states
-    self.losses = losses
-    self.initial_position = initial_position
-    self.layer_outputs = layer_outputs
-    self.encoder_output = encoder_output
-    self.encoder_sequence_id = encoder_sequence_id
-    self.constant_states = constant_states
     self.next_constant_state = 0
-    self.shared_params = shared_params
-    self.encoder_layer_outputs = encoder_layer_outputs
-    self.write_priority = write_priority
-    self.read_priority = read_priority
-    self.inputs = inputs
-    self.encoder_inputs = encoder_inputs
-    self.num_microbatches = num_microbatches
     self.next_states_index = 0
 
   @property
