@@ -50,19 +50,9 @@ class MeshEstimator:
                variable_dtype, optimizer=None, learning_rate_schedule=None,
                keep_checkpoint_max=5, save_checkpoints_steps=1000,
                iterations_per_loop=100, init_checkpoint=None, score_in_predict_mode=False):
-    self.model_fn = model_fn
-    self.mesh_impl = mesh_impl
-    self.model_dir = model_dir
-    self.batch_size = batch_size
-    self.sequence_length = sequence_length
-    self.variable_dtype = variable_dtype
-    self.optimizer = optimizer
-    self.learning_rate_schedule = learning_rate_schedule
-    self.keep_checkpoint_max = keep_checkpoint_max
-    self.save_checkpoints_steps = save_checkpoints_steps
-    self.iterations_per_loop = iterations_per_loop
-    self.init_checkpoint = init_checkpoint
-    self.score_in_predict_mode = score_in_predict_mode
+    for name, value in list(locals().items()):  # each argument, as its attribute
+      if name != "self":
+        setattr(self, name, value)
     self._built = {}
 
   def latest_checkpoint(self):

@@ -219,13 +219,9 @@ class DenseReluDenseFixup(TransformerLayer):
   def __init__(self, hidden_size=4096, dropout_rate=0.0, activation="relu",
                use_bias=False, default_init="he", init_distribution="uniform",
                num_blocks=gin.REQUIRED):
-    self.hidden_size = hidden_size
-    self.dropout_rate = dropout_rate
-    self.activation = activation
-    self.use_bias = use_bias
-    self.default_init = default_init
-    self.init_distribution = init_distribution
-    self.num_blocks = num_blocks
+    for name, value in list(locals().items()):  # each argument, as its attribute
+      if name != "self":
+        setattr(self, name, value)
 
   @incremental_aware
   def call(self, context, x, losses=None):

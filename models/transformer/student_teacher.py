@@ -63,13 +63,9 @@ class StudentTeacher:
   def __init__(self, student, teacher, temperature=None, fraction_soft=None,
                distill_start_step=0, teacher_checkpoint=None,
                initialize_student_weights=False):
-    self.student = student
-    self.teacher = teacher
-    self.temperature = temperature
-    self.fraction_soft = fraction_soft
-    self.distill_start_step = distill_start_step
-    self.teacher_checkpoint = teacher_checkpoint
-    self.initialize_student_weights = initialize_student_weights
+    for name, value in list(locals().items()):  # each argument, as its attribute
+      if name != "self":
+        setattr(self, name, value)
 
   def __call__(self, inputs, targets):
     """The student's (logits, distillation loss) on a batch."""

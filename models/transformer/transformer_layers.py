@@ -179,25 +179,10 @@ class SelfAttention(TransformerLayer):
         and not callable(attention_func)):
       raise MtfError("%s: attention_func %r is neither 'hybrid' nor callable" % (
           type(self).__name__, attention_func), rule=str(attention_func))
-    self.use_hyperprompt = use_hyperprompt
-    self.hyperprompt_mtlshare = hyperprompt_mtlshare
-    self.hyperprompt_length_encoder = hyperprompt_length_encoder
-    self.hyperprompt_length_decoder = hyperprompt_length_decoder
-    self.hyperprompt_hidden_dim = hyperprompt_hidden_dim
-    self.hyperprompt_task_num = hyperprompt_task_num
-    self.num_heads = num_heads
-    self.num_memory_heads = num_memory_heads
-    self.key_value_size = key_value_size
-    self.shared_kv = shared_kv
-    self.dropout_rate = dropout_rate
+    for name, value in list(locals().items()):  # each argument, as its attribute
+      if name != "self":
+        setattr(self, name, value)
     self.attention_kwargs = dict(attention_kwargs or {})
-    self.relative_attention_type = relative_attention_type
-    self.relative_attention_num_buckets = relative_attention_num_buckets
-    self.attention_func = attention_func
-    self.combine_dims = combine_dims
-    self.keep_query_heads_dims = keep_query_heads_dims
-    self.fold_scaling_into_initializer = fold_scaling_into_initializer
-    self.z_loss_coeff = z_loss_coeff
 
   @property
   def kv_dim(self):

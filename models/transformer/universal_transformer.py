@@ -111,29 +111,10 @@ class UTLayerStack(TransformerLayer):
     if not gates_inputs or set(gates_inputs) - set("sti"):
       raise mtf.MtfError("UTLayerStack: gates_inputs=%r must be letters of 'sti' "
                          "(state, transformed state, inputs)" % (gates_inputs,))
+    for name, value in list(locals().items()):  # each argument, as its attribute
+      if name not in ("self", "layers"):
+        setattr(self, name, value)
     self._layers = list(layers)
-    self.dropout_rate = dropout_rate
-    self.norm_epsilon = norm_epsilon
-    self.num_vanilla_transformer_layers = num_vanilla_transformer_layers
-    self.couple_carry_transform_gates = couple_carry_transform_gates
-    self.act_type = act_type
-    self.recurrence_type = recurrence_type
-    self.act_max_steps = act_max_steps
-    self.act_epsilon = act_epsilon
-    self.num_rec_steps = num_rec_steps
-    self.num_inrecurrence_layers = num_inrecurrence_layers
-    self.position_start_index = position_start_index
-    self.add_or_concat_timing_signal = add_or_concat_timing_signal
-    self.step_timing_signal_type = step_timing_signal_type
-    self.add_position_timing_signal = add_position_timing_signal
-    self.add_step_timing_signal = add_step_timing_signal
-    self.mix_with_transformer_before_ut = mix_with_transformer_before_ut
-    self.mix_with_transformer_after_ut = mix_with_transformer_after_ut
-    self.gates_inputs = gates_inputs
-    self.gate_ffn_layer = gate_ffn_layer
-    self.use_gated_transformer = use_gated_transformer
-    self.gating_type = gating_type
-    self.act_loss_weight = act_loss_weight
 
   @property
   def layers(self):
