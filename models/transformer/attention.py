@@ -329,21 +329,12 @@ class AttentionParams:
                shared_kv=False, no_query=False, combine_dims=True, ensemble_dim=None,
                keep_query_heads_dims=False, fold_scaling_into_initializer=True,
                make_attention_vars=True):
-    self.mesh = mesh
-    self.query_input_dim = query_input_dim
-    self.memory_input_dim = memory_input_dim
-    self.output_dim = output_dim
-    self.key_dim = key_dim
-    self.value_dim = value_dim
+    for name, value in list(locals().items()):  # each argument, as its attribute
+      if name not in ("self", "ensemble_dim"):
+        setattr(self, name, value)
     self.query_heads_dims = list(query_heads_dims or [])
     self.memory_heads_dims = list(memory_heads_dims or [])
-    self.variable_dtype = variable_dtype
-    self.shared_kv = shared_kv
-    self.no_query = no_query
-    self.combine_dims = combine_dims
     self.ensemble_dims = [ensemble_dim] if ensemble_dim else []
-    self.keep_query_heads_dims = keep_query_heads_dims
-    self.fold_scaling_into_initializer = fold_scaling_into_initializer
     if shared_kv and key_dim != value_dim:
       raise ShapeError("AttentionParams: shared_kv needs key_dim %s == value_dim %s" % (
           key_dim, value_dim), dim=key_dim.name)
@@ -351,7 +342,6 @@ class AttentionParams:
       if d not in self.query_heads_dims:
         raise ShapeError("AttentionParams: memory heads dim %s is not a query heads dim "
                          "(%s)" % (d, self.query_heads_dims), dim=d.name)
-    self.make_attention_vars = make_attention_vars
     self.init_weights()
 
   @property
