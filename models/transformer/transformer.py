@@ -399,20 +399,28 @@ class Unitransformer:
                             never_end=False, remove_partial_sequences=False,
                             sampling_keep_top_k=-1, bos_id=0):
     """Samples continuations (greedy at temperature 0); see decoding.sample_autoregressive."""
-    args = dict(locals())  # this method's arguments, forwarded unchanged
-    del args["self"]
     from models.transformer import decoding  # pylint: disable=g-import-not-at-top
-    return decoding.sample_autoregressive(self, **args)
+    return decoding.sample_autoregressive(
+        self, partial_sequences, stop_at_token=stop_at_token, max_steps=max_steps,
+        temperature=temperature, variable_dtype=variable_dtype,
+        encoder_output=encoder_output, encoder_sequence_id=encoder_sequence_id,
+        encoder_inputs=encoder_inputs, shared_params=shared_params,
+        has_partial_sequences=has_partial_sequences,
+        encoder_layer_outputs=encoder_layer_outputs, never_end=never_end,
+        remove_partial_sequences=remove_partial_sequences,
+        sampling_keep_top_k=sampling_keep_top_k, bos_id=bos_id)
 
   @gin.configurable(module="Unitransformer")
   def beam_search(self, inputs, decode_length, variable_dtype=mtf.VariableDType(tf.float32),
                   encoder_output=None, encoder_sequence_id=None, encoder_inputs=None,
                   alpha=0.6, shared_params=None, encoder_layer_outputs=None, bos_id=0):
     """Beam-search decoding; see decoding.beam_search."""
-    args = dict(locals())  # this method's arguments, forwarded unchanged
-    del args["self"]
     from models.transformer import decoding  # pylint: disable=g-import-not-at-top
-    return decoding.beam_search(self, **args)
+    return decoding.beam_search(
+        self, inputs, decode_length, variable_dtype=variable_dtype,
+        encoder_output=encoder_output, encoder_sequence_id=encoder_sequence_id,
+        encoder_inputs=encoder_inputs, alpha=alpha, shared_params=shared_params,
+        encoder_layer_outputs=encoder_layer_outputs, bos_id=bos_id)
 
 
 @gin.configurable(module="transformer")
@@ -527,10 +535,13 @@ class Bitransformer:
              max_decode_length=None):
     """Decodes outputs for inputs (greedy, sampling or beam); see
     decoding.bitransformer_decode."""
-    args = dict(locals())  # this method's arguments, forwarded unchanged
-    del args["self"]
     from models.transformer import decoding  # pylint: disable=g-import-not-at-top
-    return decoding.bitransformer_decode(self, **args)
+    return decoding.bitransformer_decode(
+        self, inputs, variable_dtype=variable_dtype, beam_size=beam_size, alpha=alpha,
+        temperature=temperature, sampling_keep_top_k=sampling_keep_top_k,
+        decode_length_multiplier=decode_length_multiplier,
+        decode_length_constant=decode_length_constant,
+        max_decode_length=max_decode_length)
 
 
 def _gin_bound(key):
