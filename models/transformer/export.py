@@ -65,11 +65,13 @@ def build_module(decode_fn, vocabulary, batch_size, length):
     def decode_text(texts):
       def encode_one(text):
         ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
-        tf.debugging.assert_less_equal(
+        check = tf.debugging.assert_less_equal(
             tf.shape(ids)[0], length - 1, message="a prompt is longer than this export "
             "allows (%d tokens: the exported length %d less one for the output)"
             % (length - 1, length))
-        return tf.pad(ids[:length - 1], [[0, length - 1 - tf.shape(ids)[0]]])
+        # The check must run before the pad, which fails on its own on a long prompt.
+        with tf.control_dependencies([check]):
+          return tf.pad(ids[:length - 1], [[0, length - 1 - tf.shape(ids)[0]]])
       ids = tf.map_fn(encode_one, texts, fn_output_signature=tf.TensorSpec(
           [length - 1], tf.int32))
       ids = decode_ids(ids)["outputs"]
