@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.checkpoint import save_restore
+from mesh_tf.lowering.train_step import lower_train_step
 
 
 class _FullValue:
@@ -57,24 +58,12 @@ class SpmdTrainer:
         v.forget_initial_value()
 
   def _make_step(self, impl):
-    model = self.model
-
-    skip_nonfinite = self.skip_nonfinite
+    model, skip_nonfinite = self.model, self.skip_nonfinite
 
     @tf.function
     def step(*batch):
-      lowering = model.lowering(impl, *batch)
-      loss = lowering.export_to_tf_tensor(model.loss)
-
-      def apply_updates():
-        for op in model.update_ops:
-          lowering.lowered_operation(op)
-        return tf.constant(True)
-      if skip_nonfinite:
-        tf.cond(tf.math.is_finite(loss), apply_updates, lambda: tf.constant(False))
-      else:
-        apply_updates()
-      return loss
+      return lower_train_step(model.lowering(impl, *batch), model.loss, model.update_ops,
+                              skip_nonfinite)
     return step
 
   @staticmethod

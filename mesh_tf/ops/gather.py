@@ -37,6 +37,16 @@ def _local_rows(indices, begin, n):
   return rows, valid
 
 
+def _local_lookup(impl, weights_shape, indices_shape, dim):
+  """What both lowerings need: the axis of dim in weights, its local size n, the natural
+  output shape, and (as a list, empty unless dim is split) the laid-out slice begins."""
+  axis = weights_shape.dims.index(dim)
+  n = impl.slice_shape(weights_shape)[axis]
+  split = dim.name in impl.slice_layout.split_axes(weights_shape)
+  begins = [impl.laid_out_slice_begin(weights_shape)] if split else []
+  return axis, n, natural_output_shape(weights_shape, indices_shape, dim), begins
+
+
 def _perm(from_dims, to_dims):
   return [from_dims.index(d) for d in to_dims]
 
@@ -70,10 +80,7 @@ class GatherOperation(Operation):
     w, i, y = self.inputs[0], self.inputs[1], self.outputs[0]
     dim = self._dim
     plan = self.plan(impl.slice_layout)
-    mesh_axis = impl.slice_layout.split_axes(w.shape).get(dim.name)
-    axis = w.shape.dims.index(dim)
-    n = impl.slice_shape(w.shape)[axis]
-    natural = natural_output_shape(w.shape, i.shape, dim)
+    axis, n, natural, extra = _local_lookup(impl, w.shape, i.shape, dim)
     to_front = [axis] + [k for k in range(w.shape.ndims) if k != axis]
     out_perm = _perm(natural.dims, y.shape.dims)
     rest_rank = w.shape.ndims - 1
@@ -85,7 +92,6 @@ class GatherOperation(Operation):
       out = tf.where(mask, out, tf.zeros([], out.dtype))
       return _transpose(out, out_perm)
 
-    extra = [] if mesh_axis is None else [impl.laid_out_slice_begin(w.shape)]
     plan_interpreter.lower_planned(lowering, self, plan, fn, extra)
     lowering.add_counter("gather", impl.laid_out_size(y.shape))
 
@@ -120,10 +126,7 @@ class GatherGradOperation(Operation):
     dy, i, w = self.inputs[0], self.inputs[1], self.outputs[0]
     dim = self._dim
     plan = self.plan(impl.slice_layout)
-    mesh_axis = impl.slice_layout.split_axes(w.shape).get(dim.name)
-    axis = w.shape.dims.index(dim)
-    n = impl.slice_shape(w.shape)[axis]
-    natural = natural_output_shape(w.shape, i.shape, dim)
+    axis, n, natural, extra = _local_lookup(impl, w.shape, i.shape, dim)
     in_perm = _perm(dy.shape.dims, natural.dims)
     rest_dims = [d for d in w.shape.dims if d != dim]
     rest_local = [impl.slice_shape(w.shape)[w.shape.dims.index(d)] for d in rest_dims]
@@ -135,6 +138,5 @@ class GatherGradOperation(Operation):
       ids = tf.reshape(tf.where(valid, rows, -1), [-1])  # negative ids are dropped
       return _transpose(tf.math.unsorted_segment_sum(data, ids, n), back)
 
-    extra = [] if mesh_axis is None else [impl.laid_out_slice_begin(w.shape)]
     plan_interpreter.lower_planned(lowering, self, plan, fn, extra)
     lowering.add_counter("gather_grad", impl.laid_out_size(dy.shape))
