@@ -57,6 +57,8 @@ class SimdMeshImpl(MeshImpl):
   """
 
   LaidOutTensor = LaidOutTensor
+  # The replay (simd_vectorize) vectorizes the one einsum op and picks its kernel.
+  einsum_as_matmul = False
 
   def __init__(self, shape, layout, devices=None, device_assignment=None,
                logical_to_physical=None, allreduce_in_bfloat16_max_group_size=8):

@@ -27,6 +27,7 @@ import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_lib  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tf.backends import simd_matmul
+from mesh_tf.lowering import local_einsum
 
 stats = collections.Counter()
 
@@ -329,6 +330,8 @@ class _Replay:
       if len(values) == 2:
         result = simd_matmul.batched_matmul(equation, values[0], values[1],
                                             frozenset(mesh_labels))
+        if result is None:
+          result = local_einsum.two_operand_matmul(equation, values[0], values[1])
       if result is None:
         result = _call_raw(op, {"inputs": values}, dict(attrs, equation=equation))[0]
       if len(kept) < self.k:

@@ -13,6 +13,7 @@ import types
 
 import tensorflow as tf
 
+from mesh_tf.lowering import local_einsum
 from mesh_tf.lowering import mesh_state
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.plans.steps import CollectiveRecord
@@ -375,9 +376,14 @@ class MeshImpl:
       return self.receive(x, step.mesh_axis, list(step.sources))
     raise ValueError("unknown plan step %r" % (step,))
 
+  # Whether a local einsum is emitted as transposes + matmul (lowering/local_einsum.py);
+  # backends that hand the program to a compiler or a replay keep the one einsum op.
+  einsum_as_matmul = True
+
   def einsum(self, equation, *slices):
-    """Local einsum; a backend may override it (e.g. to pick a faster kernel)."""
-    return tf.einsum(equation, *slices)
+    """Local einsum of slices (lowering/local_einsum.py picks the kernel)."""
+    return local_einsum.einsum(equation, *slices,
+                               as_matmul=self.einsum_as_matmul and not self.needs_xla)
 
   def make_slices(self, tf_tensor, tensor_shape):
     """Cuts a full tf.Tensor into one slice per processor (list, by pnum)."""
@@ -410,3 +416,4 @@ class MeshImpl:
                         for b in range(0, full, sizes[axis])], axis)
     with tf.device(device or ""):
       return assemble(0, [])
+

@@ -1,0 +1,131 @@
+"""The local einsum of a slice: a two-operand einsum as explicit transposes, one
+(batch) matmul and reshapes.
+
+TF 2.21's CPU einsum kernel (oneDNN's `_MklEinsum`) transposes operands and result
+itself, and for the attention gradients ("abcd,abce->aecd": the value and key gradients
+of [batch, length, heads, memory] probabilities) that is 2.5x slower than the same
+transposes as `tf.transpose` ops followed by `BatchMatMulV2` (8.6 ms against 3.3 ms for
+the tiny LM of benchmarks/step_time.py). Where no transpose is needed the two are the
+same kernel. Every choice below is made from the labels alone, never from sizes, so the
+TF ops emitted do not depend on how many processors a mesh has.
+
+Backends compiled by XLA keep `tf.einsum` (XLA picks layouts itself); they still put the
+operands in the output's order (`operands_in_output_order`).
+"""
+import numpy as np
+import tensorflow as tf
+
+
+def einsum(equation, *operands, as_matmul=True):
+  """tf.einsum(equation, *operands); as a matmul where that is possible and as_matmul."""
+  equation, operands = operands_in_output_order(equation, operands)
+  if as_matmul and len(operands) == 2:
+    result = two_operand_matmul(equation, operands[0], operands[1])
+    if result is not None:
+      return result
+  return tf.einsum(equation, *operands)
+
+
+def operands_in_output_order(equation, operands):
+  """Swaps a two-operand einsum whose output lists the second operand's free labels
+  before the first's (a weight gradient "abc,abd->dc").
+
+  The product then lands in the output's order without a transpose; written the other
+  way round, XLA transposes the big operand instead (the [batch, length, vocab] logits
+  gradient: about 10% of the tiny LM's step on CPU).
+  """
+  if len(operands) != 2 or "->" not in equation:
+    return equation, tuple(operands)
+  ins, out = equation.split("->")
+  lhs, rhs = ins.split(",")
+  free = [c for c in out if (c in lhs) != (c in rhs)]
+  if free and free[0] in rhs and free[-1] in lhs:
+    return "%s,%s->%s" % (rhs, lhs, out), (operands[1], operands[0])
+  return equation, tuple(operands)
+
+
+def _groups(lhs, rhs, out):
+  """(batch, free lhs, free rhs, contracted) label strings, or None if the einsum is not
+  a plain product (a repeated label, or a label summed within one operand)."""
+  if "." in lhs + rhs + out or any(len(set(t)) != len(t) for t in (lhs, rhs, out)):
+    return None
+  if any(c not in lhs and c not in rhs for c in out):
+    return None
+  if any(c not in out and c not in other for t, other in ((lhs, rhs), (rhs, lhs))
+         for c in t):
+    return None
+  batch = "".join(c for c in out if c in lhs and c in rhs)
+  free_l = "".join(c for c in out if c in lhs and c not in rhs)
+  free_r = "".join(c for c in out if c in rhs and c not in lhs)
+  contracted = "".join(c for c in lhs if c in rhs and c not in out)
+  return batch, free_l, free_r, contracted
+
+
+def _arrangement(term, batch, free, contracted):
+  """(order, contracted first?) for one operand: its own order when it already reads
+  batch + free + contracted or batch + contracted + free, else batch + free + contracted."""
+  for contracted_first in (False, True):
+    order = batch + (contracted + free if contracted_first else free + contracted)
+    if term == order:
+      return order, contracted_first
+  return batch + free + contracted, False
+
+
+def _contracted_order(lhs, rhs, contracted):
+  """The contracted labels in lhs's order, or rhs's when that spares a transpose."""
+  lhs_order = "".join(c for c in lhs if c in contracted)
+  rhs_order = "".join(c for c in rhs if c in contracted)
+  if lhs_order == rhs_order:
+    return lhs_order
+  in_place = lambda term, order: order in term
+  return rhs_order if in_place(rhs, rhs_order) and not in_place(lhs, lhs_order) else lhs_order
+
+
+def _reshaped(value, shape):
+  """value reshaped to shape, without an op where nothing changes."""
+  return value if value.shape.as_list() == shape else tf.reshape(value, shape)
+
+
+def two_operand_matmul(equation, lhs_value, rhs_value):
+  """The einsum of two float tensors of known shape as transposes + matmul, or None."""
+  if "->" not in equation:
+    return None
+  x, y = tf.convert_to_tensor(lhs_value), tf.convert_to_tensor(rhs_value)
+  if not (x.dtype.is_floating and x.dtype == y.dtype and x.shape.is_fully_defined()
+          and y.shape.is_fully_defined()):
+    return None
+  ins, out = equation.split("->")
+  lhs, rhs = ins.split(",")
+  groups = _groups(lhs, rhs, out)
+  if groups is None or len(lhs) != x.shape.rank or len(rhs) != y.shape.rank:
+    return None
+  batch, free_l, free_r, contracted = groups
+  if not contracted and not (free_l and free_r):
+    return None  # a broadcasting product: one Mul, not a matmul
+  contracted = _contracted_order(lhs, rhs, contracted)
+  orders = [_arrangement(term, batch, free, contracted)[0]
+             for term, free in ((lhs, free_l), (rhs, free_r))]
+  if orders == [lhs, rhs] and out == batch + free_l + free_r:
+    return None  # no transpose needed: TF's einsum is the same one matmul, in one op
+  size = dict(zip(lhs, x.shape.as_list()))
+  size.update(zip(rhs, y.shape.as_list()))
+  prod = lambda labels: int(np.prod([size[c] for c in labels], dtype=np.int64))
+
+  def as_3d(value, term, free):
+    order, contracted_first = _arrangement(term, batch, free, contracted)
+    if order != term:
+      value = tf.transpose(value, [term.index(c) for c in order])
+    inner = [prod(contracted), prod(free)] if contracted_first else [
+        prod(free), prod(contracted)]
+    # Batch dims stay as they are (matmul takes any number); the others become one each.
+    return _reshaped(value, [size[c] for c in batch] + inner), contracted_first
+
+  a, a_transposed = as_3d(x, lhs, free_l)
+  b, b_contracted_first = as_3d(y, rhs, free_r)
+  result = tf.linalg.matmul(a, b, transpose_a=a_transposed,
+                            transpose_b=not b_contracted_first)
+  produced = batch + free_l + free_r
+  result = _reshaped(result, [size[c] for c in produced])
+  if produced != out:
+    result = tf.transpose(result, [produced.index(c) for c in out])
+  return result
