@@ -3,6 +3,7 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.ops import elementwise as ew
+from mesh_tf.ops import fused_cross_entropy
 from mesh_tf.ops import reduce as reduce_ops
 
 
@@ -25,6 +26,12 @@ def softmax_cross_entropy_with_logits(logits, targets, vocab_dim, z_loss=0.0):
     raise ShapeError("softmax_cross_entropy_with_logits: vocab_dim %s is not a dim of "
                      "logits %s" % (vocab_dim, logits.shape), dim=getattr(vocab_dim, "name",
                                                                            vocab_dim))
+  ids = fused_cross_entropy.one_hot_ids(targets, vocab_dim)
+  if ids is not None and ids.mesh is logits.mesh:
+    loss = fused_cross_entropy.one_hot_cross_entropy(logits, ids, vocab_dim)
+    if z_loss:
+      loss += z_loss * ew.square(reduce_ops.reduce_logsumexp(logits, vocab_dim))
+    return loss
   lse = reduce_ops.reduce_logsumexp(logits, vocab_dim)
   loss = reduce_ops.reduce_sum((lse - logits) * targets, reduced_dim=vocab_dim)
   if z_loss:

@@ -51,6 +51,11 @@ class OneHotOperation(Operation):
     self._on, self._off = on_value, off_value
     self._add_output(indices.shape + [output_dim], dtype)
 
+  @property
+  def on_off_values(self):
+    """(on_value, off_value) as given."""
+    return self._on, self._off
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     x, y = self.inputs[0], self.outputs[0]

@@ -85,6 +85,21 @@ def softmax_plan(layout, input_shape, reduced_dim, itemsize):
                 middle=middle)
 
 
+def cross_entropy_plan(layout, logits_shape, vocab_dim, itemsize):
+  """Cross-entropy of logits against one-hot ids (ops/fused_cross_entropy.py). Whole
+  vocab: one local kernel. Split vocab: the fused softmax's MAX and SUM allreduces, then
+  a SUM allreduce of the target's logit, all on the [logits - vocab] shape."""
+  a = layout.split_axes(logits_shape).get(vocab_dim.name)
+  middle = ()
+  if a is not None:
+    reduced = logits_shape - [vocab_dim]
+    split = layout.split_axes(reduced)
+    middle = tuple(Middle(reduced, dict(split), [Allreduce((a,), r)], itemsize)
+                   for r in ("MAX", "SUM", "SUM"))
+  return OpPlan([Operand(0, []), Operand(1, [])], [[], [], []],
+                6.0 * layout.slice_size(logits_shape), middle=middle)
+
+
 # ---- add_n ----
 def add_n_plan(layout, shape, owed_axes):
   """owed_axes: per input, the mesh axes of the SUM it still owes (None: none). Partial
