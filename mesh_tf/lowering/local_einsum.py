@@ -1,13 +1,15 @@
-"""The local einsum of a slice: a two-operand einsum as explicit transposes, one
+"""The local einsum of a slice: some two-operand einsums as explicit transposes, one
 (batch) matmul and reshapes.
 
 TF 2.21's CPU einsum kernel (oneDNN's `_MklEinsum`) transposes operands and result
-itself, and for the attention gradients ("abcd,abce->aecd": the value and key gradients
-of [batch, length, heads, memory] probabilities) that is 2.5x slower than the same
-transposes as `tf.transpose` ops followed by `BatchMatMulV2` (8.6 ms against 3.3 ms for
-the tiny LM of benchmarks/step_time.py). Where no transpose is needed the two are the
-same kernel. Every choice below is made from the labels alone, never from sizes, so the
-TF ops emitted do not depend on how many processors a mesh has.
+itself. Where the first operand's contracted dims are not its last ones (the attention
+gradients "abcd,abce->aecd": the value and key gradients of [batch, length, heads,
+memory] probabilities) that is 2.5x slower than the same transposes as `tf.transpose` ops
+followed by `BatchMatMulV2` (8.6 ms against 3.3 ms for the tiny LM of
+benchmarks/step_time.py, measured alone); where the transposes only move dims of size 1
+(heads split over the mesh) they become reshapes. Elsewhere TF's kernel is as fast and
+stays one op. In the SIMD replay the choice is made from the labels alone, never from
+sizes, so the TF ops it emits do not depend on how many processors a mesh has.
 
 Backends compiled by XLA keep `tf.einsum` (XLA picks layouts itself); they still put the
 operands in the output's order (`operands_in_output_order`).
@@ -17,10 +19,11 @@ import tensorflow as tf
 
 
 def einsum(equation, *operands, as_matmul=True):
-  """tf.einsum(equation, *operands); as a matmul where that is possible and as_matmul."""
+  """tf.einsum(equation, *operands); as a matmul where that is possible, faster, and
+  as_matmul."""
   equation, operands = operands_in_output_order(equation, operands)
   if as_matmul and len(operands) == 2:
-    result = two_operand_matmul(equation, operands[0], operands[1])
+    result = two_operand_matmul(equation, operands[0], operands[1], by_sizes=True)
     if result is not None:
       return result
   return tf.einsum(equation, *operands)
@@ -86,8 +89,30 @@ def _reshaped(value, shape):
   return value if value.shape.as_list() == shape else tf.reshape(value, shape)
 
 
-def two_operand_matmul(equation, lhs_value, rhs_value):
-  """The einsum of two float tensors of known shape as transposes + matmul, or None."""
+def _permuted(value, perm):
+  """tf.transpose(value, perm); a reshape where perm only moves dims of size 1."""
+  shape = value.shape.as_list()
+  if [i for i in perm if shape[i] != 1] == [i for i in range(len(perm)) if shape[i] != 1]:
+    return tf.reshape(value, [shape[i] for i in perm])
+  return tf.transpose(value, perm)
+
+
+def _worthwhile(lhs, out_of_place, contracted, size):
+  """Whether transposes + matmul beat TF's einsum kernel. By labels: where the first
+  operand's contracted labels are not its last (the attention gradients; elsewhere the
+  kernel's own transposes are about as fast). With sizes known: also where every
+  transpose only moves dims of size 1 (a head dim split over the mesh), as reshapes."""
+  if not lhs.endswith("".join(c for c in lhs if c in contracted)):
+    return True
+  return size is not None and all(
+      [c for c in order if size[c] != 1] == [c for c in term if size[c] != 1]
+      for term, order in out_of_place)
+
+
+def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
+  """The einsum of two float tensors of known shape as transposes + matmul, or None
+  where TF's einsum is as good. by_sizes: the choice may depend on dim sizes (not in the
+  SIMD replay, whose ops must not depend on the mesh shape)."""
   if "->" not in equation:
     return None
   x, y = tf.convert_to_tensor(lhs_value), tf.convert_to_tensor(rhs_value)
@@ -103,18 +128,23 @@ def two_operand_matmul(equation, lhs_value, rhs_value):
   if not contracted and not (free_l and free_r):
     return None  # a broadcasting product: one Mul, not a matmul
   contracted = _contracted_order(lhs, rhs, contracted)
-  orders = [_arrangement(term, batch, free, contracted)[0]
-             for term, free in ((lhs, free_l), (rhs, free_r))]
-  if orders == [lhs, rhs] and out == batch + free_l + free_r:
+  produced = batch + free_l + free_r
+  out_of_place = [(term, order) for term, order in (
+      (lhs, _arrangement(lhs, batch, free_l, contracted)[0]),
+      (rhs, _arrangement(rhs, batch, free_r, contracted)[0]),
+      (produced, out)) if term != order]
+  if not out_of_place:
     return None  # no transpose needed: TF's einsum is the same one matmul, in one op
   size = dict(zip(lhs, x.shape.as_list()))
   size.update(zip(rhs, y.shape.as_list()))
+  if not _worthwhile(lhs, out_of_place, contracted, size if by_sizes else None):
+    return None
   prod = lambda labels: int(np.prod([size[c] for c in labels], dtype=np.int64))
 
   def as_3d(value, term, free):
     order, contracted_first = _arrangement(term, batch, free, contracted)
     if order != term:
-      value = tf.transpose(value, [term.index(c) for c in order])
+      value = _permuted(value, [term.index(c) for c in order])
     inner = [prod(contracted), prod(free)] if contracted_first else [
         prod(free), prod(contracted)]
     # Batch dims stay as they are (matmul takes any number); the others become one each.
@@ -124,8 +154,7 @@ def two_operand_matmul(equation, lhs_value, rhs_value):
   b, b_contracted_first = as_3d(y, rhs, free_r)
   result = tf.linalg.matmul(a, b, transpose_a=a_transposed,
                             transpose_b=not b_contracted_first)
-  produced = batch + free_l + free_r
   result = _reshaped(result, [size[c] for c in produced])
   if produced != out:
-    result = tf.transpose(result, [produced.index(c) for c in out])
+    result = _permuted(result, [produced.index(c) for c in out])
   return result
