@@ -57,32 +57,43 @@ class OneHotCrossEntropyOperation(Operation):
     run = lambda v, m: plan_interpreter.run_steps(impl, v, m.shape, m.steps)
     top = run(impl.slicewise(lambda t: tf.reduce_max(t, -1), logits), plan.middle[0])
     top = impl.slicewise(lambda m: tf.where(tf.math.is_finite(m), m, tf.zeros_like(m)), top)
-    total = run(impl.slicewise(lambda t, m: tf.reduce_sum(tf.exp(t - m[..., None]), -1),
+    total = run(impl.slicewise(lambda t, m: tf.reduce_sum(tf.exp(t - _column(m)), -1),
                                logits, top), plan.middle[1])
     size = self.vocab_dim.size
 
     def local_pick(t, i, b):
       local = tf.cast(i, tf.int32) - b[-1]
-      here = (local >= 0) & (local < t.shape[-1])
-      picked = tf.gather(t, tf.where(here, local, 0), axis=-1, batch_dims=i.shape.rank)
+      here = _inside(local, t.shape[-1])
+      rank = i.shape.rank  # a static, non-negative axis: the SIMD replay vectorizes it
+      picked = tf.gather(t, tf.where(here, local, 0), axis=rank, batch_dims=rank)
       return tf.where(here, picked, tf.zeros_like(picked))
     target = run(impl.slicewise(local_pick, logits, ids, begin), plan.middle[2])
 
     def finish(t, i, b, m, s, picked):
       lse = tf.math.log(s) + m
-      valid = tf.cast((i >= 0) & (i < size), t.dtype)
+      valid = tf.cast(_inside(i, size), t.dtype)
       local = tf.cast(i, tf.int32) - b[-1]
-      backprop = tf.exp(t - lse[..., None]) - tf.one_hot(local, t.shape[-1], dtype=t.dtype)
+      backprop = tf.exp(t - _column(lse)) - tf.one_hot(local, t.shape[-1], dtype=t.dtype)
       return (lse - picked) * valid, backprop, valid
     plan_interpreter.write_outputs(lowering, self, plan, list(impl.slicewise(
         finish, logits, ids, begin, top, total, target)))
+
+
+def _column(r):
+  """r [...] as [..., 1], by a static reshape."""
+  return tf.reshape(r, r.shape.as_list() + [1])
+
+
+def _inside(ids, size):
+  """0 <= ids < size, as one compare (a negative id wraps to a huge unsigned one)."""
+  return tf.cast(ids, tf.uint32) < size
 
 
 def _whole_vocab(t, i):
   """(loss, backprop, valid) of one slice whose vocab (last) dim is whole."""
   depth = t.shape[-1]
   i = tf.cast(i, tf.int32)
-  inside = (i >= 0) & (i < depth)
+  inside = _inside(i, depth)
   loss, backprop = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
       features=tf.reshape(t, [-1, depth]), labels=tf.reshape(tf.where(inside, i, 0), [-1]))
   valid = tf.cast(inside, t.dtype)
