@@ -43,6 +43,12 @@ RsqrtGrad SelectV2 Selu SeluGrad Sigmoid SigmoidGrad Sign Sin Sinh Softplus
 SoftplusGrad Softsign Sqrt SqrtGrad Square SquaredDifference Sub Tan Tanh TanhGrad
 TruncateDiv TruncateMod Xdivy Xlog1py Xlogy ZerosLike StopGradient PreventGradient
 """.split())
+# Elementwise ops that need equal shapes, not broadcasting: their stacked inputs are
+# expanded to the union of the inputs' extents.
+_SAME_SHAPE = frozenset("""
+AddN EluGrad GeluGrad InvGrad LeakyReluGrad ReciprocalGrad Relu6Grad ReluGrad RsqrtGrad
+SeluGrad SigmoidGrad SoftplusGrad SqrtGrad TanhGrad
+""".split())
 # Ops whose axis is one input (by op_def input name): non-negative axes move up by one.
 _AXIS_INPUT = {
     "Sum": "reduction_indices", "Max": "reduction_indices", "Min": "reduction_indices",
@@ -245,9 +251,8 @@ class _Replay:
       rank = max(t.shape.rank for _, ts, _ in groups for t in ts)
       args = {}
       for name, ts, is_list in groups:
-        # AddN needs equal shapes, not broadcasting.
-        vals = [self.as_stacked(t, extents) if kind == "AddN" else self.aligned(t, rank)
-                for t in ts]
+        vals = [self.as_stacked(t, extents) if kind in _SAME_SHAPE else
+                self.aligned(t, rank) for t in ts]
         args[name] = vals if is_list else vals[0]
       return _call_raw(op, args, attrs)
     if kind in _AXIS_INPUT or kind in _AXIS_ATTR:
