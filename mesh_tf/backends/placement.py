@@ -35,12 +35,12 @@ class LaidOutVariable(LaidOutVariableBase):
 
   @property
   def laid_out_tensor(self):
-    """Reads of every slice, as a LaidOutTensor."""
-    reads = []
-    for pnum, v in enumerate(self.slice_variables):
-      with tf.device(self._mesh_impl.devices[pnum]):
-        reads.append(v.value())  # no Identity after the read, unlike read_value()
-    return LaidOutTensor(reads)
+    """Reads of every slice, as a LaidOutTensor. Where the devices share memory, the
+    copies of one slice (always equal: every write assigns them the same value) are
+    read once, from the first, so what is computed from them is computed once too."""
+    # no Identity after the read, unlike read_value()
+    return self._mesh_impl._per_slice(  # pylint: disable=protected-access
+        self.shape, lambda pnum: self.slice_variables[pnum].value())
 
   def assign_to_slices(self, assign_fn, laid_out_values):
     """Applies assign_fn(slice_variable, value) on each device; returns the ops."""
@@ -106,6 +106,7 @@ class PlacementMeshImpl(MeshImpl):
       devices = [""] * self.size
     _check_devices(self.shape, list(devices))
     self._devices = list(devices)
+    self._shares_memory = collectives.shares_host_memory(self._devices)
 
   LaidOutTensor = LaidOutTensor
   LaidOutVariable = LaidOutVariable
@@ -114,12 +115,23 @@ class PlacementMeshImpl(MeshImpl):
   def devices(self):
     return self._devices
 
+  @property
+  def shares_memory(self):
+    """Whether every device is a CPU of this process. Then a processor whose inputs are
+    the very tensors another processor already computed from reuses that result instead
+    of computing it again: the replicas of a replicated value are computed once (as the
+    SIMD emulation stores them once), and collectives hand every device one result."""
+    return self._shares_memory
+
   def slicewise(self, fn, *inputs):
-    outputs = []
+    outputs, done = [], {}
     for pnum, device in enumerate(self._devices):
       args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
-      with tf.device(device):
-        outputs.append(fn(*args))
+      key = tuple(id(a) for a in args) if self._shares_memory else pnum
+      if key not in done:
+        with tf.device(device):
+          done[key] = fn(*args)
+      outputs.append(done[key])
     if isinstance(outputs[0], (tuple, list)):
       return tuple(LaidOutTensor(list(o)) for o in zip(*outputs))
     return LaidOutTensor(outputs)
@@ -178,35 +190,42 @@ class PlacementMeshImpl(MeshImpl):
     return LaidOutTensor(out)
 
   def laid_out_pcoord(self, mesh_axis):
-    out = []
+    out, first = [], {}
     for pnum, device in enumerate(self._devices):
-      with tf.device(device):
-        out.append(tf.constant(
-            pnum_to_processor_coordinates(self.shape, pnum)[mesh_axis], tf.int32))
+      coord = pnum_to_processor_coordinates(self.shape, pnum)[mesh_axis]
+      key = coord if self._shares_memory else pnum
+      if key not in first:
+        with tf.device(device):
+          first[key] = tf.constant(coord, tf.int32)
+      out.append(first[key])
+    return LaidOutTensor(out)
+
+  def _per_slice(self, shape, make):
+    """LaidOutTensor of make(pnum) on each device; where the devices share memory, once
+    per distinct slice of `shape`, reused by the processors holding the same slice."""
+    out, first = [], {}
+    for pnum, device in enumerate(self._devices):
+      key = tuple(self.slice_begin(shape, pnum)) if self._shares_memory else pnum
+      if key not in first:
+        with tf.device(device):
+          first[key] = make(pnum)
+      out.append(first[key])
     return LaidOutTensor(out)
 
   def import_tf_tensor(self, x, tf_x):
     slices = self.make_slices(tf_x, x.shape)
-    out = []
-    for pnum, device in enumerate(self._devices):
-      with tf.device(device):
-        out.append(tf.identity(slices[pnum]))
-    return LaidOutTensor(out)
+    return self._per_slice(x.shape, lambda pnum: tf.identity(slices[pnum]))
 
   def import_constant(self, x, value):
     """One constant per device holding its slice of the numpy value, once per graph for
     each distinct value (e.g. the scalar of every `x * 2.0`)."""
     sizes = self.slice_shape(x.shape)
 
-    def make():
-      out = []
-      for pnum, device in enumerate(self._devices):
-        begin = self.slice_begin(x.shape, pnum)
-        piece = value[tuple(slice(b, b + n) for b, n in zip(begin, sizes))]
-        with tf.device(device):
-          out.append(tf.constant(piece))
-      return LaidOutTensor(out)
-    return graph_cached((self, _constant_key(x, value)), make)
+    def piece(pnum):
+      begin = self.slice_begin(x.shape, pnum)
+      return tf.constant(value[tuple(slice(b, b + n) for b, n in zip(begin, sizes))])
+    return graph_cached((self, _constant_key(x, value)),
+                        lambda: self._per_slice(x.shape, piece))
 
   def export_to_tf_tensor(self, x, laid_out_x):
     return self.combine_slices(laid_out_x.tensor_list, x.shape)

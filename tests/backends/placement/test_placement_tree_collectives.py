@@ -55,11 +55,33 @@ def _op_types(fn, n, shape):
   return [op.type for op in graph.get_operations() if op.type not in ("Placeholder",)]
 
 
-def test_tree_on_cpus_emits_fewer_ops_than_the_ring():
+def test_sum_on_cpus_is_one_add_n_that_every_device_reads():
   n, shape = 8, [64, 64]  # big enough for the ring to shard
   ring = _op_types(lambda xs: pc.allreduce_ring(xs, DEVICES), n, shape)
   chosen = _op_types(lambda xs: pc.allreduce(xs, DEVICES), n, shape)
-  # n - 1 reductions, n - 1 copies and the outputs' Identity ops of tf.function
-  assert chosen.count("AddV2") == n - 1
-  assert len(chosen) < len(ring) / 4
+  # one AddN, no copies: only the outputs' Identity ops of tf.function
+  assert chosen.count("AddN") == 1 and "AddV2" not in chosen
+  assert chosen.count("Identity") == n
+  assert len(chosen) < len(ring) / 10
   assert "Split" in ring and "Split" not in chosen
+  _, xs = _inputs(n, shape)
+  out = pc.allreduce(xs, DEVICES)
+  assert all(o is out[0] for o in out)
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_add_n_matches_numpy_on_every_device(n):
+  values, xs = _inputs(n, [4, 6])
+  for share in (False, True):
+    out = pc.allreduce_add_n(xs, DEVICES[:n], share=share)
+    assert len(out) == n
+    for o, d in zip(out, DEVICES[:n]):
+      if not share:
+        assert o.device.endswith("CPU:" + d.split(":")[-1]), (o.device, d)
+      np.testing.assert_allclose(o.numpy(), np.sum(values, axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_max_on_cpus_is_a_shared_tree():
+  n = 8
+  chosen = _op_types(lambda xs: pc.allreduce(xs, DEVICES, "MAX"), n, [64, 64])
+  assert chosen.count("Maximum") == n - 1 and chosen.count("Identity") == n

@@ -1,0 +1,72 @@
+"""Placement on CPUs of one process (PlacementMeshImpl.shares_memory): what a processor
+would compute from the very tensors another already used is computed once, so a
+model-parallel step does its replicated work (norms, residual adds, the update of
+replicated weights) once instead of once per device, with the same results."""
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mesh_tf as mtf
+from models.tiny_lm import config, mtf_model
+
+CPUS = ["/cpu:%d" % i for i in range(8)]
+
+
+def _step_ops_and_loss(mesh_shape, layout, devices):
+  c = config.TinyLmConfig()
+  batch = config.synthetic_batch(c)
+  inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
+  impl = mtf.make_mesh_impl("placement", mesh_shape, layout, devices)
+  step = mtf_model.TinyLmModel(c, config.initial_weights(c)).make_train_step(impl)
+  graph_def = step.get_concrete_function(inputs, targets).graph.as_graph_def()
+  kinds = collections.Counter(n.op for n in graph_def.node)
+  for f in graph_def.library.function:
+    kinds.update(n.op for n in f.node_def)
+  losses = [float(step(inputs, targets)) for _ in range(3)]
+  return kinds, losses, impl
+
+
+@pytest.fixture(scope="module")
+def single():
+  return _step_ops_and_loss("", "", [""])
+
+
+def test_model_parallel_norms_are_computed_once(single):
+  kinds, losses, impl = _step_ops_and_loss("model:4", "d_ff:model;heads:model;vocab:model",
+                                           CPUS[:4])
+  assert impl.shares_memory
+  # [batch, length, d_model] activations are replicated over "model": each RMS norm's
+  # Rsqrt (forward) and its gradient run once, as on one device, not 4 times.
+  assert kinds["Rsqrt"] == single[0]["Rsqrt"], (kinds["Rsqrt"], single[0]["Rsqrt"])
+  # three SGD steps: the same losses as one device
+  np.testing.assert_allclose(losses, single[1], rtol=1e-5)
+
+
+def test_data_parallel_update_of_replicated_weights_is_computed_once(single):
+  kinds, losses, _ = _step_ops_and_loss("batch:8", "batch:batch", CPUS)
+  # each weight's gradient is one AddN over the 8 devices; its update runs once and is
+  # written to all 8 copies
+  assert kinds["AddN"] >= 1
+  assert kinds["AssignVariableOp"] == 8 * single[0]["AssignVariableOp"]
+  assert kinds["Sub"] < 2 * single[0]["Sub"], (kinds["Sub"], single[0]["Sub"])
+  np.testing.assert_allclose(losses, single[1], rtol=1e-5)
+
+
+def _muls_for_one_shared_input(impl):
+  """Mul ops slicewise emits when every processor's input is the same tensor."""
+  @tf.function
+  def build(a):
+    return impl.slicewise(lambda t: t * 2.0, impl.LaidOutTensor([a] * impl.size)).tensor_list
+  graph = build.get_concrete_function(tf.TensorSpec([4])).graph
+  return sum(op.type == "Mul" for op in graph.get_operations())
+
+
+def test_remote_devices_keep_one_computation_per_device():
+  remote = mtf.PlacementMeshImpl("a:2", "", ["/job:worker/task:0/device:CPU:0",
+                                             "/job:worker/task:1/device:CPU:0"])
+  local = mtf.PlacementMeshImpl("a:2", "", CPUS[:2])
+  assert local.shares_memory and not remote.shares_memory
+  assert _muls_for_one_shared_input(local) == 1
+  assert _muls_for_one_shared_input(remote) == 2
