@@ -69,35 +69,36 @@ def reduce_plan(layout, input_shape, output_shape, reduction):
                 float(layout.slice_size(input_shape)))
 
 
+def _reduced_allreduces(layout, shape, reduced_dim, itemsize, reductions):
+  """Middles allreducing shape - [reduced_dim] once per reduction over the mesh axis that
+  splits reduced_dim; none where it is whole."""
+  a = layout.split_axes(shape).get(reduced_dim.name)
+  if a is None:
+    return ()
+  reduced = shape - [reduced_dim]
+  split = layout.split_axes(reduced)
+  return tuple(Middle(reduced, dict(split), [Allreduce((a,), r)], itemsize)
+               for r in reductions)
+
+
 def softmax_plan(layout, input_shape, reduced_dim, itemsize):
   """Fused softmax / log_softmax / logsumexp over reduced_dim. Whole dim: one local
   kernel, no communication. Split dim: the local max is allreduced (MAX), then the local
   sum of exp(x - max) (SUM): the two allreduces the composite (reduce_max, reduce_sum)
   owes, on the same reduced shape."""
-  a = layout.split_axes(input_shape).get(reduced_dim.name)
-  middle = ()
-  if a is not None:
-    reduced = input_shape - [reduced_dim]
-    split = layout.split_axes(reduced)
-    middle = tuple(Middle(reduced, dict(split), [Allreduce((a,), r)], itemsize)
-                   for r in ("MAX", "SUM"))
   return OpPlan([Operand(0, [])], [[]], 4.0 * layout.slice_size(input_shape),
-                middle=middle)
+                middle=_reduced_allreduces(layout, input_shape, reduced_dim, itemsize,
+                                           ("MAX", "SUM")))
 
 
 def cross_entropy_plan(layout, logits_shape, vocab_dim, itemsize):
   """Cross-entropy of logits against one-hot ids (ops/fused_cross_entropy.py). Whole
   vocab: one local kernel. Split vocab: the fused softmax's MAX and SUM allreduces, then
   a SUM allreduce of the target's logit, all on the [logits - vocab] shape."""
-  a = layout.split_axes(logits_shape).get(vocab_dim.name)
-  middle = ()
-  if a is not None:
-    reduced = logits_shape - [vocab_dim]
-    split = layout.split_axes(reduced)
-    middle = tuple(Middle(reduced, dict(split), [Allreduce((a,), r)], itemsize)
-                   for r in ("MAX", "SUM", "SUM"))
   return OpPlan([Operand(0, []), Operand(1, [])], [[], [], []],
-                6.0 * layout.slice_size(logits_shape), middle=middle)
+                6.0 * layout.slice_size(logits_shape),
+                middle=_reduced_allreduces(layout, logits_shape, vocab_dim, itemsize,
+                                           ("MAX", "SUM", "SUM")))
 
 
 # ---- add_n ----
