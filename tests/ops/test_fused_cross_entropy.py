@@ -82,3 +82,23 @@ def test_split_vocab_plan_is_three_allreduces_of_the_reduced_shape():
   assert all(m.shape == shape - [shape.dims[-1]] for m in plan.middle)
   assert not plan_rules.cross_entropy_plan(
       mtf.MeshLayout("a:2;b:2", "batch:a"), shape, shape.dims[-1], 4).middle
+
+
+@pytest.mark.parametrize("mesh,layout", [("", ""), ("a:4", "vocab:a")])
+def test_loss_stays_finite_where_the_target_probability_underflows(mesh, layout):
+  """The target's logit 150 below the largest: its probability is 0 in float32, and the
+  loss is still lse - logit (about 150), as the composite gives."""
+  graph = mtf.Graph()
+  m = mtf.Mesh(graph, "m")
+  b, v = mtf.Dimension("batch", 2), mtf.Dimension("vocab", V)
+  values = np.zeros([2, V], np.float32)
+  values[:, 0] = 150.0
+  logits = mtf.import_tf_tensor(m, tf.constant(values), [b, v])
+  ids = mtf.import_tf_tensor(m, tf.constant([3, 0], tf.int32), [b])
+  loss = mtf.layers.softmax_cross_entropy_with_logits(logits, mtf.one_hot(ids, v), v)
+  devices = ["/cpu:%d" % i for i in range(4)] if mesh else [""]
+  got = mtf.Lowering(graph, {m: mtf.make_mesh_impl("placement", mesh, layout, devices)}
+                     ).export_to_tf_tensor(loss).numpy()
+  want = tf.reduce_logsumexp(values, -1).numpy() - values[[0, 1], [3, 0]]
+  assert np.all(np.isfinite(got))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
