@@ -49,6 +49,28 @@ def _unary(op_name, tf_fn, grad=None, output_dtype=None):
   return public_fn
 
 
+def _tf_grad_kernel(kernel, of_output):
+  """fn(x, y, dy) -> dx as one TF gradient kernel (e.g. ReluGrad) on each slice, where
+  the composite would be two or three elementwise passes; of_output: the kernel reads
+  the op's output y (TanhGrad, SigmoidGrad) rather than its input x (ReluGrad)."""
+  def grad(x, y, dy):
+    return cwise(lambda g, v: kernel(g, v), [dy, y if of_output else x],
+                 grad_function=generic_gradient, name=kernel.__name__.lstrip("_"))
+  return grad
+
+
+def _relu_grad(g, v):
+  return tf.raw_ops.ReluGrad(gradients=g, features=v)
+
+
+def _tanh_grad(g, v):
+  return tf.raw_ops.TanhGrad(y=v, dy=g)
+
+
+def _sigmoid_grad(g, v):
+  return tf.raw_ops.SigmoidGrad(y=v, dy=g)
+
+
 identity = _unary("identity", tf.identity, lambda x, y, dy: dy)
 negative = _unary("negative", tf.negative, lambda x, y, dy: -dy)
 exp = _unary("exp", tf.exp, lambda x, y, dy: dy * y)
@@ -57,12 +79,12 @@ sqrt = _unary("sqrt", tf.sqrt, lambda x, y, dy: dy * 0.5 / y)
 rsqrt = _unary("rsqrt", tf.math.rsqrt, lambda x, y, dy: dy * -0.5 * y * y * y)
 square = _unary("square", tf.square, lambda x, y, dy: dy * 2.0 * x)
 reciprocal = _unary("reciprocal", tf.math.reciprocal, lambda x, y, dy: -dy * y * y)
-sigmoid = _unary("sigmoid", tf.sigmoid, lambda x, y, dy: dy * y * (1.0 - y))
-tanh = _unary("tanh", tf.tanh, lambda x, y, dy: dy * (1.0 - y * y))
+sigmoid = _unary("sigmoid", tf.sigmoid, _tf_grad_kernel(_sigmoid_grad, of_output=True))
+tanh = _unary("tanh", tf.tanh, _tf_grad_kernel(_tanh_grad, of_output=True))
 sin = _unary("sin", tf.sin, lambda x, y, dy: dy * cos(x))
 cos = _unary("cos", tf.cos, lambda x, y, dy: -dy * sin(x))
 abs = _unary("abs", tf.abs, lambda x, y, dy: dy * sign(x))  # pylint: disable=redefined-builtin
-relu = _unary("relu", tf.nn.relu, lambda x, y, dy: dy * cast(greater(x, 0.0), dy.dtype))
+relu = _unary("relu", tf.nn.relu, _tf_grad_kernel(_relu_grad, of_output=False))
 sign = _unary("sign", tf.sign)
 floor = _unary("floor", tf.floor)
 ceil = _unary("ceil", tf.math.ceil)
