@@ -2,7 +2,8 @@
 copies: the algorithms PlacementMeshImpl runs within each processor group.
 
 Each function takes `xs` (one tf.Tensor per device, in group order) and `devices` (the
-matching device strings) and returns one result per device, placed on that device.
+matching device strings) and returns one result per device: placed on that device, or,
+where the devices share this process's memory, one tensor that every device reads.
 """
 import tensorflow as tf
 
@@ -31,7 +32,7 @@ def allreduce(xs, devices, reduction_fn_string="SUM"):
   size = xs[0].shape.num_elements()
   if shares_host_memory(devices):
     if reduction_fn_string == "SUM":
-      return allreduce_add_n(xs, devices, share=True)
+      return allreduce_add_n(xs, devices)
     return allreduce_tree(xs, devices, reduction_fn_string, share=True)
   if size is None or size < RING_MIN_SIZE:
     return allreduce_tree(xs, devices, reduction_fn_string)
@@ -39,9 +40,9 @@ def allreduce(xs, devices, reduction_fn_string="SUM"):
 
 
 def allconcat(xs, devices, concat_axis):
-  """Each device concatenates the pieces directly where transfers are free, else by ring."""
+  """One concat every device reads where transfers are free, else by ring."""
   if shares_host_memory(devices):
-    return allconcat_direct(xs, devices, concat_axis, share=True)
+    return allconcat_direct(xs, devices, concat_axis)
   return allconcat_ring(xs, devices, concat_axis)
 
 
@@ -64,34 +65,25 @@ def allreduce_tree(xs, devices, reduction_fn_string="SUM", share=False):
       with tf.device(devices[i]):
         values[i] = reduce(values[i], values[i + stride])
     stride *= 2
-  return _hand_out(values[0], devices, share)
+  if share:
+    return [values[0]] * n
+  return [values[0]] + [_copy_to(values[0], d) for d in devices[1:]]
 
 
-def allreduce_add_n(xs, devices, share=False):
-  """SUM as one AddN on device 0, which hands the total to the others (share: the same
-  tensor, see allreduce_tree). Each input is read once, where a pairwise tree reads and
-  writes every partial sum again."""
+def allreduce_add_n(xs, devices):
+  """SUM as one AddN on device 0 that every device reads (devices sharing memory). Each
+  input is read once, where a pairwise tree reads and writes every partial sum again."""
   if len(xs) == 1:
     return list(xs)
   with tf.device(devices[0]):
-    total = tf.math.add_n(list(xs))
-  return _hand_out(total, devices, share)
+    return [tf.math.add_n(list(xs))] * len(xs)
 
 
-def _hand_out(total, devices, share):
-  """total for every device: itself (share) or a copy placed on each other device."""
-  if share:
-    return [total] * len(devices)
-  return [total] + [_copy_to(total, d) for d in devices[1:]]
-
-
-def allconcat_direct(xs, devices, concat_axis, share=False):
-  """Every device concatenates all pieces itself (one op per device); share: device 0
-  concatenates once and every device reads that (devices sharing memory)."""
-  if share:
-    with tf.device(devices[0]):
-      return [tf.concat(list(xs), concat_axis)] * len(xs)
-  return _concat_on_devices([list(xs)] * len(xs), devices, concat_axis)
+def allconcat_direct(xs, devices, concat_axis):
+  """Device 0 concatenates the pieces once and every device reads that (devices sharing
+  memory)."""
+  with tf.device(devices[0]):
+    return [tf.concat(list(xs), concat_axis)] * len(xs)
 
 
 def _copy_to(x, device):

@@ -37,9 +37,8 @@ def test_allreduce_tree_matches_numpy_on_every_device(n, reduction):
 def test_allconcat_direct_matches_numpy(n, concat_axis):
   values, xs = _inputs(n, [2, 3])
   out = pc.allconcat_direct(xs, DEVICES[:n], concat_axis)
-  for o, d in zip(out, DEVICES[:n]):
-    assert o.device.endswith("CPU:" + d.split(":")[-1])
-    np.testing.assert_array_equal(o.numpy(), np.concatenate(values, axis=concat_axis))
+  assert len(out) == n and all(o is out[0] for o in out)  # one concat every device reads
+  np.testing.assert_array_equal(out[0].numpy(), np.concatenate(values, axis=concat_axis))
 
 
 def test_host_memory_detection():
@@ -70,15 +69,11 @@ def test_sum_on_cpus_is_one_add_n_that_every_device_reads():
 
 
 @pytest.mark.parametrize("n", [1, 3, 8])
-def test_add_n_matches_numpy_on_every_device(n):
+def test_add_n_matches_numpy(n):
   values, xs = _inputs(n, [4, 6])
-  for share in (False, True):
-    out = pc.allreduce_add_n(xs, DEVICES[:n], share=share)
-    assert len(out) == n
-    for o, d in zip(out, DEVICES[:n]):
-      if not share:
-        assert o.device.endswith("CPU:" + d.split(":")[-1]), (o.device, d)
-      np.testing.assert_allclose(o.numpy(), np.sum(values, axis=0), rtol=1e-5, atol=1e-6)
+  out = pc.allreduce_add_n(xs, DEVICES[:n])
+  assert len(out) == n and all(o is out[0] for o in out)
+  np.testing.assert_allclose(out[0].numpy(), np.sum(values, axis=0), rtol=1e-5, atol=1e-6)
 
 
 def test_max_on_cpus_is_a_shared_tree():
