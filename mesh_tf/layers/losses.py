@@ -28,10 +28,7 @@ def softmax_cross_entropy_with_logits(logits, targets, vocab_dim, z_loss=0.0):
                                                                            vocab_dim))
   ids = fused_cross_entropy.one_hot_ids(targets, vocab_dim)
   if ids is not None and ids.mesh is logits.mesh:
-    loss = fused_cross_entropy.one_hot_cross_entropy(logits, ids, vocab_dim)
-    if z_loss:
-      loss += z_loss * ew.square(reduce_ops.reduce_logsumexp(logits, vocab_dim))
-    return loss
+    return fused_cross_entropy.one_hot_cross_entropy(logits, ids, vocab_dim, z_loss)
   lse = reduce_ops.reduce_logsumexp(logits, vocab_dim)
   loss = reduce_ops.reduce_sum((lse - logits) * targets, reduced_dim=vocab_dim)
   if z_loss:

@@ -12,9 +12,11 @@ integer ids it builds this op instead:
   picked on the processor holding it and allreduced (SUM), the same three allreduces of
   [batch, length] the composite owes.
 
-Outputs: the loss, the gradient of the loss with respect to the logits, and a 1/0 mask
-of ids inside the vocabulary; an id outside it gives loss 0 and no gradient, as the
-one-hot of it (all zeros) does in the composite.
+Outputs: the loss, the gradient of the loss with respect to the logits and a weight per
+position that scales it (the 1/0 mask of ids inside the vocabulary). An id outside the
+vocabulary gives loss 0 and no gradient, as its all-zero one-hot does in the composite.
+An auxiliary z_loss * logsumexp**2 is part of the op, so its gradient costs no pass of
+its own.
 """
 import tensorflow as tf
 
@@ -27,12 +29,13 @@ from mesh_tf.plans import rules as plan_rules
 class OneHotCrossEntropyOperation(Operation):
   """-log softmax(logits)[ids] over vocab_dim (the last dim of logits)."""
 
-  def __init__(self, logits, ids, vocab_dim, name=None):
+  def __init__(self, logits, ids, vocab_dim, z_loss=0.0, name=None):
     super().__init__([logits, ids], name=name or "one_hot_cross_entropy")
     self.vocab_dim = vocab_dim
+    self.z_loss = float(z_loss)
     self._add_output(logits.shape - [vocab_dim], logits.dtype)  # loss
-    self._add_output(logits.shape, logits.dtype)  # d loss / d logits
-    self._add_output(ids.shape, logits.dtype)  # 1 where the id is inside the vocab
+    self._add_output(logits.shape, logits.dtype)  # d loss / d logits, up to a row weight
+    self._add_output(ids.shape, logits.dtype)  # that row weight
 
   def gradient(self, grad_ys):
     dloss = grad_ys[0]
@@ -49,8 +52,10 @@ class OneHotCrossEntropyOperation(Operation):
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     plan = self.plan(impl.slice_layout)
+    z_loss = self.z_loss
     if not plan.middle:
-      plan_interpreter.lower_planned(lowering, self, plan, _whole_vocab)
+      plan_interpreter.lower_planned(lowering, self, plan,
+                                     lambda t, i: _whole_vocab(t, i, z_loss))
       return
     logits, ids = plan_interpreter.read_operands(lowering, self, plan)
     begin = impl.laid_out_slice_begin(self.inputs[0].shape)
@@ -72,9 +77,10 @@ class OneHotCrossEntropyOperation(Operation):
     def finish(t, i, b, m, s, picked):
       lse = tf.math.log(s) + m
       valid = tf.cast(_inside(i, size), t.dtype)
+      # an id outside this processor's piece (or the vocab) has an all-zero one-hot here
       local = tf.cast(i, tf.int32) - b[-1]
-      backprop = tf.exp(t - _column(lse)) - tf.one_hot(local, t.shape[-1], dtype=t.dtype)
-      return (lse - picked) * valid, backprop, valid
+      return _outputs(lse, picked, valid, tf.exp(t - _column(lse)),
+                      tf.one_hot(local, t.shape[-1], dtype=t.dtype), z_loss)
     plan_interpreter.write_outputs(lowering, self, plan, list(impl.slicewise(
         finish, logits, ids, begin, top, total, target)))
 
@@ -89,8 +95,22 @@ def _inside(ids, size):
   return tf.cast(ids, tf.uint32) < size
 
 
-def _whole_vocab(t, i):
-  """(loss, backprop, valid) of one slice whose vocab (last) dim is whole.
+def _outputs(lse, picked, valid, probs, one_hot, z_loss):
+  """(loss, backprop, row weight) from a slice's logsumexp, target logit, valid mask,
+  softmax and the targets' one-hot (all zeros where not valid): the gradient with
+  respect to the logits is backprop * (d loss * row weight). With z_loss the auxiliary
+  z_loss * lse**2 (every row, as in the composite) is folded into backprop, whose rows
+  then carry their own weight: softmax * (valid + 2 z_loss lse) - one_hot."""
+  loss = (lse - picked) * valid
+  if not z_loss:
+    return loss, probs - one_hot, valid
+  loss += z_loss * tf.square(lse)
+  scale = valid + 2.0 * z_loss * lse
+  return loss, probs * _column(scale) - one_hot, tf.ones_like(valid)
+
+
+def _whole_vocab(t, i, z_loss):
+  """(loss, backprop, row weight) of one slice whose vocab (last) dim is whole.
 
   TF's fused SparseSoftmaxCrossEntropyWithLogits runs on one thread here (16.8 ms for
   [4096, 2048] float32 logits); the same from the multithreaded softmax kernel takes
@@ -98,15 +118,17 @@ def _whole_vocab(t, i):
   probability would underflow, and d loss / d logits = softmax - one_hot."""
   depth = t.shape[-1]
   i = tf.cast(i, tf.int32)
-  inside = _inside(i, depth)
+  inside = tf.reshape(_inside(i, depth), [-1])
   logits = tf.reshape(t, [-1, depth])
-  ids = tf.reshape(tf.where(inside, i, 0), [-1])
+  ids = tf.reshape(i, [-1])
   probs = tf.nn.softmax(logits)
   lse = tf.reduce_max(logits, 1) - tf.math.log(tf.reduce_max(probs, 1))
-  loss = lse - tf.gather(logits, ids, axis=1, batch_dims=1)
-  backprop = probs - tf.one_hot(ids, depth, dtype=t.dtype)
-  valid = tf.cast(inside, t.dtype)
-  return tf.reshape(loss, i.shape) * valid, tf.reshape(backprop, t.shape), valid
+  picked = tf.gather(logits, tf.where(inside, ids, 0), axis=1, batch_dims=1)
+  one_hot = tf.one_hot(tf.where(inside, ids, -1), depth, dtype=t.dtype)
+  loss, backprop, weight = _outputs(lse, picked, tf.cast(inside, t.dtype), probs, one_hot,
+                                    z_loss)
+  return (tf.reshape(loss, i.shape), tf.reshape(backprop, t.shape),
+          tf.reshape(weight, i.shape))
 
 
 def one_hot_ids(targets, vocab_dim):
@@ -123,6 +145,7 @@ def one_hot_ids(targets, vocab_dim):
   return op.inputs[0]
 
 
-def one_hot_cross_entropy(logits, ids, vocab_dim):
-  """The per-position loss of OneHotCrossEntropyOperation (see module docstring)."""
-  return OneHotCrossEntropyOperation(logits, ids, vocab_dim).outputs[0]
+def one_hot_cross_entropy(logits, ids, vocab_dim, z_loss=0.0):
+  """The per-position loss of OneHotCrossEntropyOperation (see module docstring), plus
+  z_loss * logsumexp(logits)**2."""
+  return OneHotCrossEntropyOperation(logits, ids, vocab_dim, z_loss).outputs[0]
