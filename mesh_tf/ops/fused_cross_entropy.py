@@ -27,7 +27,8 @@ from mesh_tf.plans import rules as plan_rules
 
 
 class OneHotCrossEntropyOperation(Operation):
-  """-log softmax(logits)[ids] over vocab_dim (the last dim of logits)."""
+  """-log softmax(logits)[ids] over vocab_dim (the last dim of logits), plus
+  z_loss * logsumexp(logits)**2."""
 
   def __init__(self, logits, ids, vocab_dim, z_loss=0.0, name=None):
     super().__init__([logits, ids], name=name or "one_hot_cross_entropy")
