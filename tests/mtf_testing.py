@@ -64,6 +64,24 @@ def lower_and_export(graph, mesh, impl, tensors):
   return [lowering.export_to_tf_tensor(t).numpy() for t in tensors]
 
 
+def assert_simd_replays_like_one_device(build, simd_impls):
+  """build() -> (graph, mesh, tensors), built afresh per backend. The tensors' values on
+  each SIMD emulation equal one device's, and the emulation's replay needed no
+  tf.vectorized_map fallback."""
+  from mesh_tf.backends import simd_vectorize  # pylint: disable=g-import-not-at-top
+  before = dict(simd_vectorize.stats)
+  values = []
+  for impl in [mtf.PlacementMeshImpl("", "", [""])] + list(simd_impls):
+    graph, mesh, tensors = build()
+    values.append(lower_and_export(graph, mesh, impl, tensors))
+  for simd_values in values[1:]:
+    for got, want in zip(simd_values, values[0]):
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  fallbacks = {k: v - before.get(k, 0) for k, v in simd_vectorize.stats.items()
+               if k.startswith("fallback:")}
+  assert not any(fallbacks.values()), fallbacks
+
+
 def assert_close(actual, expected, what, rtol=RTOL, atol=ATOL, exact=False):
   """Checks one value against its reference (shape, dtype kind and numbers)."""
   actual, expected = np.asarray(actual), np.asarray(expected)

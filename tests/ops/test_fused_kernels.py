@@ -13,9 +13,8 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf import analysis
 from mesh_tf.autodiff.gradients import stop_gradient
-from mesh_tf.backends import simd_vectorize
-from mtf_testing import (BATCH, CLASSES, HIDDEN, LENGTH, check_against_tf, new_mesh,
-                         random_array)
+from mtf_testing import (BATCH, CLASSES, HIDDEN, LENGTH, assert_simd_replays_like_one_device,
+                         check_against_tf, new_mesh, random_array)
 
 SHAPE = [BATCH, LENGTH, HIDDEN, CLASSES]
 DEVICES = ["/cpu:%d" % i for i in range(8)]
@@ -107,21 +106,13 @@ def test_rank_six_matches_tf_on_a_2d_view(fn, tf_fn):
 
 
 def test_simd_emulation_replays_the_kernels():
-  before = dict(simd_vectorize.stats)
-  values = []
-  for impl in [mtf.PlacementMeshImpl("", "", [""]),
-               mtf.SimdMeshImpl("rows:2;cols:4", "batch:rows;hidden:cols"),
-               mtf.SimdMeshImpl("rows:2;cols:4", "batch:rows;classes:cols"),
-               mtf.SimdMeshImpl("rows:2;cols:4", "hidden:rows;classes:cols")]:
+  def build():
     graph, mesh, loss, grad = _loss_and_grad(mtf.softmax, HIDDEN)
-    lowering = mtf.Lowering(graph, {mesh: impl})
-    values.append([lowering.export_to_tf_tensor(t).numpy() for t in (loss, grad)])
-  for simd_values in values[1:]:
-    for got, want in zip(simd_values, values[0]):
-      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  fallbacks = {k: v - before.get(k, 0) for k, v in simd_vectorize.stats.items()
-               if k.startswith("fallback:")}
-  assert not any(fallbacks.values()), fallbacks
+    return graph, mesh, [loss, grad]
+  assert_simd_replays_like_one_device(build, [
+      mtf.SimdMeshImpl("rows:2;cols:4", "batch:rows;hidden:cols"),
+      mtf.SimdMeshImpl("rows:2;cols:4", "batch:rows;classes:cols"),
+      mtf.SimdMeshImpl("rows:2;cols:4", "hidden:rows;classes:cols")])
 
 
 @pytest.mark.parametrize("mesh_shape,rules", [

@@ -10,10 +10,9 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf import analysis
-from mesh_tf.backends import simd_vectorize
 from mesh_tf.errors import LayoutError
-from mtf_testing import (BATCH, CLASSES, HIDDEN, LENGTH, check_against_tf, new_mesh,
-                         random_array, random_ints)
+from mtf_testing import (BATCH, CLASSES, HIDDEN, LENGTH, assert_simd_replays_like_one_device,
+                         check_against_tf, new_mesh, random_array, random_ints)
 
 
 def test_gather_middle_dim_out_of_range_and_output_shape(mesh_impl):
@@ -96,21 +95,13 @@ def test_cost_model_predicts_the_gather_bytes(mesh_shape, rules):
 def test_gather_on_simd_emulation_equals_one_device():
   """Replicated and per-core tables; the lookup and the segment sum replay on the compact
   tensors (no tf.vectorized_map fallback)."""
-  values = []
-  before = dict(simd_vectorize.stats)
-  for impl in [mtf.PlacementMeshImpl("", "", [""]),
-               mtf.SimdMeshImpl("rows:2;cols:4", "batch:rows;hidden:cols"),
-               mtf.SimdMeshImpl("rows:2;cols:4", "batch:cols")]:
+  def build():
     graph, mesh = new_mesh()
     _, loss, grad = _lm_like(graph, mesh)
-    lowering = mtf.Lowering(graph, {mesh: impl})
-    values.append([lowering.export_to_tf_tensor(t).numpy() for t in (loss, grad)])
-  for simd_values in values[1:]:
-    for got, want in zip(simd_values, values[0]):
-      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  fallbacks = {k: v - before.get(k, 0) for k, v in simd_vectorize.stats.items()
-               if k.startswith("fallback:")}
-  assert not any(fallbacks.values()), fallbacks
+    return graph, mesh, [loss, grad]
+  assert_simd_replays_like_one_device(build, [
+      mtf.SimdMeshImpl("rows:2;cols:4", "batch:rows;hidden:cols"),
+      mtf.SimdMeshImpl("rows:2;cols:4", "batch:cols")])
 
 
 def test_gather_split_on_the_indices_mesh_axis_is_a_layout_error():

@@ -107,18 +107,24 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_gin_configured_model_trains_on_a_2x2_mesh(name):
+def toy_lm_graph(config, learning_rate):
+  """The train-mode ModelGraph (batch 4, length 8, vocab 16, SGD) of the toy language
+  model that COMMON + gin text `config` configure, built by utils.build_model."""
   gin.clear_config()
   gin_setup.import_configurables()
-  gin.parse_config(COMMON + CONFIGS[name])
+  gin.parse_config(COMMON + config)
   try:
     model = utils.build_model(model_type="lm", input_vocab_size=16, output_vocab_size=16)
-    graph = model_graph.ModelGraph(model, 4, 8, ["targets"], ModeKeys.TRAIN,
-                                   mtf.VariableDType(tf.float32),
-                                   optimizer=mtf.optimize.SgdOptimizer(0.2))
+    return model_graph.ModelGraph(model, 4, 8, ["targets"], ModeKeys.TRAIN,
+                                  mtf.VariableDType(tf.float32),
+                                  optimizer=mtf.optimize.SgdOptimizer(learning_rate))
   finally:
     gin.clear_config()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_gin_configured_model_trains_on_a_2x2_mesh(name):
+  graph = toy_lm_graph(CONFIGS[name], 0.2)
   impl = mtf.PlacementMeshImpl("rows:2;cols:2", "batch:rows;d_ff:cols",
                                ["/cpu:%d" % i for i in range(4)])
   targets = np.random.RandomState(0).randint(2, 16, size=(4, 8)).astype(np.int32)

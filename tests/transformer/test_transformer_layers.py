@@ -86,14 +86,19 @@ def run_layer(layer, impl, x, model=CAUSAL, mode=ModeKeys.EVAL, imports=None, se
 
 def check_against_reference(result, w, x, ref_fn, rtol=2e-5, atol=2e-5):
   """ref_fn(x, **variables by short name) in TF; compares out and all gradients."""
-  result, w = result, w
+  check_against_tf(result, w, x, lambda tf_x, tf_vars: ref_fn(tf_x, **{
+      n[len(SCOPE) + 1:].replace("/", "_"): v for n, v in tf_vars.items()}), rtol, atol)
+
+
+def check_against_tf(result, w, x, ref_fn, rtol=2e-5, atol=2e-5):
+  """ref_fn(x, {full variable name: value}) in TF against result (of run): the output,
+  and the gradients of sum(output * w) with respect to x and every variable."""
   names = sorted(result.values)
   tf_vars = {n: tf.constant(result.values[n]) for n in names}
   tf_x = tf.constant(x)
   with tf.GradientTape() as tape:
     tape.watch([tf_x] + list(tf_vars.values()))
-    short = {n[len(SCOPE) + 1:].replace("/", "_"): v for n, v in tf_vars.items()}
-    ref = ref_fn(tf_x, **short)
+    ref = ref_fn(tf_x, tf_vars)
     loss = tf.reduce_sum(ref * w)
   np.testing.assert_allclose(result.out, ref.numpy(), rtol=rtol, atol=atol,
                              err_msg="forward")

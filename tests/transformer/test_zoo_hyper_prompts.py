@@ -18,7 +18,8 @@ from models.transformer import attention
 from models.transformer import transformer_layers as tl
 from models.transformer.context import Context, ModeKeys
 from test_transformer_layers import (BATCH, CAUSAL, D_KV, D_MODEL, ENCODER, HEADS, LENGTH,
-                                     SCOPE, batch_dim, causal_mask, _impl, _x)
+                                     SCOPE, batch_dim, causal_mask, check_against_tf, _impl,
+                                     _x)
 from test_zoo_attention_variants import run
 
 TASKS, PROMPT, HIDDEN = 3, 2, 5
@@ -64,21 +65,8 @@ def ref_prompted_attention(x, wq, wk, wv, wo, prompt_k, prompt_v, task_ids, mask
 
 def check(result, w, x, ref_fn, rtol=2e-5, atol=2e-5):
   """result (of run) against ref_fn(x, {short variable name: tf value}) in TF."""
-  names = sorted(result.values)
-  tf_vars = {n: tf.constant(result.values[n]) for n in names}
-  tf_x = tf.constant(x)
-  with tf.GradientTape() as tape:
-    tape.watch([tf_x] + list(tf_vars.values()))
-    ref = ref_fn(tf_x, {n.split("/")[-1]: v for n, v in tf_vars.items()})
-    loss = tf.reduce_sum(ref * w)
-  np.testing.assert_allclose(result.out, ref.numpy(), rtol=rtol, atol=atol,
-                             err_msg="forward")
-  grads = tape.gradient(loss, [tf_x] + [tf_vars[n] for n in names])
-  np.testing.assert_allclose(result.dx, grads[0].numpy(), rtol=rtol, atol=atol,
-                             err_msg="gradient w.r.t. x")
-  for n, g in zip(names, grads[1:]):
-    np.testing.assert_allclose(result.grads[n], g.numpy(), rtol=rtol, atol=atol,
-                               err_msg="gradient w.r.t. %s" % n)
+  check_against_tf(result, w, x, lambda tf_x, tf_vars: ref_fn(
+      tf_x, {n.split("/")[-1]: v for n, v in tf_vars.items()}), rtol, atol)
 
 
 def _hyperprompt_layer(**kwargs):

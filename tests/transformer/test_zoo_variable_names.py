@@ -4,17 +4,10 @@ Checkpoints of the original load by name, so each module's toy model (built thro
 by utils.build_model, as the original's users configure it) must create exactly these
 variables, with these shapes. A rename or a new variable shows up here first.
 """
-import gin
 import pytest
-import tensorflow as tf
 
-import mesh_tf as mtf
-from models.transformer import gin_setup
-from models.transformer import model_graph
-from models.transformer import utils
-from models.transformer.context import ModeKeys
-from test_modules_gin_training import COMMON
 from test_modules_gin_training import CONFIGS as TRAINING_CONFIGS
+from test_modules_gin_training import toy_lm_graph
 
 _ATTENTION_AND_FFN = """
     transformer.make_layer_stack.layers = [@transformer_layers.SelfAttention,
@@ -70,16 +63,7 @@ CONFIGS = {
 
 def variables(name):
   """{variable name: shape} of the toy language model of CONFIGS[name]."""
-  gin.clear_config()
-  gin_setup.import_configurables()
-  gin.parse_config(COMMON + CONFIGS[name])
-  try:
-    model = utils.build_model(model_type="lm", input_vocab_size=16, output_vocab_size=16)
-    graph = model_graph.ModelGraph(model, 4, 8, ["targets"], ModeKeys.TRAIN,
-                                   mtf.VariableDType(tf.float32),
-                                   optimizer=mtf.optimize.SgdOptimizer(0.1))
-  finally:
-    gin.clear_config()
+  graph = toy_lm_graph(CONFIGS[name], 0.1)
   return {v.name: tuple(v.shape.to_integer_list)
           for v in sorted(graph.graph.trainable_variables, key=lambda v: v.name)}
 

@@ -5,25 +5,13 @@ import pytest
 import tensorflow as tf
 
 from mesh_tf.backends import placement_collectives as pc
-
-DEVICES = ["/cpu:%d" % i for i in range(8)]
-NUMPY = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
-
-
-def _inputs(n, shape):
-  rng = np.random.RandomState(n)
-  values = [rng.randn(*shape).astype(np.float32) for _ in range(n)]
-  xs = []
-  for v, d in zip(values, DEVICES):
-    with tf.device(d):
-      xs.append(tf.constant(v))
-  return values, xs
+from test_placement_collectives import DEVICES, NUMPY, _inputs
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
 @pytest.mark.parametrize("reduction", ["SUM", "MAX", "MIN"])
 def test_allreduce_tree_matches_numpy_on_every_device(n, reduction):
-  values, xs = _inputs(n, [4, 6])
+  values, xs = _inputs(n, [4, 6], seed=n)
   expected = NUMPY[reduction](np.stack(values), axis=0)
   out = pc.allreduce_tree(xs, DEVICES[:n], reduction)
   assert len(out) == n
@@ -35,7 +23,7 @@ def test_allreduce_tree_matches_numpy_on_every_device(n, reduction):
 @pytest.mark.parametrize("n", [1, 3, 8])
 @pytest.mark.parametrize("concat_axis", [0, 1])
 def test_allconcat_direct_matches_numpy(n, concat_axis):
-  values, xs = _inputs(n, [2, 3])
+  values, xs = _inputs(n, [2, 3], seed=n)
   out = pc.allconcat_direct(xs, DEVICES[:n], concat_axis)
   assert len(out) == n and all(o is out[0] for o in out)  # one concat every device reads
   np.testing.assert_array_equal(out[0].numpy(), np.concatenate(values, axis=concat_axis))
@@ -63,14 +51,14 @@ def test_sum_on_cpus_is_one_add_n_that_every_device_reads():
   assert chosen.count("Identity") == n
   assert len(chosen) < len(ring) / 10
   assert "Split" in ring and "Split" not in chosen
-  _, xs = _inputs(n, shape)
+  _, xs = _inputs(n, shape, seed=n)
   out = pc.allreduce(xs, DEVICES)
   assert all(o is out[0] for o in out)
 
 
 @pytest.mark.parametrize("n", [1, 3, 8])
 def test_add_n_matches_numpy(n):
-  values, xs = _inputs(n, [4, 6])
+  values, xs = _inputs(n, [4, 6], seed=n)
   out = pc.allreduce_add_n(xs, DEVICES[:n])
   assert len(out) == n and all(o is out[0] for o in out)
   np.testing.assert_allclose(out[0].numpy(), np.sum(values, axis=0), rtol=1e-5, atol=1e-6)
