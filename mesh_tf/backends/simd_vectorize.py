@@ -345,10 +345,28 @@ class _Replay:
     self.einsum_recipes[op.outputs[0].ref()] = emit
     return [emit(())]
 
+  def _rule_BatchMatMulV2(self, op, groups, attrs, extents):  # pylint: disable=invalid-name,unused-argument
+    # Batch dims broadcast as numpy does, so the mesh axes are batch dims (an extent of 1
+    # pairs with any) once both operands have the same per-slice rank.
+    rank = max(t.shape.rank for _, ts, _ in groups for t in ts)
+    return _call_raw(op, {name: self.aligned(ts[0], rank) for name, ts, _ in groups}, attrs)
+
+  _rule_BatchMatMulV3 = _rule_BatchMatMulV2
+
+  def _rule_MatMul(self, op, groups, attrs, extents):  # pylint: disable=invalid-name,unused-argument
+    a, b = (self.as_stacked(ts[0]) for _, ts, _ in groups)
+    return [tf.linalg.matmul(a, b, transpose_a=attrs.get("transpose_a", False),
+                             transpose_b=attrs.get("transpose_b", False))]
+
   def _rule_Transpose(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     args = self._data_args(groups, {"perm"}, extents)
-    perm = tf.cast(args["perm"], tf.int32)
-    args["perm"] = tf.concat([tf.range(self.k), perm + self.k], 0)
+    static = tf.get_static_value(args["perm"])
+    if static is not None:  # folded here: no Range/Add/Concat ops per transpose
+      args["perm"] = np.concatenate([np.arange(self.k), np.asarray(static) + self.k]
+                                    ).astype(np.int32)
+    else:
+      perm = tf.cast(args["perm"], tf.int32)
+      args["perm"] = tf.concat([tf.range(self.k), perm + self.k], 0)
     return _call_raw(op, args, attrs)
 
   def _prepend(self, value, first):

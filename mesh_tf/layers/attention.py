@@ -10,6 +10,7 @@ from mesh_tf.layers.masks import NEG_INF, rename_length_to_memory_length
 from mesh_tf.layers.scoping import layer_scope
 from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops import elementwise as ew
+from mesh_tf.ops import fused_attention
 from mesh_tf.ops import indexing
 from mesh_tf.ops import random as random_ops
 from mesh_tf.ops import reduce as reduce_ops
@@ -47,6 +48,12 @@ def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
   if memory_length not in v.shape.dims:
     raise ShapeError("dot_product_attention: v %s lacks k's memory dim %s" % (
         v.shape, memory_length), tensor=v.name, dim=memory_length.name)
+  output_shape = Shape(q.shape.dims[:-1] + [v.shape.dims[-1]])
+  if not (is_training and dropout != 0.0) and extra_logit is None:
+    fused = fused_attention.dot_product_attention(
+        q, k, v, mask, q.shape.dims[-1], memory_length, v.shape.dims[-1], output_shape)
+    if fused is not None:
+      return fused
   logits = einsum([q, k], Shape(q.shape.dims[:-1] + [memory_length]))
   if mask is not None:
     logits += mask
@@ -54,7 +61,7 @@ def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
   if is_training and dropout != 0.0:
     weights = random_ops.dropout(weights, rate=dropout,
                                  noise_shape=_dropout_shape(weights, dropout_broadcast_dims))
-  return einsum([weights, v], Shape(q.shape.dims[:-1] + [v.shape.dims[-1]]))
+  return einsum([weights, v], output_shape)
 
 
 def multihead_attention_params(mesh, heads, io_channels, kv_channels, variable_dtype,

@@ -89,7 +89,7 @@ def _reshaped(value, shape):
   return value if value.shape.as_list() == shape else tf.reshape(value, shape)
 
 
-def _permuted(value, perm):
+def permute_dims(value, perm):
   """tf.transpose(value, perm); a reshape where perm only moves dims of size 1."""
   shape = value.shape.as_list()
   if [i for i in perm if shape[i] != 1] == [i for i in range(len(perm)) if shape[i] != 1]:
@@ -144,7 +144,7 @@ def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
   def as_3d(value, term, free):
     order, contracted_first = _arrangement(term, batch, free, contracted)
     if order != term:
-      value = _permuted(value, [term.index(c) for c in order])
+      value = permute_dims(value, [term.index(c) for c in order])
     inner = [prod(contracted), prod(free)] if contracted_first else [
         prod(free), prod(contracted)]
     # Batch dims stay as they are (matmul takes any number); the others become one each.
@@ -156,5 +156,5 @@ def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
                             transpose_b=not b_contracted_first)
   result = _reshaped(result, [size[c] for c in produced])
   if produced != out:
-    result = _permuted(result, [produced.index(c) for c in out])
+    result = permute_dims(result, [produced.index(c) for c in out])
   return result

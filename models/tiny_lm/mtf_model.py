@@ -3,6 +3,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from models import train_steps
+from models.transformer import attention
 from models.tiny_lm import config as config_lib
 
 
@@ -46,8 +47,8 @@ class TinyLmModel:
                                "length", "memory_length")
       val = mtf.rename_dimension(mtf.einsum([h, v[p + "v"]], reduced_dims=[d_model]),
                                  "length", "memory_length")
-      logits = mtf.einsum([q, k], reduced_dims=[q.shape.get_dim_by_name("d_kv")]) + causal
-      attn = mtf.einsum([mtf.softmax(logits, memory), val], reduced_dims=[memory])
+      d_kv = q.shape.get_dim_by_name("d_kv")
+      attn = attention.attention(q, k, val, memory, d_kv, d_kv, bias=causal)
       x += mtf.einsum([attn, v[p + "o"]], output_shape=x.shape)
       h = _rms_norm(x, v[p + "ffn_scale"], d_model)
       x += mtf.einsum([mtf.relu(mtf.einsum([h, v[p + "wi"]], reduced_dims=[d_model])),

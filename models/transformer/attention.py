@@ -16,6 +16,7 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.ops.halo import halo_exchange_sides
+from mesh_tf.ops import fused_attention
 # pylint: disable=unused-import
 from models.transformer.hyper_prompts import (concat_hyper_prompts_kv,
                                               make_params_hyperprompt,
@@ -75,6 +76,15 @@ def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None, dropout
       context, q, k, v, bias, [key_dim, value_dim])
   if float32_logits:
     q, k = mtf.cast(q, tf.float32), mtf.cast(k, tf.float32)
+  wants_z_loss = bool(z_loss_coeff and context is not None and context.train
+                      and context.losses is not None)
+  if not (dropout_rate or wants_z_loss or extra_logit is not None):
+    outputs = fused_attention.dot_product_attention(
+        q, k, v, None if bias is None else mtf.cast(bias, q.dtype), key_dim,
+        memory_length_dim, value_dim, [d for d in q.shape.dims if d != key_dim] + [value_dim])
+    if outputs is not None:
+      return outputs if outputs.shape.dims == output_dims else mtf.reshape(
+          outputs, mtf.Shape(output_dims))
   logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
   if bias is not None:
     logits += mtf.cast(bias, logits.dtype)
