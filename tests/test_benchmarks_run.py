@@ -49,14 +49,14 @@ def test_step_time_prints_every_variant_with_equal_first_losses():
              "--vocab=32", "--d_model=16", "--d_ff=32")
   rows = [line.split() for line in out.splitlines()
           if line.startswith(("plain TF ", "DTensor ", "mesh_tf "))]
-  # columns after the label: s/step, ratio, TF ops, build s, first loss
-  labels = [" ".join(r[:-5]) for r in rows]
+  # columns after the label: s/step, ratio, TF ops, build s, first call s, first loss
+  labels = [" ".join(r[:-6]) for r in rows]
   assert labels == ["plain TF single", "plain TF single XLA", "DTensor dp", "DTensor mp",
                     "DTensor dp+mp"] + [
                         "mesh_tf %s %s" % (b, l) for b in ("placement", "simd")
                         for l in ("single", "dp", "mp", "dp+mp")], out
-  assert rows[0][-4] == "1.00"  # the baseline's ratio to itself
+  assert rows[0][-5] == "1.00"  # the baseline's ratio to itself
   # Same weights and data: every variant's loss before its first update is plain TF's.
   for row in rows:
-    assert int(row[-3]) > 0 and float(row[-2]) > 0
+    assert int(row[-4]) > 0 and float(row[-3]) > 0 and float(row[-2]) > 0
     assert abs(float(row[-1]) - float(rows[0][-1])) < 1e-4, row

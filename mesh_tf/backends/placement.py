@@ -46,7 +46,7 @@ class LaidOutVariable(LaidOutVariableBase):
     """Applies assign_fn(slice_variable, value) on each device; returns the ops."""
     ops = []
     for pnum, (v, x) in enumerate(zip(self.slice_variables, laid_out_values.all_slices)):
-      with tf.device(self._mesh_impl.devices[pnum]):
+      with collectives.device_scope(self._mesh_impl.devices[pnum]):
         ops.append(assign_fn(v, tf.cast(x, self.slice_dtype)))
     return ops
 
@@ -129,7 +129,7 @@ class PlacementMeshImpl(MeshImpl):
       args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
       key = tuple(id(a) for a in args) if self._shares_memory else pnum
       if key not in done:
-        with tf.device(device):
+        with collectives.device_scope(device):
           done[key] = fn(*args)
       outputs.append(done[key])
     if isinstance(outputs[0], (tuple, list)):
@@ -173,7 +173,7 @@ class PlacementMeshImpl(MeshImpl):
     for pnum, device in enumerate(self._devices):
       coord = pnum_to_processor_coordinates(self.shape, pnum)
       source = source_pcoord[coord[mesh_axis]]
-      with tf.device(device):
+      with collectives.device_scope(device):
         if source is None:
           out.append(tf.zeros_like(x.tensor_list[pnum]))
         else:
@@ -185,7 +185,7 @@ class PlacementMeshImpl(MeshImpl):
   def laid_out_pnum(self):
     out = []
     for pnum, device in enumerate(self._devices):
-      with tf.device(device):
+      with collectives.device_scope(device):
         out.append(tf.constant(pnum, tf.int32))
     return LaidOutTensor(out)
 
@@ -195,7 +195,7 @@ class PlacementMeshImpl(MeshImpl):
       coord = pnum_to_processor_coordinates(self.shape, pnum)[mesh_axis]
       key = coord if self._shares_memory else pnum
       if key not in first:
-        with tf.device(device):
+        with collectives.device_scope(device):
           first[key] = tf.constant(coord, tf.int32)
       out.append(first[key])
     return LaidOutTensor(out)
@@ -207,7 +207,7 @@ class PlacementMeshImpl(MeshImpl):
     for pnum, device in enumerate(self._devices):
       key = tuple(self.slice_begin(shape, pnum)) if self._shares_memory else pnum
       if key not in first:
-        with tf.device(device):
+        with collectives.device_scope(device):
           first[key] = make(pnum)
       out.append(first[key])
     return LaidOutTensor(out)

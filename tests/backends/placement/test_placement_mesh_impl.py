@@ -41,6 +41,23 @@ def test_slice_geometry():
   assert [t.device[-5:] for t in pnum] == ["CPU:%d" % i for i in range(8)]
 
 
+def test_slices_traced_in_a_tf_function_are_placed_on_their_devices():
+  """Inside tf.function the slices are placed through the graph's device scope
+  (placement_collectives.device_scope), not tf.device: each slice's op on its device."""
+  impl = _impl("batch:rows;hidden:cols")
+  full = tf.reshape(tf.range(32.0), [4, 8])
+
+  @tf.function
+  def double(x):
+    slices = impl.make_slices(x, SHAPE)
+    laid_out = impl.slicewise(lambda t: t * 2.0, impl.LaidOutTensor(slices))
+    return impl.combine_slices(laid_out.tensor_list, SHAPE)
+  np.testing.assert_array_equal(double(full).numpy(), full.numpy() * 2.0)
+  graph = double.get_concrete_function(full).graph
+  muls = [op for op in graph.get_operations() if op.type == "Mul"]
+  assert sorted(op.device[-5:] for op in muls) == ["CPU:%d" % i for i in range(8)]
+
+
 def test_slice_num_is_equal_exactly_on_replicas():
   impl = _impl("hidden:cols")  # replicated over rows
   nums = [int(n) for n in impl.laid_out_slice_num(SHAPE).tensor_list]
