@@ -7,6 +7,7 @@ CPU devices, GPUs, or any devices TF's runtime can place ops on.
 import tensorflow as tf
 
 from mesh_tf.backends import placement_collectives as collectives
+from mesh_tf.backends import slice_replay
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl, graph_cached
@@ -124,13 +125,16 @@ class PlacementMeshImpl(MeshImpl):
     return self._shares_memory
 
   def slicewise(self, fn, *inputs):
-    outputs, done = [], {}
+    outputs, done, recorded = [], {}, None
     for pnum, device in enumerate(self._devices):
       args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
       key = tuple(id(a) for a in args) if self._shares_memory else pnum
       if key not in done:
         with collectives.device_scope(device):
-          done[key] = fn(*args)
+          result = recorded.replay(args) if recorded is not None else None
+          if result is None:
+            result, recorded = slice_replay.RecordedCall.record(fn, args)
+          done[key] = result
       outputs.append(done[key])
     if isinstance(outputs[0], (tuple, list)):
       return tuple(LaidOutTensor(list(o)) for o in zip(*outputs))
