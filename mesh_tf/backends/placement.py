@@ -19,7 +19,12 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
 
 
 class LaidOutVariable(LaidOutVariableBase):
-  """Per-device slice variables of one mtf Variable; the only copy of its state."""
+  """Per-device slice variables of one mtf Variable; the only copy of its state.
+
+  `slice_variables[pnum]` is processor pnum's slice. Where the devices share this
+  process's memory, the processors holding the same slice (the replicas of a replicated
+  dim) share one tf.Variable, on the first of their devices: their copies would always
+  be equal, and each would cost its own memory and write per step."""
 
   def __init__(self, variable, mesh_impl):
     self._variable = variable
@@ -27,12 +32,23 @@ class LaidOutVariable(LaidOutVariableBase):
     super().__init__(variable)
     initial = self.initial_full_value(variable)
     slices = mesh_impl.make_slices(initial, self.shape)
-    self.slice_variables = []
+    self.slice_variables, made = [], {}
     for pnum, s in enumerate(slices):
-      with tf.device(mesh_impl.devices[pnum]):
-        self.slice_variables.append(
-            tf.Variable(s, name="%s_slice_%d" % (self.name.replace("/", "_"), pnum),
-                        trainable=False))
+      key = (tuple(mesh_impl.slice_begin(self.shape, pnum)) if mesh_impl.shares_memory
+             else pnum)
+      if key not in made:
+        with tf.device(mesh_impl.devices[pnum]):
+          made[key] = tf.Variable(
+              s, name="%s_slice_%d" % (self.name.replace("/", "_"), pnum), trainable=False)
+      self.slice_variables.append(made[key])
+
+  def _distinct(self):
+    """(pnum, slice variable) for the first processor of each distinct variable."""
+    seen = set()
+    for pnum, v in enumerate(self.slice_variables):
+      if id(v) not in seen:
+        seen.add(id(v))
+        yield pnum, v
 
   @property
   def laid_out_tensor(self):
@@ -45,23 +61,25 @@ class LaidOutVariable(LaidOutVariableBase):
 
   def assign_to_slices(self, assign_fn, laid_out_values):
     """Applies assign_fn(slice_variable, value) on each device; returns the ops."""
-    ops = []
-    for pnum, (v, x) in enumerate(zip(self.slice_variables, laid_out_values.all_slices)):
+    ops, values = [], laid_out_values.all_slices
+    for pnum, v in self._distinct():
       with collectives.device_scope(self._mesh_impl.devices[pnum]):
-        ops.append(assign_fn(v, tf.cast(x, self.slice_dtype)))
+        ops.append(assign_fn(v, tf.cast(values[pnum], self.slice_dtype)))
     return ops
 
   def read_full(self):
     """The whole variable as one tf.Tensor in its master dtype (for checkpoints)."""
+    reads = {id(v): v.read_value() for _, v in self._distinct()}
     full = self._mesh_impl.combine_slices(
-        [v.read_value() for v in self.slice_variables], self.shape)
+        [reads[id(v)] for v in self.slice_variables], self.shape)
     return tf.cast(full, self.master_dtype)
 
   def assign_full(self, value):
     """Sets every slice from a full-shape value (after a restore)."""
     value = tf.cast(value, self.slice_dtype)
-    for v, s in zip(self.slice_variables, self._mesh_impl.make_slices(value, self.shape)):
-      v.assign(s)
+    slices = self._mesh_impl.make_slices(value, self.shape)
+    for pnum, v in self._distinct():
+      v.assign(slices[pnum])
 
 
 def _constant_key(x, value):

@@ -48,9 +48,9 @@ def test_model_parallel_norms_are_computed_once(single):
 def test_data_parallel_update_of_replicated_weights_is_computed_once(single):
   kinds, losses, _, assigned = _step_ops_and_loss("batch:8", "batch:batch", CPUS)
   # each weight's gradient is one AddN over the 8 devices; its update is computed once
-  # and that one value is written to all 8 copies
+  # and written once, to the one variable the 8 replicas share
   assert kinds["AddN"] >= 1
-  assert kinds["AssignVariableOp"] == 8 * single[0]["AssignVariableOp"]
+  assert kinds["AssignVariableOp"] == single[0]["AssignVariableOp"]
   assert assigned == single[3] == single[0]["AssignVariableOp"]
   np.testing.assert_allclose(losses, single[1], rtol=1e-5)
 
@@ -71,3 +71,27 @@ def test_remote_devices_keep_one_computation_per_device():
   assert local.shares_memory and not remote.shares_memory
   assert _muls_for_one_shared_input(local) == 1
   assert _muls_for_one_shared_input(remote) == 2
+
+
+def test_processors_holding_the_same_slice_share_one_variable():
+  """On CPUs of one process the replicas of a slice are one tf.Variable (on the first of
+  their devices); each distinct slice has its own; writes and reads see the one value."""
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  d, h = mtf.Dimension("d", 2), mtf.Dimension("h", 4)
+  split = mtf.get_variable(mesh, "split", [d, h], initializer=tf.zeros_initializer())
+  replicated = mtf.get_variable(mesh, "replicated", [d], initializer=tf.ones_initializer())
+  update = [mtf.assign(split, split + 1.0), mtf.assign(replicated, replicated * 3.0)]
+  impl = mtf.PlacementMeshImpl("rows:2;cols:4", "h:cols", CPUS)
+  lowering = mtf.Lowering(graph, {mesh: impl})
+  for op in update:
+    lowering.lowered_operation(op)
+  store = impl.variable_store
+  assert len({id(v) for v in store["replicated"].slice_variables}) == 1
+  split_vars = store["split"].slice_variables
+  assert len({id(v) for v in split_vars}) == 4
+  for pnum in range(8):  # rows 0 and 1 of one column hold the same slice
+    assert split_vars[pnum] is split_vars[pnum % 4]
+    assert split_vars[pnum].device.endswith("CPU:%d" % (pnum % 4))
+  np.testing.assert_array_equal(store["replicated"].read_full().numpy(), [3.0, 3.0])
+  np.testing.assert_array_equal(store["split"].read_full().numpy(), np.ones([2, 4]))
