@@ -10,7 +10,8 @@ Where a copy could differ from a fresh call the function is run again instead: e
 execution, a gradient tape recording, stateful ops (random ops draw a new seed per
 call), colocation constraints, ops placed by the function itself, arguments from an
 outer graph (a loop body's captures), or arguments whose dtypes, shapes or aliasing
-differ.
+differ. A function's Python side effects (a print, a counter) then happen once for the
+devices it was copied to, as its TF ops are what the step runs.
 """
 import collections
 
