@@ -34,8 +34,7 @@ class LaidOutVariable(LaidOutVariableBase):
     slices = mesh_impl.make_slices(initial, self.shape)
     self.slice_variables, made = [], {}
     for pnum, s in enumerate(slices):
-      key = (tuple(mesh_impl.slice_begin(self.shape, pnum)) if mesh_impl.shares_memory
-             else pnum)
+      key = mesh_impl.slice_key(self.shape, pnum)
       if key not in made:
         with tf.device(mesh_impl.devices[pnum]):
           made[key] = tf.Variable(
@@ -222,12 +221,18 @@ class PlacementMeshImpl(MeshImpl):
       out.append(first[key])
     return LaidOutTensor(out)
 
+  def slice_key(self, shape, pnum):
+    """What identifies processor pnum's slice of `shape` among equal copies: where the
+    devices share memory its position (the replicas of one slice share a key), else
+    pnum."""
+    return tuple(self.slice_begin(shape, pnum)) if self._shares_memory else pnum
+
   def _per_slice(self, shape, make):
     """LaidOutTensor of make(pnum) on each device; where the devices share memory, once
     per distinct slice of `shape`, reused by the processors holding the same slice."""
     out, first = [], {}
     for pnum, device in enumerate(self._devices):
-      key = tuple(self.slice_begin(shape, pnum)) if self._shares_memory else pnum
+      key = self.slice_key(shape, pnum)
       if key not in first:
         with collectives.device_scope(device):
           first[key] = make(pnum)

@@ -84,7 +84,7 @@ def _contracted_order(lhs, rhs, contracted):
   return rhs_order if in_place(rhs, rhs_order) and not in_place(lhs, lhs_order) else lhs_order
 
 
-def _reshaped(value, shape):
+def reshape_if_needed(value, shape):
   """value reshaped to shape, without an op where nothing changes."""
   return value if value.shape.as_list() == shape else tf.reshape(value, shape)
 
@@ -148,13 +148,13 @@ def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
     inner = [prod(contracted), prod(free)] if contracted_first else [
         prod(free), prod(contracted)]
     # Batch dims stay as they are (matmul takes any number); the others become one each.
-    return _reshaped(value, [size[c] for c in batch] + inner), contracted_first
+    return reshape_if_needed(value, [size[c] for c in batch] + inner), contracted_first
 
   a, a_transposed = as_3d(x, lhs, free_l)
   b, b_contracted_first = as_3d(y, rhs, free_r)
   result = tf.linalg.matmul(a, b, transpose_a=a_transposed,
                             transpose_b=not b_contracted_first)
-  result = _reshaped(result, [size[c] for c in produced])
+  result = reshape_if_needed(result, [size[c] for c in produced])
   if produced != out:
     result = permute_dims(result, [produced.index(c) for c in out])
   return result

@@ -22,7 +22,8 @@ import tensorflow as tf
 
 from mesh_tf.graph import Operation
 from mesh_tf.lowering import plan_interpreter
-from mesh_tf.lowering.local_einsum import permute_dims
+from mesh_tf.lowering.local_einsum import permute_dims, reshape_if_needed
+from mesh_tf.ops.fused_softmax import local_softmax
 from mesh_tf.ops.reduce import reduce_sum
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Shape
@@ -40,8 +41,9 @@ class _Dims:
   def probs_shape(self):
     return Shape(self.batch + self.query + [self.memory])
 
-  def names(self, dims):
-    return [d.name for d in dims]
+
+def _names(dims):
+  return [d.name for d in dims]
 
 
 def _classify(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape):
@@ -55,10 +57,10 @@ def _classify(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape):
     return None
   if key_dim not in q.shape.dims:
     return None
+  if key_dim not in k.shape.dims or memory_dim not in k.shape.dims:
+    return None
   batch = [d for d in k.shape.dims if d not in (key_dim, memory_dim)]
   if not all(d in q.shape.dims and d in v.shape.dims for d in batch):
-    return None
-  if set(k.shape.dims) != set(batch + [key_dim, memory_dim]):
     return None
   if len(v.shape.dims) != len(batch) + 2 or set(v.shape.dims) != set(
       batch + [memory_dim, value_dim]):
@@ -88,45 +90,29 @@ def _size(shape):
   return int(np.prod(shape, dtype=np.int64))
 
 
-def _reshaped(value, shape):
-  """value reshaped to shape; no op where it already has that shape."""
-  return value if value.shape.as_list() == list(shape) else tf.reshape(value, shape)
-
-
 class _Local:
   """One slice's q, k and v as [batch..., rows, cols] matrices."""
 
   def __init__(self, dims, q_dims, k_dims, v_dims, q, k, v):
-    self.dims = dims
-    names = dims.names
-    self.b, self.l = names(dims.batch), names(dims.query)
+    self.b, self.l = _names(dims.batch), _names(dims.query)
     key, memory, value = dims.key.name, dims.memory.name, dims.value.name
     nb = len(self.b)
-    qh = _arranged(q, names(q_dims), self.b + self.l + [key])
+    qh = _arranged(q, _names(q_dims), self.b + self.l + [key])
     self.batch_shape = qh.shape.as_list()[:nb]
     self.query_shape = qh.shape.as_list()[nb:-1]
     self.rows = _size(self.query_shape)
-    self.q = _reshaped(qh, self.batch_shape + [self.rows, qh.shape[-1]])
-    self.k = _arranged(k, names(k_dims), self.b + [memory, key])
-    self.v = _arranged(v, names(v_dims), self.b + [memory, value])
+    self.q = reshape_if_needed(qh, self.batch_shape + [self.rows, qh.shape[-1]])
+    self.k = _arranged(k, _names(k_dims), self.b + [memory, key])
+    self.v = _arranged(v, _names(v_dims), self.b + [memory, value])
     self.memory_size = self.k.shape[-2]
 
   def rows_to_dims(self, value):
     """[batch..., rows, c] -> [batch..., query..., c]."""
-    return _reshaped(value, self.batch_shape + self.query_shape + [value.shape[-1]])
+    return reshape_if_needed(value, self.batch_shape + self.query_shape + [value.shape[-1]])
 
   def dims_to_rows(self, value):
     """[batch..., query..., c] -> [batch..., rows, c]."""
-    return _reshaped(value, self.batch_shape + [self.rows, value.shape[-1]])
-
-
-def _softmax(logits):
-  """Softmax over the last dim, on a 2-D view (TF's CPU kernel takes rank <= 5)."""
-  shape = logits.shape.as_list()
-  if len(shape) <= 5:
-    return tf.nn.softmax(logits)
-  return tf.reshape(tf.nn.softmax(tf.reshape(logits, [_size(shape[:-1]), shape[-1]])),
-                    shape)
+    return reshape_if_needed(value, self.batch_shape + [self.rows, value.shape[-1]])
 
 
 class DotProductAttentionOperation(Operation):
@@ -170,16 +156,16 @@ class DotProductAttentionOperation(Operation):
       m = _Local(d, q.shape.dims, k.shape.dims, v.shape.dims, q_s, k_s, v_s)
       logits = tf.linalg.matmul(m.q, m.k, adjoint_b=True)  # [batch..., rows, memory]
       if bias_s is not None:
-        order = [n for n in m.b + m.l + [d.memory.name] if n in bias.shape.dimension_names]
-        b = _arranged(bias_s, bias.shape.dimension_names, order)
-        full = m.batch_shape + m.query_shape + [m.memory_size]
         all_names = m.b + m.l + [d.memory.name]
-        first = min(all_names.index(n) for n in order)
+        full = m.batch_shape + m.query_shape + [m.memory_size]
+        order = [n for n in all_names if n in bias.shape.dimension_names]
+        b = _arranged(bias_s, bias.shape.dimension_names, order)
+        first = all_names.index(order[0]) if order else len(all_names)
         # dims missing before the bias's first one broadcast by themselves
-        b = _reshaped(b, [s if n in order else 1
-                          for n, s in zip(all_names[first:], full[first:])])
+        b = reshape_if_needed(b, [s if n in order else 1
+                                  for n, s in zip(all_names[first:], full[first:])])
         logits = m.dims_to_rows(m.rows_to_dims(logits) + b)
-      probs = _softmax(logits)
+      probs = local_softmax(logits, logits.shape.rank - 1)
       out = m.rows_to_dims(tf.linalg.matmul(probs, m.v))
       out = _arranged(out, m.b + m.l + [d.value.name], out_names)
       return out, m.rows_to_dims(probs)
@@ -203,7 +189,7 @@ class AttentionGradOperation(Operation):
     """As the forward's, with q's own dims also whole: the k and v gradients sum over
     them."""
     d = self.dims
-    whole = [d.key.name, d.memory.name, d.value.name] + d.names(d.query)
+    whole = [d.key.name, d.memory.name, d.value.name] + _names(d.query)
     return plan_rules.whole_dims_plan(
         layout, [x.shape for x in self.inputs], [y.shape for y in self.outputs],
         frozenset(whole))
@@ -213,7 +199,6 @@ class AttentionGradOperation(Operation):
     d = self.dims
     q, k, v, _, dout = self.inputs
     dout_names = dout.shape.dimension_names
-    names = d.names
 
     def local(q_s, k_s, v_s, probs_s, dout_s):
       m = _Local(d, q.shape.dims, k.shape.dims, v.shape.dims, q_s, k_s, v_s)
@@ -224,9 +209,9 @@ class AttentionGradOperation(Operation):
       dlogits = probs * (dprobs - tf.reduce_sum(dprobs * probs, -1, keepdims=True))
       dq = m.rows_to_dims(tf.linalg.matmul(dlogits, m.k))
       dk = tf.linalg.matmul(dlogits, m.q, adjoint_a=True)  # [batch..., memory, key]
-      return (_arranged(dq, m.b + m.l + [d.key.name], names(q.shape.dims)),
-              _arranged(dk, m.b + [d.memory.name, d.key.name], names(k.shape.dims)),
-              _arranged(dv, m.b + [d.memory.name, d.value.name], names(v.shape.dims)),
+      return (_arranged(dq, m.b + m.l + [d.key.name], q.shape.dimension_names),
+              _arranged(dk, m.b + [d.memory.name, d.key.name], k.shape.dimension_names),
+              _arranged(dv, m.b + [d.memory.name, d.value.name], v.shape.dimension_names),
               m.rows_to_dims(dlogits))
     plan_interpreter.lower_planned(lowering, self, plan, local)
 

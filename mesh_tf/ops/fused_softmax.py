@@ -27,7 +27,9 @@ def _softmax_kernel(kernel):
   return fn
 
 
-_FUSED = {"softmax": _softmax_kernel(tf.nn.softmax),
+# tf.nn.softmax over one axis of a slice of any rank (also the fused attention's)
+local_softmax = _softmax_kernel(tf.nn.softmax)
+_FUSED = {"softmax": local_softmax,
           "log_softmax": _softmax_kernel(tf.nn.log_softmax),
           "logsumexp": tf.reduce_logsumexp}
 
