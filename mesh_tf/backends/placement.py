@@ -148,7 +148,7 @@ class PlacementMeshImpl(MeshImpl):
       key = tuple(id(a) for a in args) if self._shares_memory else pnum
       if key not in done:
         with collectives.device_scope(device):
-          result = recorded.replay(args) if recorded is not None else None
+          result = recorded.replay(args, device) if recorded is not None else None
           if result is None:
             result, recorded = slice_replay.RecordedCall.record(fn, args)
           done[key] = result

@@ -12,8 +12,14 @@ call), colocation constraints, ops placed by the function itself, arguments from
 outer graph (a loop body's captures), or arguments whose dtypes, shapes or aliasing
 differ. A function's Python side effects (a print, a counter) then happen once for the
 devices it was copied to, as its TF ops are what the step runs.
+
+A replay given a device shares constants: a recorded Const whose value that device
+already has in this graph (a reshape's shape, a reduction's axes, a transpose's
+permutation) is reused rather than copied, so each device holds each distinct constant
+once (on the LM's dp step, 20 of a device's 99).
 """
 import collections
+import weakref
 
 import tensorflow as tf
 
@@ -59,6 +65,17 @@ def _copyable(result, ops):
                  for op in ops)
 
 
+# graph -> {(device, dtype, serialized value): that device's Const tensor}
+_shared_constants = weakref.WeakKeyDictionary()
+
+
+def _constant_key(op, attrs):
+  """What makes two recorded Consts interchangeable, or None for any other op."""
+  if op.type != "Const" or op.inputs or op.control_inputs:
+    return None
+  return (attrs["dtype"].type, attrs["value"].SerializeToString())
+
+
 class RecordedCall:
   """The ops one call of a slice function created, and how its result is made of them."""
 
@@ -70,9 +87,10 @@ class RecordedCall:
     self._recipes = []
     for op in ops:
       node_def = op.node_def
+      attrs = {k: node_def.attr[k] for k in node_def.attr}
       self._recipes.append((op, op.type, list(op.inputs), [t.dtype for t in op.outputs],
-                            {k: node_def.attr[k] for k in node_def.attr}, op.op_def,
-                            list(op.control_inputs)))
+                            attrs, op.op_def, list(op.control_inputs),
+                            _constant_key(op, attrs)))
     self._result = result
 
   @classmethod
@@ -93,12 +111,16 @@ class RecordedCall:
     stats["recorded"] += 1
     return result, cls(graph, args, ops, result)
 
-  def replay(self, args):
+  def replay(self, args, device=None):
     """The result of the recorded function on args, from copies of its ops; None when
-    args do not match the recorded call."""
+    args do not match the recorded call. With a device (the one the caller's scope puts
+    the copies on), constants that device already has are reused."""
     if _signature(args, self._graph) != self._signature:
       return None
-    made = {}
+    made, constants = {}, None
+    # a reused constant would miss the control inputs of the caller's scope
+    if device is not None and not self._graph._control_dependencies_stack:  # pylint: disable=protected-access
+      constants = _shared_constants.setdefault(self._graph, {})
 
     def mapped(t):
       index = self._arg_index.get(t.ref())
@@ -106,7 +128,12 @@ class RecordedCall:
         return args[index]
       copy = made.get(t.op)
       return t if copy is None else copy.outputs[t.value_index]
-    for op, op_type, inputs, dtypes, attrs, op_def, control_inputs in self._recipes:
+    for op, op_type, inputs, dtypes, attrs, op_def, control_inputs, const in self._recipes:
+      if constants is not None and const is not None:
+        shared = constants.get((device,) + const)
+        if shared is not None:
+          made[op] = shared.op
+          continue
       # Graph.create_op without its deprecation wrapper, which inspects the arguments of
       # every call (as long again as making the op)
       copy = self._graph._create_op_internal(  # pylint: disable=protected-access
@@ -117,6 +144,8 @@ class RecordedCall:
         if c not in copy.control_inputs:  # those of the caller's scope come by themselves
           copy._add_control_input(c)  # pylint: disable=protected-access
       made[op] = copy
+      if constants is not None and const is not None:
+        constants[(device,) + const] = copy.outputs[0]
     stats["replayed"] += 1
     if isinstance(self._result, (tuple, list)):
       return type(self._result)(mapped(t) for t in self._result)

@@ -86,3 +86,56 @@ def test_a_train_step_on_four_devices_equals_one_device():
     losses.append([float(step(inputs, targets)) for _ in range(3)])
   assert counts.get("replayed", 0) > counts.get("recorded", 0) > 0, counts
   np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+
+
+def test_each_device_holds_each_distinct_constant_once():
+  impl = _impl()
+
+  def fn(t):  # two reshapes to the same shape, two equal scalars, one other scalar
+    a = tf.reshape(t * 2.0, [3, 2])
+    b = tf.reshape(t + 2.0, [3, 2])
+    return a - b * 3.0
+
+  @tf.function
+  def run(x):
+    laid_out = _laid_out(impl, x)
+    first = impl.slicewise(fn, laid_out)
+    second = impl.slicewise(fn, laid_out)  # a second call: its constants are there too
+    return tf.concat([f + s for f, s in zip(first.tensor_list, second.tensor_list)], 0)
+  graph = run.get_concrete_function(tf.constant(FULL)).graph
+
+  def constants_used_by_fn(device):  # the constant inputs of the Reshapes, Muls and Adds
+    return sorted(t.op.get_attr("value").SerializeToString()
+                  for op in graph.get_operations() if op.device.endswith(device) and
+                  op.type in ("Reshape", "Mul", "AddV2", "Sub") for t in op.inputs
+                  if t.op.type == "Const")
+  recorded = constants_used_by_fn("CPU:0")
+  assert len(recorded) == 10 and len(set(recorded)) == 3  # TF made one per use
+  for d in range(1, 4):  # each copying device: one [3, 2] shape, one 2.0, one 3.0
+    consts = {t.op for op in graph.get_operations() if op.device.endswith("CPU:%d" % d)
+              for t in op.inputs if t.op.type == "Const"}
+    assert len(consts) == 3, consts
+    assert all(c.device.endswith("CPU:%d" % d) for c in consts)
+    assert constants_used_by_fn("CPU:%d" % d) == recorded
+  slices = [FULL[i:i + 1].reshape(3, 2) for i in range(4)]
+  want = np.concatenate([2 * (s * 2 - (s + 2) * 3) for s in slices], 0)
+  np.testing.assert_allclose(run(tf.constant(FULL)).numpy(), want, rtol=1e-6)
+
+
+def test_under_a_control_dependency_scope_constants_are_copied_with_it():
+  impl = _impl()
+
+  @tf.function
+  def run(x, gate):
+    laid_out = _laid_out(impl, x)
+    impl.slicewise(lambda t: tf.reshape(t, [3, 2]), laid_out)  # shares the shape const
+    with tf.control_dependencies([tf.identity(gate, name="gate")]):
+      out = impl.slicewise(lambda t: tf.reshape(t, [3, 2]), laid_out)
+    return out.tensor_list
+  graph = run.get_concrete_function(tf.constant(FULL), tf.constant(1.0)).graph
+  reshapes = [op for op in graph.get_operations() if op.type == "Reshape"]
+  assert len(reshapes) == 8
+  # the four made under the scope each have their own shape constant, gated like them
+  gated = [op for op in reshapes
+           if [c.type for c in op.inputs[1].op.control_inputs] == ["Identity"]]
+  assert len(gated) == 4 and len({op.inputs[1].op for op in gated}) == 4, gated
