@@ -10,8 +10,9 @@ DTensor runs that code with DVariables laid out as mesh_tf's rules say (except t
 embedding, replicated: DTensor cannot gather along a split dim).
 Plain TF is also timed with XLA (jit_compile); `--backends placement,simd,gspmd` adds
 mesh_tf's GSPMD backend (compiled with XLA; on CPU it runs unpartitioned). "build s" is
-the time to build each step up to its traced graph (mtf graph, lowering, trace); "first
-call s" the first step after it (TF's graph optimization and partitioning, DTensor's SPMD
+the time to build each step up to its traced graph (mtf graph, lowering, trace), the
+median of --build_repeats builds (the first build in a process also pays one-time
+set-up, e.g. DTensor's, ~0.15 s); "first call s" the first step after the last build (TF's graph optimization and partitioning, DTensor's SPMD
 expansion, XLA's compilation, plus one step).
 Each variant is timed in interleaved passes; the best is reported.
 
@@ -35,6 +36,7 @@ flags.DEFINE_list("backends", ["placement", "simd"],
                   "mesh_tf backends to run (placement, simd, gspmd; gspmd steps are "
                   "compiled with XLA).")
 flags.DEFINE_bool("xla_baseline", True, "Also time plain TF with jit_compile=True.")
+flags.DEFINE_integer("build_repeats", 3, "Builds of each step; the median is reported.")
 
 LAYOUTS = [
     ("single", "", ""),
@@ -147,14 +149,18 @@ def main(_):
   steps, build = {}, {}
 
   def add(label, make):
-    """Builds one variant; its build time is the graph, lowering and trace. Each starts
-    from a collected heap: a full collection of this process's heap takes about 0.2 s
-    and would otherwise land in whichever build crosses the collector's threshold."""
-    gc.collect()
-    start = time.perf_counter()
-    steps[label] = make()
-    steps[label][0].get_concrete_function(*steps[label][1])
-    build[label] = time.perf_counter() - start
+    """Builds one variant; its build time is the graph, lowering and trace (median of
+    the repeats). Each build starts from a collected heap: a full collection of this
+    process's heap takes about 0.2 s and would otherwise land in whichever build crosses
+    the collector's threshold."""
+    times = []
+    for _ in range(max(FLAGS.build_repeats, 1)):
+      gc.collect()
+      start = time.perf_counter()
+      steps[label] = make()
+      steps[label][0].get_concrete_function(*steps[label][1])
+      times.append(time.perf_counter() - start)
+    build[label] = sorted(times)[len(times) // 2]
 
   add("plain TF single", lambda: (make_tf_step(c, weights), [inputs, targets]))
   if FLAGS.xla_baseline:
@@ -188,7 +194,7 @@ def main(_):
   rows = [["variant", "s/step", "ratio to plain TF", "TF ops", "build s", "first call s",
            "first loss"]]
   for k, t in times.items():
-    rows.append([k, "%.3f" % t, "%.2f" % (t / base), "%d" % ops[k], "%.1f" % build[k],
+    rows.append([k, "%.3f" % t, "%.2f" % (t / base), "%d" % ops[k], "%.2f" % build[k],
                  "%.2f" % first_call[k], "%.5f" % first_loss[k]])
   common.print_table(rows)
 

@@ -145,6 +145,8 @@ class PlacementMeshImpl(MeshImpl):
     outputs, done, recorded = [], {}, None
     for pnum, device in enumerate(self._devices):
       args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
+      if pnum == 0:
+        recorded = slice_replay.RecordedCall.earlier(fn, args)
       key = tuple(id(a) for a in args) if self._shares_memory else pnum
       if key not in done:
         with collectives.device_scope(device):

@@ -6,7 +6,10 @@ where every core holds the same slice (see `simd_emulation`). An op's slice func
 (`fn` of `MeshImpl.slicewise`) is written for one slice, so it is vectorized over the
 mesh axes:
 
-1. `fn` is traced once on slice-shaped placeholders in a scratch graph.
+1. `fn` is traced once on slice-shaped placeholders in a scratch graph. Within one
+   graph being built, a call whose function and slices match an earlier one
+   (`slice_fn_key.call_key`: same code, closure values, dtypes and slice shapes) reuses
+   that trace unless it has stateful ops (a random op must get a new seed per call).
 2. If every op of the trace has a rule below, the ops are replayed on the compact
    tensors: ops that depend on no slice ("unstacked") are replayed unchanged and computed
    once for all cores; ops on stacked values get their axis arguments shifted past the
@@ -21,15 +24,19 @@ mesh axes:
 """
 import collections
 import inspect
+import weakref
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import func_graph as func_graph_lib  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tf.backends import simd_matmul
+from mesh_tf.backends import slice_fn_key
 from mesh_tf.lowering import local_einsum
 
 stats = collections.Counter()
+# graph being built -> {slice_fn_key.call_key: (trace graph, placeholders, outputs)}
+_traces = weakref.WeakKeyDictionary()
 
 # Elementwise ops (numpy broadcasting): stacked inputs are aligned on per-slice rank.
 _CWISE = frozenset("""
@@ -495,6 +502,22 @@ def _trace(fn, args, stacked_positions, k):
   return graph, placeholders, outputs
 
 
+def _cached_trace(fn, args, stacked_positions, k):
+  """_trace, or the trace of an earlier call with the same key in this graph."""
+  if tf.executing_eagerly():
+    return _trace(fn, args, stacked_positions, k)
+  cache = _traces.setdefault(tf.compat.v1.get_default_graph(), {})
+  key = slice_fn_key.call_key(fn, args, set(stacked_positions), k)
+  found = cache.get(key) if key is not None else None
+  if found is not None:
+    stats["trace_reused"] += 1
+    return found
+  traced = _trace(fn, args, stacked_positions, k)
+  if key is not None and not any(op.op_def.is_stateful for op in traced[0].get_operations()):
+    cache[key] = traced
+  return traced
+
+
 def _replay(graph, placeholders, outputs, args, mesh_shape, recipes):
   replay = _Replay(mesh_shape)
   for i, p in placeholders.items():
@@ -539,7 +562,7 @@ def run_slicewise(fn, args, stacked_positions, mesh_shape, recipes=None):
   docstring for the two paths.
   """
   k = len(mesh_shape)
-  graph, placeholders, outputs = _trace(fn, args, stacked_positions, k)
+  graph, placeholders, outputs = _cached_trace(fn, args, stacked_positions, k)
   try:
     result = _replay(graph, placeholders, outputs, args, mesh_shape, recipes)
     stats["replay"] += 1

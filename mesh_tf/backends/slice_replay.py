@@ -17,11 +17,17 @@ A replay given a device shares constants: a recorded Const whose value that devi
 already has in this graph (a reshape's shape, a reduction's axes, a transpose's
 permutation) is reused rather than copied, so each device holds each distinct constant
 once (on the LM's dp step, 20 of a device's 99).
+
+Recordings are kept per graph under `slice_fn_key.call_key`, so a later slicewise call
+of the same computation on same-shaped slices (the next layer's, say) copies them for
+its first device too, instead of calling its function again.
 """
 import collections
 import weakref
 
 import tensorflow as tf
+
+from mesh_tf.backends import slice_fn_key
 
 # How slice functions were run: "recorded" (called, ops kept as a recipe), "called" (no
 # recipe possible), "replayed" (ops copied for another device).
@@ -67,6 +73,8 @@ def _copyable(result, ops):
 
 # graph -> {(device, dtype, serialized value): that device's Const tensor}
 _shared_constants = weakref.WeakKeyDictionary()
+# graph -> {slice_fn_key.call_key: RecordedCall}
+_recordings = weakref.WeakKeyDictionary()
 
 
 def _constant_key(op, attrs):
@@ -93,13 +101,34 @@ class RecordedCall:
                             _constant_key(op, attrs)))
     self._result = result
 
+  @staticmethod
+  def _graph_to_record_in(args):
+    """The graph being built, where copies of ops could stand for calls; else None."""
+    if tf.executing_eagerly() or _could_record_gradients():
+      return None
+    graph = tf.compat.v1.get_default_graph()
+    return graph if _signature(args, graph) is not None else None
+
+  @staticmethod
+  def _key(fn, args):
+    return slice_fn_key.call_key(
+        fn, args, {i for i, a in enumerate(args) if isinstance(a, tf.Tensor)}, 0)
+
+  @classmethod
+  def earlier(cls, fn, args):
+    """A RecordedCall of an earlier call in this graph that fn(*args) would repeat (same
+    code, closure values and slice shapes), or None."""
+    graph = cls._graph_to_record_in(args)
+    if graph is None or graph not in _recordings:
+      return None
+    key = cls._key(fn, args)
+    return None if key is None else _recordings[graph].get(key)
+
   @classmethod
   def record(cls, fn, args):
     """(fn(*args), a RecordedCall or None where copying could not reproduce a call)."""
-    graph = None
-    if not (tf.executing_eagerly() or _could_record_gradients()):
-      graph = tf.compat.v1.get_default_graph()
-    if graph is None or _signature(args, graph) is None:
+    graph = cls._graph_to_record_in(args)
+    if graph is None:
       stats["called"] += 1
       return fn(*args), None
     start = graph.num_operations()
@@ -109,7 +138,11 @@ class RecordedCall:
       stats["called"] += 1
       return result, None
     stats["recorded"] += 1
-    return result, cls(graph, args, ops, result)
+    recorded = cls(graph, args, ops, result)
+    key = cls._key(fn, args)
+    if key is not None:
+      _recordings.setdefault(graph, {})[key] = recorded
+    return result, recorded
 
   def replay(self, args, device=None):
     """The result of the recorded function on args, from copies of its ops; None when

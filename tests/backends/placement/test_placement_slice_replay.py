@@ -139,3 +139,22 @@ def test_under_a_control_dependency_scope_constants_are_copied_with_it():
   gated = [op for op in reshapes
            if [c.type for c in op.inputs[1].op.control_inputs] == ["Identity"]]
   assert len(gated) == 4 and len({op.inputs[1].op for op in gated}) == 4, gated
+
+
+def _scaled_rows(factor):
+  return lambda t: tf.reduce_sum(t * factor, 1)
+
+
+def test_a_later_call_of_the_same_computation_copies_the_first_recording():
+  impl = _impl()
+
+  @tf.function(autograph=False)  # autograph would wrap each closure anew
+  def run(x):
+    laid_out = _laid_out(impl, x)
+    outs = [impl.slicewise(_scaled_rows(f), laid_out) for f in (2.0, 2.0, 3.0)]
+    return [tf.concat(o.tensor_list, 0) for o in outs]
+  counts = _counts(lambda: run.get_concrete_function(tf.constant(FULL)))
+  # 2.0 recorded once and copied 7 times; 3.0 differs in its closure: recorded anew
+  assert counts == {"recorded": 2, "replayed": 10}, counts
+  for got, f in zip(run(tf.constant(FULL)), (2.0, 2.0, 3.0)):
+    np.testing.assert_allclose(got.numpy(), (FULL * f).sum(1), rtol=1e-6)

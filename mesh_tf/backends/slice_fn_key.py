@@ -1,0 +1,95 @@
+"""When two calls of slice functions make the same TF ops: a hashable key for a call.
+
+Lowering an mtf op builds a new closure per op (`lambda *slices: impl.einsum(equation,
+*slices)`), so the same computation on same-shaped slices comes back as different
+function objects. `call_key` looks through them: two calls get equal keys when their
+functions have the same code and closure values, and their arguments the same dtypes
+and slice shapes (tensors) or values (anything else), so tracing one stands for the
+other. Closure values are compared by value where they are plain data (numbers, strings,
+dtypes, tuples and lists of those, mtf shapes, small numpy arrays), by identity where
+they are tensors, functions without a value key, or other objects; anything else has no
+key. As with tf.function, an object captured by identity is assumed not to change in a
+way that changes what the function computes.
+"""
+import numpy as np
+import tensorflow as tf
+
+from mesh_tf.shapes.shape import Dimension, Shape
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, tf.DType, Dimension)
+_MAX_ARRAY_BYTES = 1 << 12
+_MAX_DEPTH = 4
+
+
+class _Identity:
+  """Hashes and compares by identity, keeping the object alive while the key lives (so
+  its id is not reused by another object)."""
+  __slots__ = ("obj",)
+
+  def __init__(self, obj):
+    self.obj = obj
+
+  def __hash__(self):
+    return id(self.obj)
+
+  def __eq__(self, other):
+    return isinstance(other, _Identity) and other.obj is self.obj
+
+
+def value_key(value, depth=0):
+  """A hashable key equal for values a slice function cannot tell apart, or None."""
+  if isinstance(value, _PLAIN):
+    return (type(value), value)
+  if isinstance(value, Shape):
+    return (Shape, tuple(value))
+  if isinstance(value, (tf.Tensor, tf.Variable)):
+    return _Identity(value)
+  if isinstance(value, np.ndarray):
+    if value.nbytes > _MAX_ARRAY_BYTES or value.dtype == object:
+      return None
+    return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
+  if isinstance(value, np.generic):
+    return (type(value), value.item())
+  if depth >= _MAX_DEPTH:
+    return _Identity(value) if callable(value) else None
+  if isinstance(value, (tuple, list)):
+    parts = tuple(value_key(v, depth + 1) for v in value)
+    return None if any(p is None for p in parts) else (type(value), parts)
+  if isinstance(value, dict):
+    return None
+  if hasattr(value, "__code__"):
+    return function_key(value, depth + 1)
+  if hasattr(value, "__func__") and hasattr(value, "__self__"):  # a bound method
+    func = function_key(value.__func__, depth + 1)
+    return None if func is None else ("method", func, _Identity(value.__self__))
+  return _Identity(value)
+
+
+def function_key(fn, depth=0):
+  """Key of a Python function: its code with its closure and default values; the
+  function itself where those have no key (it stands only for itself then)."""
+  cells = fn.__closure__ or ()
+  try:
+    parts = [value_key(c.cell_contents, depth) for c in cells]
+  except ValueError:  # an empty cell (a name assigned after the function was made)
+    return _Identity(fn)
+  parts.append(value_key(fn.__defaults__, depth))
+  parts.append(value_key(tuple(sorted((fn.__kwdefaults__ or {}).items())), depth))
+  if any(p is None for p in parts):
+    return _Identity(fn)
+  return ("function", fn.__code__, tuple(parts))
+
+
+def call_key(fn, args, sliced_positions, num_leading_axes):
+  """Key of fn(*args) where args at sliced_positions are tensors with num_leading_axes
+  axes before the slice: their dtype and slice shape count, other args by value_key.
+  None when some part has no key."""
+  parts = [value_key(fn)]
+  for i, a in enumerate(args):
+    if i in sliced_positions:
+      if a.shape.rank is None:
+        return None
+      parts.append((a.dtype, tuple(a.shape.as_list()[num_leading_axes:])))
+    else:
+      parts.append(value_key(a))
+  return None if any(p is None for p in parts) else tuple(parts)
