@@ -20,8 +20,8 @@ from mesh_tf.ops.variables import VariableDType, get_variable
 from mesh_tf.shapes import Dimension, Shape
 
 
-def _dropout_shape(x, broadcast_dims):
-  return x.shape - list(broadcast_dims or [])
+def _dropout_shape(shape, broadcast_dims):
+  return shape - list(broadcast_dims or [])
 
 
 def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
@@ -49,18 +49,22 @@ def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
     raise ShapeError("dot_product_attention: v %s lacks k's memory dim %s" % (
         v.shape, memory_length), tensor=v.name, dim=memory_length.name)
   output_shape = Shape(q.shape.dims[:-1] + [v.shape.dims[-1]])
-  if not (is_training and dropout != 0.0) and extra_logit is None:
+  logits_shape = Shape(q.shape.dims[:-1] + [memory_length])
+  drops = is_training and dropout != 0.0
+  if extra_logit is None:
     fused = fused_attention.dot_product_attention(
-        q, k, v, mask, q.shape.dims[-1], memory_length, v.shape.dims[-1], output_shape)
+        q, k, v, mask, q.shape.dims[-1], memory_length, v.shape.dims[-1], output_shape,
+        dropout_rate=dropout if drops else 0.0, dropout_noise_shape=_dropout_shape(
+            logits_shape, dropout_broadcast_dims) if drops else None)
     if fused is not None:
       return fused
-  logits = einsum([q, k], Shape(q.shape.dims[:-1] + [memory_length]))
+  logits = einsum([q, k], logits_shape)
   if mask is not None:
     logits += mask
   weights = reduce_ops.softmax(logits, memory_length, extra_logit=extra_logit)
-  if is_training and dropout != 0.0:
-    weights = random_ops.dropout(weights, rate=dropout,
-                                 noise_shape=_dropout_shape(weights, dropout_broadcast_dims))
+  if drops:
+    weights = random_ops.dropout(weights, rate=dropout, noise_shape=_dropout_shape(
+        weights.shape, dropout_broadcast_dims))
   return einsum([weights, v], output_shape)
 
 

@@ -13,7 +13,12 @@ against d_kv 32): fwd + bwd of one layer's attention went from 61 ms to 27 ms on
 where the dims allow (`dot_product_attention` below returns None otherwise and they keep
 the composite): q, k and v share a float dtype; k is exactly batch + memory + key dims and
 v batch + memory + value dims, where batch is every other dim of k (all in q and v); the
-bias, if any, has only logits dims. The key, memory and value dims must be whole on each
+bias, if any, has only logits dims. Dropout on the probabilities is an input too: the
+scale `random.dropout_scale` draws (0 or 1 / keep_prob over the logits dims less the
+broadcast ones), as mtf.dropout draws it in the composite; the forward multiplies the
+probabilities by it, the gradient the probabilities' gradient. (The values match the
+composite's where the random ops are lowered in the same order: each draw advances the
+mesh's random-step counter.) The key, memory and value dims must be whole on each
 processor (the plan gathers them where a layout splits them), and for the gradient also
 q's own dims (length), whose split would make the k and v gradients partial sums.
 """
@@ -24,6 +29,7 @@ from mesh_tf.graph import Operation
 from mesh_tf.lowering import plan_interpreter
 from mesh_tf.lowering.local_einsum import permute_dims, reshape_if_needed
 from mesh_tf.ops.fused_softmax import local_softmax
+from mesh_tf.ops.random import dropout_scale
 from mesh_tf.ops.reduce import reduce_sum
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Shape
@@ -114,17 +120,38 @@ class _Local:
     """[batch..., query..., c] -> [batch..., rows, c]."""
     return reshape_if_needed(value, self.batch_shape + [self.rows, value.shape[-1]])
 
+  def like_logits(self, value, names, memory_name):
+    """value, whose dims `names` are some of batch, query and memory, arranged and
+    reshaped to broadcast against [batch..., query..., memory]."""
+    all_names = self.b + self.l + [memory_name]
+    full = self.batch_shape + self.query_shape + [self.memory_size]
+    order = [n for n in all_names if n in names]
+    value = _arranged(value, names, order)
+    first = all_names.index(order[0]) if order else len(all_names)
+    # dims missing before value's first one broadcast by themselves
+    return reshape_if_needed(value, [s if n in order else 1
+                                     for n, s in zip(all_names[first:], full[first:])])
+
+  def scaled_rows(self, rows_value, scale):
+    """[batch..., rows, memory] rows_value times scale (from like_logits), or itself."""
+    if scale is None:
+      return rows_value
+    return self.dims_to_rows(self.rows_to_dims(rows_value) * scale)
+
 
 class DotProductAttentionOperation(Operation):
   """softmax over memory_dim of (q.k over key_dim + bias), times v over memory_dim.
 
-  Outputs: the attention output (output_shape) and the probabilities, head-major (its
-  gradient reads them)."""
+  Outputs: the attention output (output_shape) and the probabilities before dropout,
+  head-major (its gradient reads them). Inputs: q, k, v, then the bias and the dropout
+  scale where given."""
 
-  def __init__(self, q, k, v, bias, dims, output_shape, name=None):
-    super().__init__([q, k, v] + ([bias] if bias is not None else []),
+  def __init__(self, q, k, v, bias, dims, output_shape, dropout=None, name=None):
+    super().__init__([q, k, v] + [x for x in (bias, dropout) if x is not None],
                      name=name or "dot_product_attention")
     self.dims = dims
+    self.bias = bias
+    self.dropout = dropout
     self._add_output(Shape(output_shape), q.dtype)
     self._add_output(dims.probs_shape, q.dtype)
 
@@ -134,8 +161,10 @@ class DotProductAttentionOperation(Operation):
       return [None] * len(self.inputs)
     dq, dk, dv, ds = AttentionGradOperation(self, dout).outputs
     grads = [dq, dk, dv]
-    if len(self.inputs) > 3:
-      grads.append(reduce_sum(ds, output_shape=self.inputs[3].shape))
+    if self.bias is not None:
+      grads.append(reduce_sum(ds, output_shape=self.bias.shape))
+    if self.dropout is not None:
+      grads.append(None)  # random: no gradient
     return grads
 
   def plan(self, layout):
@@ -149,24 +178,21 @@ class DotProductAttentionOperation(Operation):
     plan = self.plan(lowering.mesh_impl(self).slice_layout)
     d = self.dims
     q, k, v = self.inputs[:3]
-    bias = self.inputs[3] if len(self.inputs) > 3 else None
+    bias, dropout = self.bias, self.dropout
     out_names = self.outputs[0].shape.dimension_names
 
-    def local(q_s, k_s, v_s, bias_s=None):
+    def local(q_s, k_s, v_s, *extra):
       m = _Local(d, q.shape.dims, k.shape.dims, v.shape.dims, q_s, k_s, v_s)
+      extra = list(extra)
+      bias_s = extra.pop(0) if bias is not None else None
+      scale = (m.like_logits(extra.pop(0), dropout.shape.dimension_names, d.memory.name)
+               if dropout is not None else None)
       logits = tf.linalg.matmul(m.q, m.k, adjoint_b=True)  # [batch..., rows, memory]
       if bias_s is not None:
-        all_names = m.b + m.l + [d.memory.name]
-        full = m.batch_shape + m.query_shape + [m.memory_size]
-        order = [n for n in all_names if n in bias.shape.dimension_names]
-        b = _arranged(bias_s, bias.shape.dimension_names, order)
-        first = all_names.index(order[0]) if order else len(all_names)
-        # dims missing before the bias's first one broadcast by themselves
-        b = reshape_if_needed(b, [s if n in order else 1
-                                  for n, s in zip(all_names[first:], full[first:])])
-        logits = m.dims_to_rows(m.rows_to_dims(logits) + b)
+        logits = m.dims_to_rows(m.rows_to_dims(logits) + m.like_logits(
+            bias_s, bias.shape.dimension_names, d.memory.name))
       probs = local_softmax(logits, logits.shape.rank - 1)
-      out = m.rows_to_dims(tf.linalg.matmul(probs, m.v))
+      out = m.rows_to_dims(tf.linalg.matmul(m.scaled_rows(probs, scale), m.v))
       out = _arranged(out, m.b + m.l + [d.value.name], out_names)
       return out, m.rows_to_dims(probs)
     plan_interpreter.lower_planned(lowering, self, plan, local)
@@ -178,7 +204,9 @@ class AttentionGradOperation(Operation):
 
   def __init__(self, forward, dout, name=None):
     q, k, v = forward.inputs[:3]
-    super().__init__([q, k, v, forward.outputs[1], dout],
+    self.dropout = forward.dropout
+    super().__init__([q, k, v, forward.outputs[1], dout] +
+                     ([self.dropout] if self.dropout is not None else []),
                      name=name or forward.name + "_grad")
     self.dims = forward.dims
     for x in (q, k, v):
@@ -197,15 +225,20 @@ class AttentionGradOperation(Operation):
   def lower(self, lowering):
     plan = self.plan(lowering.mesh_impl(self).slice_layout)
     d = self.dims
-    q, k, v, _, dout = self.inputs
+    q, k, v, _, dout = self.inputs[:5]
     dout_names = dout.shape.dimension_names
+    dropout = self.dropout
 
-    def local(q_s, k_s, v_s, probs_s, dout_s):
+    def local(q_s, k_s, v_s, probs_s, dout_s, dropout_s=None):
       m = _Local(d, q.shape.dims, k.shape.dims, v.shape.dims, q_s, k_s, v_s)
+      scale = (m.like_logits(dropout_s, dropout.shape.dimension_names, d.memory.name)
+               if dropout is not None else None)
       probs = m.dims_to_rows(probs_s)
       do = m.dims_to_rows(_arranged(dout_s, dout_names, m.b + m.l + [d.value.name]))
-      dprobs = tf.linalg.matmul(do, m.v, adjoint_b=True)
-      dv = tf.linalg.matmul(probs, do, adjoint_a=True)  # [batch..., memory, value]
+      # the gradient of the probabilities through the dropout
+      dprobs = m.scaled_rows(tf.linalg.matmul(do, m.v, adjoint_b=True), scale)
+      dv = tf.linalg.matmul(m.scaled_rows(probs, scale), do,
+                            adjoint_a=True)  # [batch..., memory, value]
       dlogits = probs * (dprobs - tf.reduce_sum(dprobs * probs, -1, keepdims=True))
       dq = m.rows_to_dims(tf.linalg.matmul(dlogits, m.k))
       dk = tf.linalg.matmul(dlogits, m.q, adjoint_a=True)  # [batch..., memory, key]
@@ -216,10 +249,22 @@ class AttentionGradOperation(Operation):
     plan_interpreter.lower_planned(lowering, self, plan, local)
 
 
-def dot_product_attention(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape):
+def dot_product_attention(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape,
+                          dropout_rate=0.0, dropout_noise_shape=None):
   """The output of a DotProductAttentionOperation, or None where it does not apply (see
-  the module docstring); the caller then builds the composite."""
+  the module docstring); the caller then builds the composite.
+
+  With dropout_rate, the probabilities are dropped out with one mask per element of
+  dropout_noise_shape (logits dims; the whole logits where None)."""
   dims = _classify(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape)
   if dims is None:
     return None
-  return DotProductAttentionOperation(q, k, v, bias, dims, output_shape).outputs[0]
+  scale = None
+  if dropout_rate:
+    noise_shape = Shape(dropout_noise_shape if dropout_noise_shape is not None
+                        else dims.probs_shape)
+    if not all(d in dims.probs_shape.dims for d in noise_shape.dims):
+      return None
+    scale = dropout_scale(q.mesh, noise_shape, 1.0 - dropout_rate, q.dtype)
+  return DotProductAttentionOperation(q, k, v, bias, dims, output_shape,
+                                      dropout=scale).outputs[0]

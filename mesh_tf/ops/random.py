@@ -161,6 +161,12 @@ def dropout(x, is_training=True, keep_prob=None, rate=None, noise_shape=None, na
   if extra:
     raise ShapeError("dropout of %s %s: noise_shape dims %s are not dims of x" % (
         x.name, x.shape, [str(d) for d in extra]), tensor=x.name)
-  keep = ew.cast(ew.less(random_uniform(x.mesh, noise_shape, dtype=x.dtype), keep_prob),
-                 x.dtype)
-  return ew.multiply(x, keep * (1.0 / keep_prob), name=name or "dropout")
+  return ew.multiply(x, dropout_scale(x.mesh, noise_shape, keep_prob, x.dtype),
+                     name=name or "dropout")
+
+
+def dropout_scale(mesh, noise_shape, keep_prob, dtype):
+  """What dropout multiplies by: 1 / keep_prob with probability keep_prob, else 0, drawn
+  per element of noise_shape."""
+  keep = ew.cast(ew.less(random_uniform(mesh, noise_shape, dtype=dtype), keep_prob), dtype)
+  return keep * (1.0 / keep_prob)

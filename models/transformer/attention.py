@@ -78,10 +78,12 @@ def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None, dropout
     q, k = mtf.cast(q, tf.float32), mtf.cast(k, tf.float32)
   wants_z_loss = bool(z_loss_coeff and context is not None and context.train
                       and context.losses is not None)
-  if not (dropout_rate or wants_z_loss or extra_logit is not None):
+  if not (wants_z_loss or extra_logit is not None):
     outputs = fused_attention.dot_product_attention(
         q, k, v, None if bias is None else mtf.cast(bias, q.dtype), key_dim,
-        memory_length_dim, value_dim, [d for d in q.shape.dims if d != key_dim] + [value_dim])
+        memory_length_dim, value_dim, [d for d in q.shape.dims if d != key_dim] + [value_dim],
+        dropout_rate=dropout_rate, dropout_noise_shape=_logits_shape(q, k, key_dim) - list(
+            dropout_broadcast_dims or []) if dropout_rate else None)
     if outputs is not None:
       return outputs if outputs.shape.dims == output_dims else mtf.reshape(
           outputs, mtf.Shape(output_dims))

@@ -1,12 +1,15 @@
 """Dot-product attention runs as one fused op (ops/fused_attention.py) where its dims
 allow, and equals plain TF's einsum-softmax-einsum in output and in the gradients of q,
 k, v and a learned bias, whatever the layout splits (split key, memory or length dims are
-gathered); elsewhere the composite stays."""
+gathered); with dropout it draws its mask as mtf.dropout does (here, the graph's only
+random op, the very mask of the composite) and equals the composite; elsewhere the
+composite stays."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+from mesh_tf.ops import fused_attention
 from mesh_tf.ops.fused_attention import AttentionGradOperation, DotProductAttentionOperation
 from models.transformer import attention
 from mtf_testing import assert_simd_replays_like_one_device
@@ -84,11 +87,52 @@ def test_simd_replays_the_fused_attention_without_fallback():
   assert_simd_replays_like_one_device(_build, impls)
 
 
-@pytest.mark.parametrize("kwargs", [{"dropout_rate": 0.1}, {"extra_logit": 0.0}],
-                         ids=["dropout", "extra_logit"])
+@pytest.mark.parametrize("kwargs", [{"extra_logit": 0.0}, {"z_loss_coeff": 1e-4}],
+                         ids=["extra_logit", "z_loss"])
 def test_what_the_fused_op_does_not_do_keeps_the_composite(kwargs):
-  graph, _, _ = _build(**kwargs)
+  context = _TrainContext()
+  graph, _, _ = _build(context=context, **kwargs)
   assert not any(isinstance(op, DotProductAttentionOperation) for op in graph.operations)
+
+
+class _TrainContext:
+  """What attention() reads of a Transformer layer's Context: training, with losses."""
+  train = True
+  mode = "train"
+  losses = []
+  model = None
+
+
+DROPOUT_LAYOUTS = [("placement", "", ""), ("placement", "a:2;b:2", "batch:a;heads:b"),
+                   ("placement", "a:2", "memory_length:a"),
+                   ("simd", "a:2;b:2", "length:a;heads:b")]
+
+
+@pytest.mark.parametrize("backend,mesh_shape,layout", DROPOUT_LAYOUTS,
+                         ids=["%s-%s" % (b, l or "single") for b, _, l in DROPOUT_LAYOUTS])
+def test_fused_dropout_equals_the_composite_with_its_mask(backend, mesh_shape, layout,
+                                                          monkeypatch):
+  kwargs = {"dropout_rate": 0.5, "dropout_broadcast_dims": [DIMS["heads"]]}
+  fused_graph, fused_mesh, fused = _build(**kwargs)
+  assert _fused(fused_graph)
+  with monkeypatch.context() as patch:
+    patch.setattr(fused_attention, "dot_product_attention", lambda *a, **k: None)
+    composite_graph, composite_mesh, composite = _build(**kwargs)
+  assert not _fused(composite_graph)
+  size = mtf.convert_to_shape(mesh_shape).size
+  devices = ["/cpu:%d" % i for i in range(size)] if mesh_shape else [""]
+  got = mtf.Lowering(fused_graph, {fused_mesh: mtf.make_mesh_impl(
+      backend, mesh_shape, layout, devices)})
+  want = mtf.Lowering(composite_graph, {composite_mesh: mtf.make_mesh_impl(
+      "placement", "", "", [""])})
+  labels = ["output", "d q", "d k", "d v", "d bias"]
+  for label, g, w in zip(labels, fused, composite):
+    np.testing.assert_allclose(got.export_to_tf_tensor(g).numpy(),
+                               want.export_to_tf_tensor(w).numpy(), rtol=1e-5, atol=1e-5,
+                               err_msg=label)
+  # the dropout is in effect: without it the output is plain TF's, here it is not
+  assert not np.allclose(got.export_to_tf_tensor(fused[0]).numpy(), _reference()[0],
+                         atol=1e-3)
 
 
 def test_layers_dot_product_attention_fuses_heads_major_and_multi_query():
@@ -109,6 +153,31 @@ def test_layers_dot_product_attention_fuses_heads_major_and_multi_query():
   got = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(out).numpy()
   logits = np.einsum("bhlk,bmk->bhlm", Q.transpose(0, 2, 1, 3), KEYS[:, :, 0]) + BIAS[0]
   want = np.einsum("bhlm,bmv->bhlv", tf.nn.softmax(logits, -1).numpy(), VALUES[:, :, 0])
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_layers_dot_product_attention_with_dropout_fuses_and_equals_the_composite(
+    monkeypatch):
+  def build():
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "m")
+    b, h, l, m, kv = (mtf.Dimension(n, s) for n, s in [
+        ("batch", B), ("heads", H), ("length", L), ("memory", L), ("kv", K)])
+    q = mtf.import_tf_tensor(mesh, tf.constant(Q.transpose(0, 2, 1, 3)), [b, h, l, kv])
+    k = mtf.import_tf_tensor(mesh, tf.constant(KEYS.transpose(0, 2, 1, 3)), [b, h, m, kv])
+    v = mtf.import_tf_tensor(mesh, tf.constant(KEYS.transpose(0, 2, 1, 3)), [b, h, m, kv])
+    out = mtf.layers.dot_product_attention(q, k, v, None, is_training=True, dropout=0.3,
+                                           dropout_broadcast_dims=[l])
+    return graph, mesh, out
+  graph, mesh, out = build()
+  assert any(isinstance(op, DotProductAttentionOperation) for op in graph.operations)
+  impl = mtf.make_mesh_impl("placement", "a:2", "heads:a", ["/cpu:0", "/cpu:1"])
+  got = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(out).numpy()
+  monkeypatch.setattr(fused_attention, "dot_product_attention", lambda *a, **k: None)
+  graph, mesh, out = build()
+  assert not any(isinstance(op, DotProductAttentionOperation) for op in graph.operations)
+  want = mtf.Lowering(graph, {mesh: mtf.make_mesh_impl("placement", "", "", [""])}
+                      ).export_to_tf_tensor(out).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
