@@ -13,12 +13,14 @@ way that changes what the function computes, and a call answered from an earlier
 does not run the function again (its Python side effects, a print or a counter, happen
 at the first call only; its TF ops are what the step runs).
 """
+import math
+
 import numpy as np
 import tensorflow as tf
 
 from mesh_tf.shapes.shape import Dimension, Shape
 
-_PLAIN = (type(None), bool, int, float, complex, str, bytes, tf.DType, Dimension)
+_PLAIN = (type(None), bool, int, complex, str, bytes, tf.DType, Dimension)
 _MAX_ARRAY_BYTES = 1 << 12
 _MAX_DEPTH = 4
 
@@ -40,6 +42,8 @@ class _Identity:
 
 def value_key(value, depth=0):
   """A hashable key equal for values a slice function cannot tell apart, or None."""
+  if isinstance(value, float):  # 0.0 == -0.0, but t * 0.0 and t * -0.0 differ in sign
+    return (float, value, math.copysign(1.0, value))
   if isinstance(value, _PLAIN):
     return (type(value), value)
   if isinstance(value, Shape):
@@ -51,7 +55,7 @@ def value_key(value, depth=0):
       return None
     return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
   if isinstance(value, np.generic):
-    return (type(value), value.item())
+    return (type(value), value_key(value.item(), depth))
   if depth >= _MAX_DEPTH:
     return _Identity(value) if callable(value) else None
   if isinstance(value, (tuple, list)):

@@ -30,6 +30,8 @@ def test_closures_of_one_code_share_a_key_only_with_equal_values():
   assert _key(_scaled(2.0, [1]), t) != _key(_scaled(3.0, [1]), t)
   assert _key(_scaled(2.0, [1]), t) != _key(_scaled(2.0, [0]), t)
   assert _key(_scaled(2.0, [1]), t) != _key(_scaled(2.0, (1,)), t)  # list vs tuple
+  assert _key(_scaled(0.0, [1]), t) != _key(_scaled(-0.0, [1]), t)  # signs of zero
+  assert _key(_scaled(1, [1]), t) != _key(_scaled(True, [1]), t)
   # the leading (mesh) axes do not count; the slice's shape and dtype do
   assert _key(_scaled(2.0, [1]), t) == _key(_scaled(2.0, [1]), tf.zeros([8, 4, 6]))
   assert _key(_scaled(2.0, [1]), t) != _key(_scaled(2.0, [1]), tf.zeros([2, 4, 7]))
