@@ -24,7 +24,6 @@ mesh axes:
 """
 import collections
 import inspect
-import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -35,8 +34,6 @@ from mesh_tf.backends import slice_fn_key
 from mesh_tf.lowering import local_einsum
 
 stats = collections.Counter()
-# graph being built -> {slice_fn_key.call_key: (trace graph, placeholders, outputs)}
-_traces = weakref.WeakKeyDictionary()
 
 # Elementwise ops (numpy broadcasting): stacked inputs are aligned on per-slice rank.
 _CWISE = frozenset("""
@@ -506,7 +503,8 @@ def _cached_trace(fn, args, stacked_positions, k):
   """_trace, or the trace of an earlier call with the same key in this graph."""
   if tf.executing_eagerly():
     return _trace(fn, args, stacked_positions, k)
-  cache = _traces.setdefault(tf.compat.v1.get_default_graph(), {})
+  # call_key -> (trace graph, placeholders, outputs)
+  cache = slice_fn_key.graph_cache(tf.compat.v1.get_default_graph(), "simd_traces")
   key = slice_fn_key.call_key(fn, args, set(stacked_positions), k)
   found = cache.get(key) if key is not None else None
   if found is not None:

@@ -99,3 +99,14 @@ def call_key(fn, args, sliced_positions, num_leading_axes):
     else:
       parts.append(value_key(a))
   return None if any(p is None for p in parts) else tuple(parts)
+
+
+def graph_cache(graph, name):
+  """A dict named `name` that lives as long as graph, kept on the graph itself. (A table
+  keyed weakly by graph would never drop an entry: its values, ops and traces of the
+  graph, hold the graph.)"""
+  caches = getattr(graph, "_mesh_tf_slice_caches", None)
+  if caches is None:
+    caches = {}
+    setattr(graph, "_mesh_tf_slice_caches", caches)
+  return caches.setdefault(name, {})

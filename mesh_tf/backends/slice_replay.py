@@ -23,7 +23,6 @@ of the same computation on same-shaped slices (the next layer's, say) copies the
 its first device too, instead of calling its function again.
 """
 import collections
-import weakref
 
 import tensorflow as tf
 
@@ -71,10 +70,9 @@ def _copyable(result, ops):
                  for op in ops)
 
 
-# graph -> {(device, dtype, serialized value): that device's Const tensor}
-_shared_constants = weakref.WeakKeyDictionary()
-# graph -> {slice_fn_key.call_key: RecordedCall}
-_recordings = weakref.WeakKeyDictionary()
+# Kept on each graph (slice_fn_key.graph_cache): "constants" maps (device, dtype,
+# serialized value) to that device's Const tensor, "recordings" a call_key to its
+# RecordedCall.
 
 
 def _constant_key(op, attrs):
@@ -119,10 +117,13 @@ class RecordedCall:
     """A RecordedCall of an earlier call in this graph that fn(*args) would repeat (same
     code, closure values and slice shapes), or None."""
     graph = cls._graph_to_record_in(args)
-    if graph is None or graph not in _recordings:
+    if graph is None:
+      return None
+    recordings = slice_fn_key.graph_cache(graph, "recordings")
+    if not recordings:
       return None
     key = cls._key(fn, args)
-    return None if key is None else _recordings[graph].get(key)
+    return None if key is None else recordings.get(key)
 
   @classmethod
   def record(cls, fn, args):
@@ -141,7 +142,7 @@ class RecordedCall:
     recorded = cls(graph, args, ops, result)
     key = cls._key(fn, args)
     if key is not None:
-      _recordings.setdefault(graph, {})[key] = recorded
+      slice_fn_key.graph_cache(graph, "recordings")[key] = recorded
     return result, recorded
 
   def replay(self, args, device=None):
@@ -153,7 +154,7 @@ class RecordedCall:
     made, constants = {}, None
     # a reused constant would miss the control inputs of the caller's scope
     if device is not None and not self._graph._control_dependencies_stack:  # pylint: disable=protected-access
-      constants = _shared_constants.setdefault(self._graph, {})
+      constants = slice_fn_key.graph_cache(self._graph, "constants")
 
     def mapped(t):
       index = self._arg_index.get(t.ref())

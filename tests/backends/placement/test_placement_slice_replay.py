@@ -158,3 +158,22 @@ def test_a_later_call_of_the_same_computation_copies_the_first_recording():
   assert counts == {"recorded": 2, "replayed": 10}, counts
   for got, f in zip(run(tf.constant(FULL)), (2.0, 2.0, 3.0)):
     np.testing.assert_allclose(got.numpy(), (FULL * f).sum(1), rtol=1e-6)
+
+
+def test_a_traced_graph_is_freed_with_its_recordings_and_shared_constants():
+  """The recordings and shared constants live on the graph: once the function is
+  dropped, the graph is collected (a table keyed weakly by graph would keep it)."""
+  import gc  # pylint: disable=g-import-not-at-top
+  import weakref  # pylint: disable=g-import-not-at-top
+  impl = _impl()
+
+  def trace():
+    @tf.function(autograph=False)
+    def run(x):
+      laid_out = _laid_out(impl, x)
+      outs = [impl.slicewise(_scaled_rows(2.0), laid_out) for _ in range(2)]
+      return [tf.concat(o.tensor_list, 0) for o in outs]
+    return weakref.ref(run.get_concrete_function(tf.constant(FULL)).graph)
+  graph = trace()
+  gc.collect()
+  assert graph() is None

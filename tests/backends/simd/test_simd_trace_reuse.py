@@ -89,3 +89,20 @@ def test_a_trace_with_a_random_op_is_not_reused():
   first, second = step(tf.constant(np.zeros_like(FULL)))
   assert simd_vectorize.stats["trace_reused"] == before
   assert not np.allclose(first.numpy(), second.numpy())
+
+
+def test_a_traced_graph_is_freed_with_its_traces():
+  import gc  # pylint: disable=g-import-not-at-top
+  import weakref  # pylint: disable=g-import-not-at-top
+  simd = mtf.SimdMeshImpl("a:4", "batch:a")
+
+  def trace():
+    @tf.function(autograph=False)
+    def step(x):
+      laid = _simd_import(simd, x)
+      offset = tf.reduce_sum(x)  # a tensor of this graph, captured by the closures
+      return [simd.slicewise(lambda t: t + offset, laid).all_slices[0] for _ in range(2)]
+    return weakref.ref(step.get_concrete_function(tf.constant(FULL)).graph)
+  graph = trace()
+  gc.collect()
+  assert graph() is None
