@@ -511,9 +511,15 @@ def _cached_trace(fn, args, stacked_positions, k):
     stats["trace_reused"] += 1
     return found
   traced = _trace(fn, args, stacked_positions, k)
-  if key is not None and not any(op.op_def.is_stateful for op in traced[0].get_operations()):
+  if key is not None and not (_control_captures(traced[0]) or any(
+      op.op_def.is_stateful for op in traced[0].get_operations())):
     cache[key] = traced
   return traced
+
+
+def _control_captures(graph):
+  """Ops of outer graphs the trace's ops must run after (tf.control_dependencies in fn)."""
+  return getattr(getattr(graph, "function_captures", None), "control", None) or []
 
 
 def _replay(graph, placeholders, outputs, args, mesh_shape, recipes):
@@ -522,8 +528,7 @@ def _replay(graph, placeholders, outputs, args, mesh_shape, recipes):
     replay.values[p.ref()] = (args[i], args[i].shape.as_list()[:replay.k])
   for external, internal in graph.captures:
     replay.values[internal.ref()] = (external, None)
-  control = getattr(getattr(graph, "function_captures", None), "control", None) or []
-  control = [c for c in control if not tf.executing_eagerly()]
+  control = [c for c in _control_captures(graph) if not tf.executing_eagerly()]
   multi = isinstance(outputs, (tuple, list))
   outs = list(outputs) if multi else [outputs]
   if not all(isinstance(o, tf.Tensor) and o.graph is graph for o in outs):

@@ -140,7 +140,8 @@ class RecordedCall:
       return result, None
     stats["recorded"] += 1
     recorded = cls(graph, args, ops, result)
-    key = cls._key(fn, args)
+    # a later call may be under other control dependencies than this one's
+    key = None if any(op.control_inputs for op in ops) else cls._key(fn, args)
     if key is not None:
       slice_fn_key.graph_cache(graph, "recordings")[key] = recorded
     return result, recorded

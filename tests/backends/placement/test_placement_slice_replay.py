@@ -177,3 +177,21 @@ def test_a_traced_graph_is_freed_with_its_recordings_and_shared_constants():
   graph = trace()
   gc.collect()
   assert graph() is None
+
+
+def test_a_recording_made_under_control_dependencies_is_not_copied_for_later_calls():
+  impl = _impl()
+
+  @tf.function(autograph=False)
+  def run(x, gate):
+    laid_out = _laid_out(impl, x)
+    with tf.control_dependencies([tf.identity(gate)]):
+      first = impl.slicewise(_scaled_rows(2.0), laid_out)
+    second = impl.slicewise(_scaled_rows(2.0), laid_out)  # outside the scope
+    return first.tensor_list + second.tensor_list
+  counts = _counts(lambda: run.get_concrete_function(tf.constant(FULL), tf.constant(1.0)))
+  assert counts == {"recorded": 2, "replayed": 6}, counts
+  graph = run.get_concrete_function(tf.constant(FULL), tf.constant(1.0)).graph
+  ungated = [op for op in graph.get_operations() if op.type == "Sum" and not any(
+      c.type == "Identity" for i in op.inputs for c in i.op.control_inputs + op.control_inputs)]
+  assert len(ungated) == 4  # the second call's sums do not wait for the gate
