@@ -70,11 +70,6 @@ def _copyable(result, ops):
                  for op in ops)
 
 
-# Kept on each graph (slice_fn_key.graph_cache): "constants" maps (device, dtype,
-# serialized value) to that device's Const tensor, "recordings" a call_key to its
-# RecordedCall.
-
-
 def _constant_key(op, attrs):
   """What makes two recorded Consts interchangeable, or None for any other op."""
   if op.type != "Const" or op.inputs or op.control_inputs:
@@ -83,7 +78,11 @@ def _constant_key(op, attrs):
 
 
 class RecordedCall:
-  """The ops one call of a slice function created, and how its result is made of them."""
+  """The ops one call of a slice function created, and how its result is made of them.
+
+  Two tables live on each graph (slice_fn_key.graph_cache): "recordings" maps a call_key
+  to its RecordedCall, "constants" (device, dtype, serialized value) to that device's
+  Const tensor."""
 
   def __init__(self, graph, args, ops, result):
     self._graph = graph

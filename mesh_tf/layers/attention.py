@@ -51,11 +51,11 @@ def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
   output_shape = Shape(q.shape.dims[:-1] + [v.shape.dims[-1]])
   logits_shape = Shape(q.shape.dims[:-1] + [memory_length])
   drops = is_training and dropout != 0.0
+  noise_shape = _dropout_shape(logits_shape, dropout_broadcast_dims) if drops else None
   if extra_logit is None:
     fused = fused_attention.dot_product_attention(
         q, k, v, mask, q.shape.dims[-1], memory_length, v.shape.dims[-1], output_shape,
-        dropout_rate=dropout if drops else 0.0, dropout_noise_shape=_dropout_shape(
-            logits_shape, dropout_broadcast_dims) if drops else None)
+        dropout_rate=dropout if drops else 0.0, dropout_noise_shape=noise_shape)
     if fused is not None:
       return fused
   logits = einsum([q, k], logits_shape)
@@ -63,8 +63,7 @@ def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
     logits += mask
   weights = reduce_ops.softmax(logits, memory_length, extra_logit=extra_logit)
   if drops:
-    weights = random_ops.dropout(weights, rate=dropout, noise_shape=_dropout_shape(
-        weights.shape, dropout_broadcast_dims))
+    weights = random_ops.dropout(weights, rate=dropout, noise_shape=noise_shape)
   return einsum([weights, v], output_shape)
 
 

@@ -78,28 +78,27 @@ def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None, dropout
     q, k = mtf.cast(q, tf.float32), mtf.cast(k, tf.float32)
   wants_z_loss = bool(z_loss_coeff and context is not None and context.train
                       and context.losses is not None)
+  logits_shape = _logits_shape(q, k, key_dim)
+  local_output_shape = mtf.Shape([d for d in q.shape.dims if d != key_dim] + [value_dim])
+  noise_shape = (logits_shape - list(dropout_broadcast_dims or [])) if dropout_rate else None
   if not (wants_z_loss or extra_logit is not None):
     outputs = fused_attention.dot_product_attention(
         q, k, v, None if bias is None else mtf.cast(bias, q.dtype), key_dim,
-        memory_length_dim, value_dim, [d for d in q.shape.dims if d != key_dim] + [value_dim],
-        dropout_rate=dropout_rate, dropout_noise_shape=_logits_shape(q, k, key_dim) - list(
-            dropout_broadcast_dims or []) if dropout_rate else None)
+        memory_length_dim, value_dim, local_output_shape, dropout_rate=dropout_rate,
+        dropout_noise_shape=noise_shape)
     if outputs is not None:
       return outputs if outputs.shape.dims == output_dims else mtf.reshape(
           outputs, mtf.Shape(output_dims))
-  logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
+  logits = mtf.einsum([q, k], output_shape=logits_shape)
   if bias is not None:
     logits += mtf.cast(bias, logits.dtype)
-  if (z_loss_coeff and context is not None and context.train
-      and context.losses is not None):
+  if wants_z_loss:
     context.losses.append(attention_logits_z_loss(logits, memory_length_dim, z_loss_coeff))
   weights = mtf.cast(mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit),
                      v.dtype)
   if dropout_rate:
-    noise_shape = weights.shape - list(dropout_broadcast_dims or [])
     weights = mtf.dropout(weights, rate=dropout_rate, noise_shape=noise_shape)
-  outputs = mtf.einsum([weights, v], output_shape=mtf.Shape(
-      [d for d in q.shape.dims if d != key_dim] + [value_dim]))
+  outputs = mtf.einsum([weights, v], output_shape=local_output_shape)
   if outputs.shape.dims != output_dims:  # undo the 2-D sharding reshape
     outputs = mtf.reshape(outputs, mtf.Shape(output_dims))
   return outputs
