@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.backends import slice_replay
+from mesh_tf.backends import slice_segments
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl, graph_cached
@@ -15,7 +16,81 @@ from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_
 
 
 class LaidOutTensor(laid_out_tensor.LaidOutTensor):
-  """Per-processor slices of one mtf Tensor (tensor_list[pnum], on devices[pnum])."""
+  """Per-processor slices of one mtf Tensor (tensor_list[pnum], on devices[pnum]).
+
+  While a step is traced, slices may be made later: those of the processors other than
+  the first while they wait on a slice_segments.Segment, and all of a collective's
+  result on such slices (`_DeferredCollective`). Reading `tensor_list` makes them."""
+
+  def __init__(self, tensor_list, pending=None, slice_shape=None):  # pylint: disable=super-init-not-called
+    self._slices = list(tensor_list)
+    self._pending = pending
+    self._slice_shape = slice_shape
+
+  @property
+  def tensor_list(self):
+    if self._pending is not None:
+      self._pending.complete()
+    return self._slices
+
+  @tensor_list.setter
+  def tensor_list(self, value):
+    self.fill(value)
+
+  @property
+  def first_slice(self):
+    """Processor 0's slice, without completing a segment."""
+    if self._slices[0] is None:
+      self._pending.complete()
+    return self._slices[0]
+
+  one_slice = first_slice
+
+  @property
+  def slice_shape(self):
+    if self._slices[0] is None:
+      return list(self._slice_shape)
+    return self._slices[0].shape.as_list()
+
+  @property
+  def segment(self):
+    """The segment the other slices wait on, or None."""
+    return self._pending if isinstance(self._pending, slice_segments.Segment) else None
+
+  def peek_slices(self):
+    """The slices as they stand (None where one waits on a segment)."""
+    return self._slices
+
+  def fill(self, slices):
+    """Sets the slices that were waiting."""
+    self._slices = list(slices)
+    self._pending = None
+
+  def slice_keys(self, shares_memory):
+    """What tells processors' slices apart, without making those waiting on a segment:
+    where the devices share memory, tensors (and a segment's partition); else pnums."""
+    if not shares_memory:
+      return list(range(len(self._slices)))
+    if self.segment is not None:
+      return [("waiting", id(self), r) for r in self.segment.reps]
+    return [id(t) for t in self.tensor_list]
+
+
+class _DeferredCollective:
+  """A collective on slices waiting on a segment, made when its result is first read:
+  a backward pass's weight gradients are reduced as they are made but read only by
+  the updates, so their segment keeps growing until then."""
+
+  def __init__(self, graph, make, target):
+    self._graph = graph
+    self._make = make
+    self._target = target
+
+  def complete(self):
+    make, self._make = self._make, None
+    if make is not None:
+      with self._graph.as_default(), self._graph.control_dependencies(None):
+        self._target.fill(make().tensor_list)
 
 
 class LaidOutVariable(LaidOutVariableBase):
@@ -129,6 +204,10 @@ class PlacementMeshImpl(MeshImpl):
   LaidOutTensor = LaidOutTensor
   LaidOutVariable = LaidOutVariable
 
+  # Inside tf.function, make the other devices' copies of slice computations as calls
+  # of one function per segment (slice_segments.py); False makes every device's ops.
+  defer_copies = True
+
   @property
   def devices(self):
     return self._devices
@@ -142,23 +221,74 @@ class PlacementMeshImpl(MeshImpl):
     return self._shares_memory
 
   def slicewise(self, fn, *inputs):
-    outputs, done, recorded = [], {}, None
-    for pnum, device in enumerate(self._devices):
+    laid_out = [x for x in inputs if isinstance(x, LaidOutTensor)]
+    deferrable, reps = self._partition(laid_out)
+    args = [x.first_slice if isinstance(x, LaidOutTensor) else x for x in inputs]
+    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    start = graph.num_operations() if graph is not None else 0
+    with collectives.device_scope(self._devices[0]):
+      recorded = slice_replay.RecordedCall.earlier(fn, args)
+      first = recorded.replay(args, self._devices[0]) if recorded is not None else None
+      if first is None:
+        first, recorded = slice_replay.RecordedCall.record(fn, args)
+    if deferrable and recorded is not None:
+      deferred = self._defer(graph, graph.get_operations()[start:], reps, laid_out, first)
+      if deferred is not None:
+        return deferred
+    outputs, done = [first], {}
+    key = lambda pnum, a: tuple(id(t) for t in a) if self._shares_memory else pnum
+    done[key(0, args)] = first
+    for pnum in range(1, self.size):
       args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
-      if pnum == 0:
-        recorded = slice_replay.RecordedCall.earlier(fn, args)
-      key = tuple(id(a) for a in args) if self._shares_memory else pnum
-      if key not in done:
-        with collectives.device_scope(device):
-          result = recorded.replay(args, device) if recorded is not None else None
+      k = key(pnum, args)
+      if k not in done:
+        with collectives.device_scope(self._devices[pnum]):
+          result = recorded.replay(args, self._devices[pnum]) if recorded is not None \
+              else None
           if result is None:
             result, recorded = slice_replay.RecordedCall.record(fn, args)
-          done[key] = result
-      outputs.append(done[key])
+          done[k] = result
+      outputs.append(done[k])
     if isinstance(outputs[0], (tuple, list)):
       return tuple(LaidOutTensor(list(o)) for o in zip(*outputs))
     return LaidOutTensor(outputs)
 
+  def _partition(self, laid_out):
+    """(whether a call on these inputs may be deferred to a segment, the partition of
+    processors by their inputs: reps[p] = the first processor with p's inputs)."""
+    if not self.defer_copies or self.size == 1 or not laid_out or \
+        tf.executing_eagerly() or \
+        slice_replay.could_record_gradients():
+      return False, None
+    graph = tf.compat.v1.get_default_graph()
+    if graph._control_dependencies_stack:  # pylint: disable=protected-access
+      return False, None
+    for x in laid_out:  # a segment of another graph or partition completes first
+      if x.segment is not None and x.segment.graph is not graph:
+        x.segment.complete()
+    keys = list(zip(*[x.slice_keys(self._shares_memory) for x in laid_out]))
+    first, reps = {}, []
+    for pnum, k in enumerate(keys):
+      reps.append(first.setdefault(k, pnum))
+    reps = tuple(reps)
+    if not any(reps):  # every processor's inputs are the same: computed once
+      return False, reps
+    for x in laid_out:
+      if x.segment is not None and x.segment.reps != reps:
+        x.segment.complete()
+    return True, reps
+
+  def _defer(self, graph, ops, reps, laid_out, first):
+    """Laid-out results of a call whose first-device ops are made and whose other
+    devices' copies join the graph's open segment; None where they cannot."""
+    results = list(first) if isinstance(first, (tuple, list)) else [first]
+    if not all(isinstance(t, tf.Tensor) for t in results):
+      return None
+    segment = slice_segments.open_segment(graph, self, reps, self._devices)
+    if not segment.accepts(ops, results) or segment.conflicts(laid_out):
+      return None
+    outs = segment.add(ops, laid_out, results, LaidOutTensor)
+    return tuple(outs) if isinstance(first, (tuple, list)) else outs[0]
   def _per_group(self, x, mesh_axes, collective):
     """Runs collective(group's slices, group's devices) for each processor group."""
     out = [None] * self.size
@@ -173,11 +303,24 @@ class PlacementMeshImpl(MeshImpl):
     if not mesh_axes:
       return x
     self._record(x, "allreduce", mesh_axes)
-    return self._per_group(x, mesh_axes, lambda xs, ds: collectives.allreduce(
-        xs, ds, reduction_fn_string))
+    return self._later(x, lambda: self._per_group(
+        x, mesh_axes, lambda xs, ds: collectives.allreduce(xs, ds, reduction_fn_string)))
+
+  def _later(self, x, make):
+    """make() now, or (where x waits on a segment of the graph being built, outside a
+    control-dependency scope) a laid-out tensor that runs make() when first read."""
+    segment = x.segment
+    if segment is None or tf.executing_eagerly():
+      return make()
+    graph = tf.compat.v1.get_default_graph()
+    if graph is not segment.graph or graph._control_dependencies_stack:  # pylint: disable=protected-access
+      return make()
+    out = LaidOutTensor([None] * self.size, slice_shape=x.slice_shape)
+    out._pending = _DeferredCollective(graph, make, out)  # pylint: disable=protected-access
+    return out
 
   def _record(self, x, kind, mesh_axes):
-    first = x.tensor_list[0]
+    first = x.first_slice
     self.record_collective(kind, mesh_axes, first.shape.as_list(), first.dtype)
 
   def allconcat(self, x, mesh_axis, concat_axis):

@@ -33,7 +33,8 @@ from mesh_tf.backends import slice_fn_key
 stats = collections.Counter()
 
 
-def _could_record_gradients():
+def could_record_gradients():
+  """Whether a gradient tape may be recording the ops made now."""
   try:
     from tensorflow.python.eager import record  # pylint: disable=g-import-not-at-top
     return record.could_possibly_record()
@@ -101,7 +102,7 @@ class RecordedCall:
   @staticmethod
   def _graph_to_record_in(args):
     """The graph being built, where copies of ops could stand for calls; else None."""
-    if tf.executing_eagerly() or _could_record_gradients():
+    if tf.executing_eagerly() or could_record_gradients():
       return None
     graph = tf.compat.v1.get_default_graph()
     return graph if _signature(args, graph) is not None else None

@@ -84,11 +84,10 @@ class Lowering:
     return self.mesh_to_impl[mesh]
 
   # ---- on-demand lowering ----
-  def _ensure_lowered(self, op):
-    if op in self._lowered:
-      return
+  def _ensure_lowered(self, *ops):
+    """Lowers ops and what they need, in graph order."""
     needed = set()
-    stack = [op]
+    stack = list(ops)
     while stack:
       o = stack.pop()
       if o in needed or o in self._lowered:

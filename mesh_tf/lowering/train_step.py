@@ -11,6 +11,11 @@ def lower_train_step(lowering, loss, update_ops, skip_nonfinite=False):
   loss_value = lowering.export_to_tf_tensor(loss)
 
   def apply_updates():
+    # everything the updates need first, in graph order: every gradient is made before
+    # the first is read (placement's deferred copies then form one segment, not one
+    # per weight: slice_segments.py)
+    lowering._ensure_lowered(*[op.operation if hasattr(op, "operation") else op  # pylint: disable=protected-access
+                               for op in update_ops])
     for op in update_ops:
       lowering.lowered_operation(op)
     return tf.constant(True)

@@ -54,6 +54,13 @@ def test_slices_traced_in_a_tf_function_are_placed_on_their_devices():
     return impl.combine_slices(laid_out.tensor_list, SHAPE)
   np.testing.assert_array_equal(double(full).numpy(), full.numpy() * 2.0)
   graph = double.get_concrete_function(full).graph
+  # processor 0's Mul, and a call of one function of it on each other device
+  # (slice_segments.py); without deferral, a Mul on each device
+  made = [op for op in graph.get_operations() if op.type in ("Mul", "PartitionedCall")]
+  assert sorted(op.device[-5:] for op in made) == ["CPU:%d" % i for i in range(8)]
+  assert [op.type for op in made if op.device.endswith("CPU:0")] == ["Mul"]
+  impl.defer_copies = False
+  graph = tf.function(double.python_function).get_concrete_function(full).graph
   muls = [op for op in graph.get_operations() if op.type == "Mul"]
   assert sorted(op.device[-5:] for op in muls) == ["CPU:%d" % i for i in range(8)]
 

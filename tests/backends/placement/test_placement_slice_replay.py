@@ -1,6 +1,10 @@
 """Inside tf.function, placement builds each slice function's ops once and copies them for
 the other devices (backends/slice_replay.py); the copies compute what fresh calls would,
-sit on their own devices, and are not used where a copy could differ."""
+sit on their own devices, and are not used where a copy could differ.
+
+These tests turn off `defer_copies` (the per-segment function calls of
+slice_segments.py, tested in test_placement_slice_segments.py), under which the copies
+are what every device runs."""
 import numpy as np
 import tensorflow as tf
 
@@ -13,7 +17,9 @@ FULL = np.arange(24, dtype=np.float32).reshape(4, 6) / 10.0
 
 
 def _impl():
-  return mtf.PlacementMeshImpl("a:4", "batch:a", DEVICES)
+  impl = mtf.PlacementMeshImpl("a:4", "batch:a", DEVICES)
+  impl.defer_copies = False
+  return impl
 
 
 def _laid_out(impl, x):
@@ -81,6 +87,7 @@ def test_a_train_step_on_four_devices_equals_one_device():
   losses = []
   for impl in [mtf.PlacementMeshImpl("", "", [""]),
                mtf.PlacementMeshImpl("b:2;m:2", "batch:b;heads:m;d_ff:m;vocab:m", DEVICES)]:
+    impl.defer_copies = False
     step = mtf_model.TinyLmModel(c, config.initial_weights(c)).make_train_step(impl)
     counts = _counts(lambda s=step: s.get_concrete_function(inputs, targets))
     losses.append([float(step(inputs, targets)) for _ in range(3)])

@@ -1,0 +1,239 @@
+"""Builds the other devices' copies of a run of slice computations as one function.
+
+PlacementMeshImpl computes every processor's slice with its own TF ops. Making those ops
+in Python is most of a traced step's build time (the LM's dp step had 2,545 of them,
+eight copies of each), while the runtime needs the computation only once: the same ops
+on each device's inputs. So, while a step is traced, a slice computation whose inputs
+differ between devices is run for the first device only (its ops placed there, as
+before) and joins the open `Segment` of its graph. The other devices' copies are made
+when some code first reads one of their slices (a collective, an export, an assign):
+the segment's first-device ops become one function (made from the graph in C++, not op
+by op) and each other device gets one call of it, placed there. A step's ops between
+two collectives thus cost one op each plus one call per device.
+
+A segment holds computations over one partition of the devices (`reps`, which processor
+first holds each processor's inputs, where the devices share memory and replicas are
+computed once), so a call per distinct slice computes exactly what the per-device ops
+would. Only what slice_replay could copy is deferred (no stateful ops, no control
+inputs, nothing placed by the function itself); anything else runs per device as it
+always did, after completing the segments its inputs wait on.
+"""
+import collections
+import itertools
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.core.framework import function_pb2
+from tensorflow.core.function.polymorphism import function_type as function_type_lib
+from tensorflow.python.client import pywrap_tf_session
+from tensorflow.python.eager import context
+from tensorflow.python.eager.polymorphic_function import atomic_function
+from tensorflow.python.eager.polymorphic_function import concrete_function
+from tensorflow.python.framework import c_api_util
+from tensorflow.python.framework import function_def_to_graph
+from tensorflow.python.util import compat
+
+from mesh_tf.backends import slice_fn_key
+from mesh_tf.backends import slice_replay
+
+# "deferred" slice calls; segments completed by "segments" (function calls) or as
+# "copied segments" (ops copied per device).
+stats = collections.Counter()
+
+# Below this many ops a segment's copies are cheaper to make than a function and calls.
+MIN_FUNCTION_OPS = 8
+
+_names = itertools.count()
+
+
+def _function_type(inputs, outputs):
+  specs = lambda ts: tuple(tf.TensorSpec(t.shape, t.dtype) for t in ts)
+  return function_type_lib.from_structured_signature((specs(inputs), {}), specs(outputs), {})
+
+
+def graph_function(graph, ops, inputs, outputs):
+  """An AtomicFunction computing `outputs` from `inputs` with `ops` of `graph` (which
+  must hold every op between them), its nodes unplaced so a call places them."""
+  name = "mtf_slices_%d" % next(_names)
+  with graph._c_graph.get() as c_graph:  # pylint: disable=protected-access
+    fn = pywrap_tf_session.TF_GraphToFunction_wrapper(
+        c_graph, name, False, [op._c_op for op in ops],  # pylint: disable=protected-access
+        [t._as_tf_output() for t in inputs],  # pylint: disable=protected-access
+        [t._as_tf_output() for t in outputs],  # pylint: disable=protected-access
+        [], [], [], None, "")
+  try:
+    with c_api_util.tf_buffer() as buf:
+      pywrap_tf_session.TF_FunctionToFunctionDef(fn, buf)
+      data = pywrap_tf_session.TF_GetBuffer(buf)
+  finally:
+    pywrap_tf_session.TF_DeleteFunction(fn)
+  definition = function_pb2.FunctionDef()
+  definition.ParseFromString(compat.as_bytes(data))
+  for node in definition.node_def:
+    node.ClearField("device")
+  return atomic_function.from_function_def(definition, _function_type(inputs, outputs))
+
+
+class Segment:
+  """First-device slice computations of one graph over one device partition, whose
+  other devices' results are made together by `complete`."""
+
+  def __init__(self, graph, reps, devices):
+    self.graph = graph
+    self.reps = reps
+    self._devices = devices
+    self._ops, self._op_set = [], set()
+    self._laid_out_inputs = {}  # first-device tensor ref -> the LaidOutTensor it is of
+    self._results = []          # first-device result tensors, in order
+    self._waiting = []          # (laid-out tensor, index into _results)
+    self.completed = False
+
+  def accepts(self, ops, results):
+    """Whether ops (one first-device call's, copyable) can be made for the other
+    devices by a function call: no control inputs, results made by the segment."""
+    if any(op.control_inputs for op in ops):
+      return False
+    made = set(ops) | self._op_set
+    return all(t.op in made for t in results)
+
+  def add(self, ops, laid_out_inputs, results, make_laid_out):
+    """Joins one call: its first-device ops, the laid-out tensors it read (by their
+    first-device tensors) and results; returns laid-out results waiting on this."""
+    for x in laid_out_inputs:
+      self._laid_out_inputs.setdefault(x.first_slice.ref(), x)
+    self._ops.extend(ops)
+    self._op_set.update(ops)
+    stats["deferred"] += 1
+    outs = []
+    for t in results:
+      lot = make_laid_out([t] + [None] * (len(self.reps) - 1), pending=self)
+      self._waiting.append((lot, len(self._results)))
+      self._results.append(t)
+      outs.append(lot)
+    return outs
+
+  def conflicts(self, laid_out):
+    """Whether two laid-out tensors (of laid_out, or one of them already an input)
+    share processor 0's tensor but not the others': a function input named by that
+    tensor would have two meanings."""
+    mine = {}
+    for x in laid_out:
+      ref = x.first_slice.ref()
+      for known in (self._laid_out_inputs.get(ref), mine.setdefault(ref, x)):
+        if known is not None and known is not x and any(
+            a is not b for a, b in zip(known.peek_slices(), x.peek_slices())):
+          return True
+    return False
+
+  def complete(self):
+    """Makes the other devices' results, once per distinct slice computation: calls of
+    one function of the first-device ops, or for a segment of a few ops, copies of
+    them (cheaper than a function); fills in the waiting laid-out tensors."""
+    if self.completed:
+      return
+    self.completed = True
+    consts, inputs = self._closure()
+    ops = consts + self._ops
+    recording, caller = None, None
+    if len(self._ops) < MIN_FUNCTION_OPS:
+      recording = slice_replay.RecordedCall(self.graph, inputs, ops, self._results)
+    per_rep = {0: self._results}
+    with self.graph.as_default(), self.graph.control_dependencies(None):
+      for rep in sorted(set(self.reps) - {0}):
+        args = []
+        for t in inputs:
+          x = self._laid_out_inputs.get(t.ref())
+          args.append(t if x is None else x.tensor_list[rep])
+        with self.graph.device(self._devices[rep]):
+          # None where this processor's inputs alias otherwise than the first's
+          out = recording.replay(args, self._devices[rep]) if recording else None
+          if out is None:
+            if caller is None:
+              caller = _Caller(self.graph, graph_function(
+                  self.graph, ops, inputs, self._results), inputs, self._results)
+            out = caller(args)
+        per_rep[rep] = out
+    stats["segments" if caller is not None else "copied segments"] += 1
+    for lot, index in self._waiting:
+      lot.fill([per_rep[rep][index] for rep in self.reps])
+    self._waiting = []
+
+  def _closure(self):
+    """(plain constants the segment's ops read, which copies may hold themselves; the
+    other tensors they read from outside, in first-use order)."""
+    consts, inputs, seen = [], [], set()
+    for op in self._ops:
+      for t in op.inputs:
+        if t.op in self._op_set or t.ref() in seen:
+          continue
+        seen.add(t.ref())
+        # not a laid-out input's first slice (e.g. processor 0's pnum): the others
+        # have their own
+        if _is_plain_const(t.op) and t.ref() not in self._laid_out_inputs:
+          if t.op not in consts:
+            consts.append(t.op)
+        else:
+          inputs.append(t)
+    return consts, inputs
+
+
+class _Caller:
+  """Makes PartitionedCall ops of one stateless function in a graph. (What
+  AtomicFunction.call_flat does, less its per-call work: it re-adds the function to the
+  graph and rebuilds the function's graph from its definition to look for resource
+  inputs, which these functions do not have -- most of a segment's build.)"""
+
+  def __init__(self, graph, function, inputs, outputs):
+    graph._add_function_recursive(function)  # pylint: disable=protected-access
+    self._graph = graph
+    self._function = function
+    self._in_shapes = [t.shape for t in inputs]
+    self._concrete = None
+    self._out_dtypes = [t.dtype for t in outputs]
+    self._out_shapes = [t.shape for t in outputs]
+    config = context.context().function_call_options.config_proto_serialized
+    self._attrs = {
+        "Tin": attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+            type=[t.dtype.as_datatype_enum for t in inputs])),
+        "Tout": attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+            type=[d.as_datatype_enum for d in self._out_dtypes])),
+        "f": attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(
+            name=compat.as_str(function.name))),
+        "config_proto": attr_value_pb2.AttrValue(s=config),
+        "executor_type": attr_value_pb2.AttrValue(s=b""),
+    }
+
+  def _gradient(self, op, *output_grads):
+    """A call's gradient, where a tape differentiates the traced step from outside: TF's
+    forward/backward rewrite of a ConcreteFunction of the body, built once, when asked."""
+    if self._concrete is None:
+      body = function_def_to_graph.function_def_to_graph(
+          self._function.definition, input_shapes=self._in_shapes)
+      self._concrete = concrete_function.ConcreteFunction.from_func_graph(
+          body, self._function.function_type, {})
+    return self._concrete._get_gradient_function()(op, *output_grads)  # pylint: disable=protected-access
+
+  def __call__(self, args):
+    with self._graph._override_gradient_function(  # pylint: disable=protected-access
+        {"PartitionedCall": self._gradient}):
+      op = self._graph._create_op_internal(  # pylint: disable=protected-access
+          "PartitionedCall", args, self._out_dtypes, name="PartitionedCall",
+          attrs=self._attrs)
+    for o, shape in zip(op.outputs, self._out_shapes):
+      o.set_shape(shape)
+    return op.outputs
+
+
+def _is_plain_const(op):
+  return op.type == "Const" and not op.control_inputs
+
+
+def open_segment(graph, owner, reps, devices):
+  """The graph's open segment of `owner` (a mesh impl) over partition reps, made if
+  none is open."""
+  segments = slice_fn_key.graph_cache(graph, "segments")
+  key = (owner, reps)
+  segment = segments.get(key)
+  if segment is None or segment.completed:
+    segment = segments[key] = Segment(graph, reps, devices)
+  return segment
