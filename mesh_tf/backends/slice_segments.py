@@ -201,6 +201,9 @@ class _Caller:
             name=compat.as_str(function.name))),
         "config_proto": attr_value_pb2.AttrValue(s=config),
         "executor_type": attr_value_pb2.AttrValue(s=b""),
+        # the outputs' shapes are set from the first device's: without this TF infers
+        # them by running shape inference over the function body at every call
+        "_disable_call_shape_inference": attr_value_pb2.AttrValue(b=True),
     }
 
   def _gradient(self, op, *output_grads):
