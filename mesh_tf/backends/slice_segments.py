@@ -190,7 +190,10 @@ class _Caller:
     self._in_shapes = [t.shape for t in inputs]
     self._concrete = None
     self._out_dtypes = [t.dtype for t in outputs]
-    self._out_shapes = [t.shape for t in outputs]
+    # (dims with -1 for unknown, unknown rank) of each output: what Tensor.set_shape
+    # hands TF after converting its argument, converted once here
+    self._out_shapes = [([-1 if d is None else d for d in t.shape.as_list()], False)
+                        if t.shape.rank is not None else ([], True) for t in outputs]
     config = context.context().function_call_options.config_proto_serialized
     self._attrs = {
         "Tin": attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
@@ -222,8 +225,8 @@ class _Caller:
       op = self._graph._create_op_internal(  # pylint: disable=protected-access
           "PartitionedCall", args, self._out_dtypes, name="PartitionedCall",
           attrs=self._attrs)
-    for o, shape in zip(op.outputs, self._out_shapes):
-      o.set_shape(shape)
+    for o, (dims, unknown_rank) in zip(op.outputs, self._out_shapes):
+      o._set_shape(dims, unknown_rank)  # pylint: disable=protected-access
     return op.outputs
 
 

@@ -63,6 +63,8 @@ def test_other_processors_call_one_function_of_the_first_processors_ops():
   assert [op.device[-5:] for op in _ops(graph, "Tanh")] == ["CPU:0"] * 3
   calls = _ops(graph, "PartitionedCall")
   assert sorted(op.device[-5:] for op in calls) == ["CPU:1", "CPU:2", "CPU:3"]
+  # static shapes as processor 0's (TF is not asked to infer them through the body)
+  assert all(o.shape.as_list() == [1, 6] for op in calls for o in op.outputs)
   # one function; its nodes unplaced, so each call runs them on its own device
   names = {op.get_attr("f").name for op in calls}
   assert len(names) == 1
