@@ -289,6 +289,7 @@ class PlacementMeshImpl(MeshImpl):
       return None
     outs = segment.add(ops, laid_out, results, LaidOutTensor)
     return tuple(outs) if isinstance(first, (tuple, list)) else outs[0]
+
   def _per_group(self, x, mesh_axes, collective):
     """Runs collective(group's slices, group's devices) for each processor group."""
     out = [None] * self.size

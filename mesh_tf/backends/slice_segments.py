@@ -9,7 +9,9 @@ before) and joins the open `Segment` of its graph. The other devices' copies are
 when some code first reads one of their slices (a collective, an export, an assign):
 the segment's first-device ops become one function (made from the graph in C++, not op
 by op) and each other device gets one call of it, placed there. A step's ops between
-two collectives thus cost one op each plus one call per device.
+two collectives thus cost one op each plus one call per device. (A segment of fewer
+than MIN_FUNCTION_OPS ops is copied per device with slice_replay instead: for a handful
+of ops, copies are cheaper to make than a function and its calls.)
 
 A segment holds computations over one partition of the devices (`reps`, which processor
 first holds each processor's inputs, where the devices share memory and replicas are
@@ -93,8 +95,8 @@ class Segment:
     devices by a function call: no control inputs, results made by the segment."""
     if any(op.control_inputs for op in ops):
       return False
-    made = set(ops) | self._op_set
-    return all(t.op in made for t in results)
+    made = set(ops)
+    return all(t.op in made or t.op in self._op_set for t in results)
 
   def add(self, ops, laid_out_inputs, results, make_laid_out):
     """Joins one call: its first-device ops, the laid-out tensors it read (by their

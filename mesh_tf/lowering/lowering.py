@@ -95,6 +95,8 @@ class Lowering:
       needed.add(o)
       stack.extend(x.operation for x in o.inputs)
       stack.extend(getattr(o, "control_inputs", ()))
+    if not needed:
+      return
     for o in self.graph.operations:
       if o in needed:
         self._lower_one(o)
