@@ -389,14 +389,14 @@ class MeshImpl:
     """Cuts a full tf.Tensor into one slice per processor (list, by pnum)."""
     tensor_shape = convert_to_shape(tensor_shape)
     sizes = self.slice_shape(tensor_shape)
-    cache = {}
-    slices = []
-    for pnum in range(self.size):
-      begin = tuple(self.slice_begin(tensor_shape, pnum))
-      if begin not in cache:
-        cache[begin] = tf.slice(tf_tensor, list(begin), sizes) if sizes else tf_tensor
-      slices.append(cache[begin])
-    return slices
+    # one tf.split per split dim (and piece of the dims before it), not a tf.slice and
+    # its two constants per distinct slice
+    pieces = {(): tf_tensor}
+    for axis, dim in enumerate(tensor_shape.dims):
+      count = dim.size // sizes[axis]
+      pieces = {begin + (i * sizes[axis],): part for begin, t in pieces.items()
+                for i, part in enumerate(tf.split(t, count, axis) if count > 1 else [t])}
+    return [pieces[tuple(self.slice_begin(tensor_shape, pnum))] for pnum in range(self.size)]
 
   def combine_slices(self, slices, tensor_shape, device=None):
     """Inverse of make_slices: concatenates one copy of each distinct slice."""

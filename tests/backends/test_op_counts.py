@@ -2,14 +2,16 @@
 bounded (name-based broadcasting, reductions and constants emit minimal TF ops), and the
 SIMD emulation's step has the same ops at 8 and 64 emulated cores.
 
-The bounds sit a little above what the lowering emits today (placement 510 ops on one
-device and 2,277 on 8; SIMD 513 on one core, 1,257 on 8 or 64, of which about 350 are the
+The bounds sit a little above what the lowering emits today (placement 473 ops on one
+device and 1,506 on 8, function bodies included; SIMD 513 on one core, 1,257 on 8 or 64, of which about 350 are the
 reshapes around the batch matmuls that replace its mesh-labelled einsums). They include
 the fused attention (ops/fused_attention.py: transposes of q, k, v and the output around
 BatchMatMulV2) and the fused one-hot cross-entropy. On 8 CPUs of one process placement
 computes replicated values once and keeps one variable per distinct slice
 (PlacementMeshImpl.shares_memory), and each device holds each distinct constant once
-(backends/slice_replay.py): 2,277 ops, not 4,872. Before
+(backends/slice_replay.py): 2,277 ops, not 4,872; since the other devices call one
+function per run of slice computations between collectives (backends/slice_segments.py),
+1,506. Before
 issue 16's clean-up the same step traced 1,033 (placement, one device), 2,334 and 2,546 (SIMD).
 """
 import collections
@@ -20,10 +22,10 @@ import tensorflow as tf
 import mesh_tf as mtf
 from models.tiny_lm import config, mtf_model
 
-PLACEMENT_ONE_DEVICE_BOUND = 520
+PLACEMENT_ONE_DEVICE_BOUND = 500
 SIMD_ONE_CORE_BOUND = 530
 SIMD_EIGHT_CORES_BOUND = 1280
-PLACEMENT_EIGHT_DEVICES_BOUND = 2350
+PLACEMENT_EIGHT_DEVICES_BOUND = 1580
 # Plain TF's step of the same model (tf.GradientTape) is the floor this is measured
 # against; mesh_tf adds its variable-per-slice reads and the SGD update as mtf ops.
 LAYOUT = "batch:rows;d_ff:cols;heads:cols;vocab:cols"
@@ -114,14 +116,16 @@ def test_simd_op_count_is_bounded_and_independent_of_core_count():
 
 
 def test_placement_eight_devices_op_count_is_bounded():
-  """Between CPUs of one process the allreduce is a tree (n - 1 adds, n - 1 copies), and
-  the step is about 8 one-device steps plus those."""
+  """Between CPUs of one process an allreduce is one AddN (or a tree), and the step is
+  about one device's ops plus, per run of slice computations between collectives, a
+  function of them called on the other devices (or, for a few ops, their copies)."""
   impl = mtf.make_mesh_impl("placement", "rows:2;cols:4", LAYOUT,
                             ["/cpu:%d" % i for i in range(8)])
   graph, loss = _graph_and_loss(impl)
   kinds = _op_types(graph)
   total = sum(kinds.values())
   assert total <= PLACEMENT_EIGHT_DEVICES_BOUND, (total, kinds.most_common(12))
-  # no ring shards: no Split/ConcatV2 chains per collective
-  assert kinds["Split"] == 0 and kinds["ConcatV2"] <= 8, kinds.most_common(20)
+  # no ring shards: no Split/ConcatV2 chains per collective (the Splits cut the inputs
+  # and targets into slices)
+  assert kinds["Split"] <= 2 and kinds["ConcatV2"] <= 8, kinds.most_common(20)
   np.testing.assert_allclose(loss, _plain_tf_loss(), rtol=1e-5)
