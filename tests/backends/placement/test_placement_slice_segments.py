@@ -275,3 +275,20 @@ def test_a_tape_outside_the_traced_function_differentiates_through_the_calls():
     grads.append(tape.gradient(y, x).numpy())
   assert np.abs(grads[0]).sum() > 0
   np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5)
+
+
+def test_a_saved_model_of_a_traced_step_with_calls_loads_and_runs(tmp_path):
+  impl = _impl()
+
+  class Chain(tf.Module):
+
+    @tf.function(input_signature=[tf.TensorSpec([4, 6], tf.float32)], autograph=False)
+    def run(self, x):
+      return impl.combine_slices(_chain(impl, _laid_out(impl, x)).tensor_list, SHAPE)
+  module = Chain()
+  graph = module.run.get_concrete_function().graph
+  assert len(_ops(graph, "PartitionedCall")) == 3
+  tf.saved_model.save(module, str(tmp_path))
+  loaded = tf.saved_model.load(str(tmp_path))
+  np.testing.assert_allclose(loaded.run(tf.constant(FULL)).numpy(), _want_chain(FULL),
+                             rtol=1e-6)
