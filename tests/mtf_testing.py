@@ -28,6 +28,13 @@ def backend_mesh_impl(backend, mesh_shape, layout):
                             ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
+def counts_added(counter, run):
+  """{key: how much run() added to collections.Counter counter}, nonzero ones only."""
+  before = dict(counter)
+  run()
+  return {k: v - before.get(k, 0) for k, v in counter.items() if v != before.get(k, 0)}
+
+
 def new_mesh():
   """A fresh (graph, mesh) pair."""
   graph = mtf.Graph()

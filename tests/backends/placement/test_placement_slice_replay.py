@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.backends import slice_replay
+from mtf_testing import counts_added
 
 DEVICES = ["/cpu:%d" % i for i in range(4)]
 SHAPE = mtf.convert_to_shape("batch:4;hidden:6")
@@ -27,10 +28,7 @@ def _laid_out(impl, x):
 
 
 def _counts(run):
-  before = dict(slice_replay.stats)
-  run()
-  after = {k: v - before.get(k, 0) for k, v in slice_replay.stats.items()}
-  return {k: v for k, v in after.items() if v}
+  return counts_added(slice_replay.stats, run)
 
 
 def test_copies_compute_each_devices_slice_on_its_device():

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.backends import slice_segments
+from mtf_testing import counts_added
 
 DEVICES = ["/cpu:%d" % i for i in range(4)]
 SHAPE = mtf.convert_to_shape("batch:4;hidden:6")
@@ -24,10 +25,7 @@ def _laid_out(impl, x):
 
 
 def _counts(run):
-  before = dict(slice_segments.stats)
-  run()
-  after = {k: v - before.get(k, 0) for k, v in slice_segments.stats.items()}
-  return {k: v for k, v in after.items() if v}
+  return counts_added(slice_segments.stats, run)
 
 
 def _scale_shift(t):  # four ops, a constant of its own
