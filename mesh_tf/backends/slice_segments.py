@@ -23,6 +23,7 @@ always did, after completing the segments its inputs wait on.
 import collections
 import itertools
 
+from absl import logging
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.core.framework import function_pb2
@@ -39,7 +40,8 @@ from mesh_tf.backends import slice_fn_key
 from mesh_tf.backends import slice_replay
 
 # "deferred" slice calls; segments completed by "segments" (function calls) or as
-# "copied segments" (ops copied per device).
+# "copied segments" (ops copied per device); "functions failed": segments whose
+# function TF could not make, copied instead.
 stats = collections.Counter()
 
 # Below this many ops a segment's copies are cheaper to make than a function and calls.
@@ -151,14 +153,35 @@ class Segment:
           out = recording.replay(args, self._devices[rep]) if recording else None
           if out is None:
             if caller is None:
-              caller = _Caller(self.graph, graph_function(
-                  self.graph, ops, inputs, self._results), inputs, self._results)
-            out = caller(args)
+              caller = self._caller(ops, inputs)
+            out = caller(args, self._devices[rep])
         per_rep[rep] = out
     stats["segments" if caller is not None else "copied segments"] += 1
     for lot, index in self._waiting:
       lot.fill([per_rep[rep][index] for rep in self.reps])
     self._waiting = []
+
+  def _caller(self, ops, inputs):
+    """A _Caller of a function of the segment's ops; where TF cannot make that function
+    (not seen so far), one that copies the ops instead, with a warning."""
+    try:
+      return _Caller(self.graph, graph_function(self.graph, ops, inputs, self._results),
+                     inputs, self._results)
+    except (tf.errors.OpError, ValueError, TypeError) as e:
+      reason = "%s: %s" % (type(e).__name__, e)
+    stats["functions failed"] += 1
+    logging.warning("mesh_tf: copying %d slice ops per device instead of calling a "
+                    "function of them (%s)", len(ops), reason)
+    recording = slice_replay.RecordedCall(self.graph, inputs, ops, self._results)
+
+    def copy(args, device):
+      out = recording.replay(args, device)
+      if out is None:
+        raise ValueError("processor 0's slice ops could not be made for device %s, as "
+                         "a function (%s) or as copies (its inputs alias otherwise)"
+                         % (device, reason))
+      return out
+    return copy
 
   def _closure(self):
     """(plain constants the segment's ops read, which copies may hold themselves; the
@@ -221,7 +244,8 @@ class _Caller:
           body, self._function.function_type, {})
     return self._concrete._get_gradient_function()(op, *output_grads)  # pylint: disable=protected-access
 
-  def __call__(self, args):
+  def __call__(self, args, device=None):  # pylint: disable=unused-argument
+    """The call's outputs (the graph's device scope places it, not `device`)."""
     with self._graph._override_gradient_function(  # pylint: disable=protected-access
         {"PartitionedCall": self._gradient}):
       op = self._graph._create_op_internal(  # pylint: disable=protected-access

@@ -290,3 +290,21 @@ def test_a_saved_model_of_a_traced_step_with_calls_loads_and_runs(tmp_path):
   loaded = tf.saved_model.load(str(tmp_path))
   np.testing.assert_allclose(loaded.run(tf.constant(FULL)).numpy(), _want_chain(FULL),
                              rtol=1e-6)
+
+
+def test_where_tf_cannot_make_the_function_the_ops_are_copied(monkeypatch):
+  def refuse(*args):
+    raise ValueError("no function today")
+  monkeypatch.setattr(slice_segments, "graph_function", refuse)
+  impl = _impl()
+
+  @tf.function(autograph=False)
+  def run(x):
+    return impl.combine_slices(_chain(impl, _laid_out(impl, x)).tensor_list, SHAPE)
+  counts = _counts(lambda: run.get_concrete_function(tf.constant(FULL)))
+  assert counts == {"deferred": 3, "functions failed": 1, "segments": 1}, counts
+  graph = run.get_concrete_function(tf.constant(FULL)).graph
+  assert not _ops(graph, "PartitionedCall")
+  assert sorted(op.device[-5:] for op in _ops(graph, "Tanh")) == sorted(
+      ["CPU:%d" % d for d in range(4)] * 3)
+  np.testing.assert_allclose(run(tf.constant(FULL)).numpy(), _want_chain(FULL), rtol=1e-6)
