@@ -222,16 +222,12 @@ class PlacementMeshImpl(MeshImpl):
 
   def slicewise(self, fn, *inputs):
     laid_out = [x for x in inputs if isinstance(x, LaidOutTensor)]
-    deferrable, reps = self._partition(laid_out)
+    reps = self._deferrable_partition(laid_out)
     args = [x.first_slice if isinstance(x, LaidOutTensor) else x for x in inputs]
-    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    graph = tf.compat.v1.get_default_graph() if reps is not None else None
     start = graph.num_operations() if graph is not None else 0
-    with collectives.device_scope(self._devices[0]):
-      recorded = slice_replay.RecordedCall.earlier(fn, args)
-      first = recorded.replay(args, self._devices[0]) if recorded is not None else None
-      if first is None:
-        first, recorded = slice_replay.RecordedCall.record(fn, args)
-    if deferrable and recorded is not None:
+    first, recorded = self._run_on(0, fn, args, slice_replay.RecordedCall.earlier(fn, args))
+    if reps is not None and recorded is not None:
       deferred = self._defer(graph, graph.get_operations()[start:], reps, laid_out, first)
       if deferred is not None:
         return deferred
@@ -242,27 +238,33 @@ class PlacementMeshImpl(MeshImpl):
       args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
       k = key(pnum, args)
       if k not in done:
-        with collectives.device_scope(self._devices[pnum]):
-          result = recorded.replay(args, self._devices[pnum]) if recorded is not None \
-              else None
-          if result is None:
-            result, recorded = slice_replay.RecordedCall.record(fn, args)
-          done[k] = result
+        done[k], recorded = self._run_on(pnum, fn, args, recorded)
       outputs.append(done[k])
     if isinstance(outputs[0], (tuple, list)):
       return tuple(LaidOutTensor(list(o)) for o in zip(*outputs))
     return LaidOutTensor(outputs)
 
-  def _partition(self, laid_out):
-    """(whether a call on these inputs may be deferred to a segment, the partition of
-    processors by their inputs: reps[p] = the first processor with p's inputs)."""
+  def _run_on(self, pnum, fn, args, recorded):
+    """(fn(*args) on processor pnum's device: copies of recorded's ops where they match
+    args, else a call, recorded anew; the recording to copy next)."""
+    device = self._devices[pnum]
+    with collectives.device_scope(device):
+      result = recorded.replay(args, device) if recorded is not None else None
+      if result is None:
+        result, recorded = slice_replay.RecordedCall.record(fn, args)
+    return result, recorded
+
+  def _deferrable_partition(self, laid_out):
+    """Where a call on these inputs may be deferred to a segment, the partition of the
+    processors by their inputs (reps[p] = the first processor with p's inputs); else
+    None."""
     if not self.defer_copies or self.size == 1 or not laid_out or \
         tf.executing_eagerly() or \
         slice_replay.could_record_gradients():
-      return False, None
+      return None
     graph = tf.compat.v1.get_default_graph()
     if graph._control_dependencies_stack:  # pylint: disable=protected-access
-      return False, None
+      return None
     for x in laid_out:  # a segment of another graph or partition completes first
       if x.segment is not None and x.segment.graph is not graph:
         x.segment.complete()
@@ -272,11 +274,11 @@ class PlacementMeshImpl(MeshImpl):
       reps.append(first.setdefault(k, pnum))
     reps = tuple(reps)
     if not any(reps):  # every processor's inputs are the same: computed once
-      return False, reps
+      return None
     for x in laid_out:
       if x.segment is not None and x.segment.reps != reps:
         x.segment.complete()
-    return True, reps
+    return reps
 
   def _defer(self, graph, ops, reps, laid_out, first):
     """Laid-out results of a call whose first-device ops are made and whose other
