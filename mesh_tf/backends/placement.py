@@ -26,11 +26,12 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
     self._slices = list(tensor_list)
     self._pending = pending
     self._slice_shape = slice_shape
+    self._read_later = None  # tests of whether code yet to be built may read the slices
 
   @property
   def tensor_list(self):
     if self._pending is not None:
-      self._pending.complete()
+      self._pending.complete(self)
     return self._slices
 
   @tensor_list.setter
@@ -41,7 +42,7 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
   def first_slice(self):
     """Processor 0's slice, without completing a segment."""
     if self._slices[0] is None:
-      self._pending.complete()
+      self._pending.complete(self)
     return self._slices[0]
 
   one_slice = first_slice
@@ -60,6 +61,19 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
   def peek_slices(self):
     """The slices as they stand (None where one waits on a segment)."""
     return self._slices
+
+  def may_be_read_later(self, test):
+    """Notes test(), which tells whether code not built yet may still read these slices
+    (the lowering: whether an op reading this tensor is still to be lowered). A segment
+    that completes while every test says no leaves this tensor's other slices out of its
+    calls, and makes them only if they are read after all."""
+    if self._read_later is None:
+      self._read_later = []
+    self._read_later.append(test)
+
+  def read_later(self):
+    """Whether the slices may still be read (True unless every noted test says no)."""
+    return self._read_later is None or any(test() for test in self._read_later)
 
   def fill(self, slices):
     """Sets the slices that were waiting."""
@@ -86,7 +100,7 @@ class _DeferredCollective:
     self._make = make
     self._target = target
 
-  def complete(self):
+  def complete(self, reader=None):  # pylint: disable=unused-argument
     make, self._make = self._make, None
     if make is not None:
       with self._graph.as_default(), self._graph.control_dependencies(None):
@@ -267,7 +281,7 @@ class PlacementMeshImpl(MeshImpl):
       return None
     for x in laid_out:  # a segment of another graph or partition completes first
       if x.segment is not None and x.segment.graph is not graph:
-        x.segment.complete()
+        x.segment.complete(x)
     keys = list(zip(*[x.slice_keys(self._shares_memory) for x in laid_out]))
     first, reps = {}, []
     for pnum, k in enumerate(keys):
@@ -277,7 +291,7 @@ class PlacementMeshImpl(MeshImpl):
       return None
     for x in laid_out:
       if x.segment is not None and x.segment.reps != reps:
-        x.segment.complete()
+        x.segment.complete(x)
     return reps
 
   def _defer(self, graph, ops, reps, laid_out, first):

@@ -7,8 +7,8 @@ functions have the same code and closure values, and their arguments the same dt
 and slice shapes (tensors) or values (anything else), so tracing one stands for the
 other. Closure values are compared by value where they are plain data (numbers, strings,
 dtypes, tuples and lists of those, mtf shapes, small numpy arrays), by identity where
-they are tensors, functions without a value key, or other objects; anything else has no
-key. As with tf.function, an object captured by identity is assumed not to change in a
+they are tensors, functions made at import (module-level ones, which exist once) or
+without a value key, or other objects; anything else has no key. As with tf.function, an object captured by identity is assumed not to change in a
 way that changes what the function computes, and a call answered from an earlier trace
 does not run the function again (its Python side effects, a print or a counter, happen
 at the first call only; its TF ops are what the step runs).
@@ -64,6 +64,11 @@ def value_key(value, depth=0):
   if isinstance(value, dict):
     return None
   if hasattr(value, "__code__"):
+    # a function made once, at import (tf.math.multiply and its dispatch wrappers):
+    # the object itself is its key, and looking through its closure costs more than
+    # the rest of the key
+    if "<locals>" not in getattr(value, "__qualname__", "<locals>"):
+      return _Identity(value)
     return function_key(value, depth + 1)
   if hasattr(value, "__func__") and hasattr(value, "__self__"):  # a bound method
     func = function_key(value.__func__, depth + 1)

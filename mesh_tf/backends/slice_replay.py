@@ -59,16 +59,17 @@ def _signature(args, graph):
   return tuple(out)
 
 
-def _copyable(result, ops):
-  """Whether copies of ops, with other inputs, compute what a fresh call would."""
+def _copyable(result, ops, node_defs):
+  """Whether copies of ops (whose NodeDefs are node_defs), with other inputs, compute
+  what a fresh call would."""
   leaves = result if isinstance(result, (tuple, list)) else [result]
   if not ops or not all(isinstance(t, tf.Tensor) for t in leaves):
     return False
   if len({op.device for op in ops}) != 1:  # the function placed some ops itself
     return False
-  return not any(op.op_def.is_stateful or "_class" in op.node_def.attr or
+  return not any(op.op_def.is_stateful or "_class" in node_def.attr or
                  op.type in ("Placeholder", "PartitionedCall", "StatefulPartitionedCall")
-                 for op in ops)
+                 for op, node_def in zip(ops, node_defs))
 
 
 def _constant_key(op, attrs):
@@ -85,14 +86,15 @@ class RecordedCall:
   to its RecordedCall, "constants" (device, dtype, serialized value) to that device's
   Const tensor."""
 
-  def __init__(self, graph, args, ops, result):
+  def __init__(self, graph, args, ops, result, node_defs=None):
     self._graph = graph
     self._signature = _signature(args, graph)
     self._arg_index = {a.ref(): i for i, a in enumerate(args) if isinstance(a, tf.Tensor)}
     # what create_op needs, read once (op.node_def serializes a proto at each access)
     self._recipes = []
-    for op in ops:
-      node_def = op.node_def
+    if node_defs is None:
+      node_defs = [op.node_def for op in ops]
+    for op, node_def in zip(ops, node_defs):
       attrs = {k: node_def.attr[k] for k in node_def.attr}
       self._recipes.append((op, op.type, list(op.inputs), [t.dtype for t in op.outputs],
                             attrs, op.op_def, list(op.control_inputs),
@@ -135,11 +137,12 @@ class RecordedCall:
     start = graph.num_operations()
     result = fn(*args)
     ops = graph.get_operations()[start:]
-    if not _copyable(result, ops):
+    node_defs = [op.node_def for op in ops]  # each access serializes the proto
+    if not _copyable(result, ops, node_defs):
       stats["called"] += 1
       return result, None
     stats["recorded"] += 1
-    recorded = cls(graph, args, ops, result)
+    recorded = cls(graph, args, ops, result, node_defs)
     # a later call may be under other control dependencies than this one's
     key = None if any(op.control_inputs for op in ops) else cls._key(fn, args)
     if key is not None:

@@ -40,8 +40,9 @@ from mesh_tf.backends import slice_fn_key
 from mesh_tf.backends import slice_replay
 
 # "deferred" slice calls; segments completed by "segments" (function calls) or as
-# "copied segments" (ops copied per device); "functions failed": segments whose
-# function TF could not make, copied instead.
+# "copied segments" (ops copied per device); "late segments": results left out of a
+# segment's calls and read after all; "functions failed": segments whose function TF
+# could not make, copied instead.
 stats = collections.Counter()
 
 # Below this many ops a segment's copies are cheaper to make than a function and calls.
@@ -90,6 +91,7 @@ class Segment:
     self._laid_out_inputs = {}  # first-device tensor ref -> the LaidOutTensor it is of
     self._results = []          # first-device result tensors, in order
     self._waiting = []          # (laid-out tensor, index into _results)
+    self._late = []             # those the calls left out, made if read after all
     self.completed = False
 
   def accepts(self, ops, results):
@@ -129,19 +131,42 @@ class Segment:
           return True
     return False
 
-  def complete(self):
+  def complete(self, reader=None):
     """Makes the other devices' results, once per distinct slice computation: calls of
     one function of the first-device ops, or for a segment of a few ops, copies of
-    them (cheaper than a function); fills in the waiting laid-out tensors."""
+    them (cheaper than a function); fills in the waiting laid-out tensors.
+
+    The calls return only what may still be read: `reader` (the laid-out tensor being
+    read now) and the results whose `read_later()` is true (a forward activation that
+    the backward pass reads); of the LM's dp step, about a third. A result left out
+    and read after all is made then, by one more call per device of a function
+    returning every result left out."""
     if self.completed:
+      late, self._late = self._late, []
+      if late:
+        stats["late segments"] += 1
+        self._make(late, copy=False)
       return
     self.completed = True
-    consts, inputs = self._closure()
-    ops = consts + self._ops
+    copy = len(self._ops) < MIN_FUNCTION_OPS  # copies make every op anyway
+    now, self._late = [], []
+    for w in self._waiting:
+      (now if copy or w[0] is reader or w[0].read_later() else self._late).append(w)
+    self._waiting = []
+    called = self._make(now, copy) if now else not copy
+    stats["segments" if called else "copied segments"] += 1
+
+  def _make(self, waiting, copy):
+    """Fills in the waiting (laid-out tensor, result index) pairs: copies of the ops,
+    or calls of a function of the ops they need; whether it made calls."""
+    results = [self._results[i] for _, i in waiting]
+    ops = self._ops
+    consts, inputs = self._closure(ops)
+    ops = consts + ops
     recording, caller = None, None
-    if len(self._ops) < MIN_FUNCTION_OPS:
-      recording = slice_replay.RecordedCall(self.graph, inputs, ops, self._results)
-    per_rep = {0: self._results}
+    if copy:
+      recording = slice_replay.RecordedCall(self.graph, inputs, ops, results)
+    per_rep = {0: results}
     with self.graph.as_default(), self.graph.control_dependencies(None):
       for rep in sorted(set(self.reps) - {0}):
         args = []
@@ -153,26 +178,36 @@ class Segment:
           out = recording.replay(args, self._devices[rep]) if recording else None
           if out is None:
             if caller is None:
-              caller = self._caller(ops, inputs)
+              caller = self._caller(ops, inputs, results)
             out = caller(args, self._devices[rep])
         per_rep[rep] = out
-    stats["segments" if caller is not None else "copied segments"] += 1
-    for lot, index in self._waiting:
-      lot.fill([per_rep[rep][index] for rep in self.reps])
-    self._waiting = []
+    for j, (lot, _) in enumerate(waiting):
+      lot.fill([per_rep[rep][j] for rep in self.reps])
+    return caller is not None
 
-  def _caller(self, ops, inputs):
-    """A _Caller of a function of the segment's ops; where TF cannot make that function
-    (not seen so far), one that copies the ops instead, with a warning."""
+  def _ops_for(self, results):
+    """The segment's ops that results depend on, in order."""
+    needed, stack = set(), [t.op for t in results]
+    while stack:
+      op = stack.pop()
+      if op in needed or op not in self._op_set:
+        continue
+      needed.add(op)
+      stack.extend(t.op for t in op.inputs)
+    return [op for op in self._ops if op in needed]
+
+  def _caller(self, ops, inputs, results):
+    """A _Caller of a function of ops computing results; where TF cannot make that
+    function (not seen so far), one that copies the ops instead, with a warning."""
     try:
-      return _Caller(self.graph, graph_function(self.graph, ops, inputs, self._results),
-                     inputs, self._results)
+      return _Caller(self.graph, graph_function(self.graph, ops, inputs, results),
+                     inputs, results)
     except (tf.errors.OpError, ValueError, TypeError) as e:
       reason = "%s: %s" % (type(e).__name__, e)
     stats["functions failed"] += 1
     logging.warning("mesh_tf: copying %d slice ops per device instead of calling a "
                     "function of them (%s)", len(ops), reason)
-    recording = slice_replay.RecordedCall(self.graph, inputs, ops, self._results)
+    recording = slice_replay.RecordedCall(self.graph, inputs, ops, results)
 
     def copy(args, device):
       out = recording.replay(args, device)
@@ -183,11 +218,11 @@ class Segment:
       return out
     return copy
 
-  def _closure(self):
-    """(plain constants the segment's ops read, which copies may hold themselves; the
-    other tensors they read from outside, in first-use order)."""
+  def _closure(self, ops):
+    """(plain constants ops read from outside the segment, which copies may hold
+    themselves; the other tensors they read from outside, in first-use order)."""
     consts, inputs, seen = [], [], set()
-    for op in self._ops:
+    for op in ops:
       for t in op.inputs:
         if t.op in self._op_set or t.ref() in seen:
           continue

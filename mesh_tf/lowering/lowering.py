@@ -10,6 +10,7 @@ eager context (`tf.init_scope`), so every later Lowering -- another trace, an ev
 with the same variable names -- reuses them.
 """
 import collections
+import functools
 
 import tensorflow as tf
 
@@ -44,6 +45,7 @@ class Lowering:
     self.tensors = lazy_allreduce.LaidOutTensors()
     self.operations = {}
     self._lowered = set()
+    self._readers_of, self._readers_count = None, 0  # {mtf Tensor: ops reading it}
     self._counters = collections.Counter()
     self.comm_records = []  # CollectiveRecords of the ops this Lowering emitted
     self._check_meshes_and_layouts()
@@ -165,7 +167,20 @@ class Lowering:
     if not isinstance(laid_out, (lazy_allreduce.LazyAllreduceSum,
                                  lazy_allreduce.LazyLaidOutTensor)):
       laid_out = self.mesh_impl(x).annotate(x, laid_out)
+      note = getattr(laid_out, "may_be_read_later", None)  # placement's deferred slices
+      if note is not None:
+        note(functools.partial(self._has_unlowered_reader, x))
     self.tensors[x] = laid_out
+
+  def _has_unlowered_reader(self, x):
+    """Whether an op reading mtf Tensor x is still to be lowered (or being lowered)."""
+    if self._readers_of is None or self._readers_count != len(self.graph.operations):
+      self._readers_of = collections.defaultdict(list)
+      for op in self.graph.operations:
+        for t in op.inputs:
+          self._readers_of[t].append(op)
+      self._readers_count = len(self.graph.operations)
+    return any(op not in self._lowered for op in self._readers_of.get(x, ()))
 
   def verify_slice_shapes(self, tensor, laid_out_tensor):
     """Raises ShapeError unless the laid-out value has the layout's slice shape."""

@@ -65,3 +65,26 @@ def test_unknown_reduction_is_named():
   _, xs = _inputs(2, [2])
   with pytest.raises(ValueError, match="'PROD'.*MAX.*MIN.*SUM"):
     pmi.allreduce_ring(xs, DEVICES[:2], "PROD")
+
+
+def test_add_n_allreduce_in_a_graph_is_one_addn_and_differentiable_under_a_tape():
+  """In a graph the AddN is made directly (not through tf.math.add_n), except where a
+  tape may record it: there tf.math.add_n makes it, so the tape sees it."""
+  from mesh_tf.backends import placement_collectives  # pylint: disable=g-import-not-at-top
+  values, _ = _inputs(4, [3, 5])
+
+  @tf.function(autograph=False)
+  def run(*xs):
+    total = placement_collectives.allreduce_add_n(list(xs), DEVICES[:4])
+    with tf.GradientTape() as tape:
+      tape.watch(xs)
+      taped = placement_collectives.allreduce_add_n(list(xs), DEVICES[:4])[0]
+      loss = tf.reduce_sum(taped * taped)
+    return total, tape.gradient(loss, xs)
+  concrete = run.get_concrete_function(*[tf.constant(v) for v in values])
+  (add_n, _) = [op for op in concrete.graph.get_operations() if op.type == "AddN"][:2]
+  assert add_n.get_attr("N") == 4 and add_n.device.endswith("CPU:0")
+  total, grads = run(*[tf.constant(v) for v in values])
+  np.testing.assert_allclose(total[0].numpy(), np.sum(values, 0), rtol=1e-6)
+  for g in grads:
+    np.testing.assert_allclose(g.numpy(), 2 * np.sum(values, 0), rtol=1e-5)

@@ -308,3 +308,71 @@ def test_where_tf_cannot_make_the_function_the_ops_are_copied(monkeypatch):
   assert sorted(op.device[-5:] for op in _ops(graph, "Tanh")) == sorted(
       ["CPU:%d" % d for d in range(4)] * 3)
   np.testing.assert_allclose(run(tf.constant(FULL)).numpy(), _want_chain(FULL), rtol=1e-6)
+
+
+def _chain_read_by_none(impl, laid_out, calls):
+  """_chain whose results say no code yet to be built reads them (as the lowering says
+  of a tensor whose readers are all lowered)."""
+  outs = []
+  for _ in range(calls):
+    laid_out = impl.slicewise(_scale_shift, laid_out)
+    laid_out.may_be_read_later(lambda: False)
+    outs.append(laid_out)
+  return outs
+
+
+def test_calls_return_what_may_be_read_and_make_the_rest_when_read():
+  impl = _impl()
+
+  @tf.function(autograph=False)
+  def run(x):
+    graph = tf.compat.v1.get_default_graph()
+    first, second, third = _chain_read_by_none(impl, _laid_out(impl, x), 3)
+    last = impl.combine_slices(third.tensor_list, SHAPE)  # third: read as it completes
+    assert [len(op.outputs) for op in _ops(graph, "PartitionedCall")] == [1] * 3
+    # read after all: one more call per device returns every result left out
+    early = impl.combine_slices(first.tensor_list, SHAPE)
+    assert [len(op.outputs) for op in _ops(graph, "PartitionedCall")] == [1] * 3 + [2] * 3
+    middle = impl.combine_slices(second.tensor_list, SHAPE)
+    assert len(_ops(graph, "PartitionedCall")) == 6
+    return early, middle, last
+  counts = _counts(lambda: run.get_concrete_function(tf.constant(FULL)))
+  assert counts == {"deferred": 3, "segments": 1, "late segments": 1}, counts
+  for calls, got in zip((1, 2, 3), run(tf.constant(FULL))):
+    np.testing.assert_allclose(got.numpy(), _want_chain(FULL, calls), rtol=1e-6)
+
+
+def test_a_lowering_keeps_what_unlowered_ops_read_in_the_calls():
+  """The lowering tells which results may be read later: those of mtf tensors with a
+  reader still to be lowered. A tensor whose readers are all lowered is left out of the
+  calls, and exporting it after all costs one more call per device."""
+  impl = _impl()
+
+  @tf.function(autograph=False)
+  def run(x):
+    graph = tf.compat.v1.get_default_graph()
+    mesh = mtf.Mesh(mtf.Graph(), "m")
+    a = mtf.import_tf_tensor(mesh, x, SHAPE)
+    for _ in range(3):
+      a = mtf.tanh(a * 0.5 + 1.0) - 0.25
+    b = a * 3.0
+    total = mtf.reduce_sum(b, reduced_dim=SHAPE.dims[0])  # an allreduce over batch
+    squares = mtf.reduce_sum(a * a, reduced_dim=SHAPE.dims[0])
+    lowering = mtf.Lowering(mesh.graph, {mesh: impl})
+    out = [lowering.export_to_tf_tensor(total)]
+    (call,) = _ops(graph, "PartitionedCall")[:1]
+    # of the segment's results: a (read by a * a, not lowered yet) and the partial
+    # sums of `total` (read now); not b, nor the chain's steps (their readers lowered)
+    assert [o.shape.as_list() for o in call.outputs] == [[1, 6], [6]]
+    assert slice_segments.stats["late segments"] == late_before
+    out.append(lowering.export_to_tf_tensor(squares))
+    assert slice_segments.stats["late segments"] == late_before
+    out.append(lowering.export_to_tf_tensor(b))
+    assert slice_segments.stats["late segments"] == late_before + 1
+    return out
+  late_before = slice_segments.stats["late segments"]
+  total, squares, b = run(tf.constant(FULL))
+  want_a = _want_chain(FULL)
+  np.testing.assert_allclose(total.numpy(), (want_a * 3.0).sum(0), rtol=1e-5)
+  np.testing.assert_allclose(squares.numpy(), (want_a * want_a).sum(0), rtol=1e-5)
+  np.testing.assert_allclose(b.numpy(), want_a * 3.0, rtol=1e-5)

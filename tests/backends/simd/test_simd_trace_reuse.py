@@ -53,6 +53,24 @@ def test_closures_of_one_code_share_a_key_only_with_equal_values():
   assert _key(f, t) == _key(f, t) and _key(f, t) != _key(reads(), t)
 
 
+def _applies(tf_fn):
+  return lambda s: tf_fn(s, s)
+
+
+def test_a_module_level_function_in_a_closure_is_keyed_by_identity():
+  """tf.math.multiply and its dispatch wrappers exist once: the function itself is the
+  key (equal for equal closures over it, different for another function), without
+  looking through its own closure."""
+  t = tf.zeros([2, 4, 6])
+  assert _key(_applies(tf.math.multiply), t) == _key(_applies(tf.math.multiply), t)
+  assert _key(_applies(tf.math.multiply), t) != _key(_applies(tf.math.add), t)
+  parts = slice_fn_key.function_key(_applies(tf.math.multiply))[2]
+  assert parts[0] == slice_fn_key._Identity(tf.math.multiply)  # pylint: disable=protected-access
+  # a function made in a local scope is still looked through
+  assert _key(_applies(_scaled(2.0, [1])), t) == _key(_applies(_scaled(2.0, [1])), t)
+  assert _key(_applies(_scaled(2.0, [1])), t) != _key(_applies(_scaled(3.0, [1])), t)
+
+
 def _simd_import(impl, x):
   return impl.import_tf_tensor(mtf.import_tf_tensor(mtf.Mesh(mtf.Graph(), "m"), FULL, SHAPE),
                                x)
