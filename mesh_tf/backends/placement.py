@@ -27,6 +27,7 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
     self._pending = pending
     self._slice_shape = slice_shape
     self._read_later = None  # tests of whether code yet to be built may read the slices
+    self._reps = None  # partition(), once the slices are made
 
   @property
   def tensor_list(self):
@@ -79,15 +80,21 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
     """Sets the slices that were waiting."""
     self._slices = list(slices)
     self._pending = None
+    self._reps = None
 
-  def slice_keys(self, shares_memory):
-    """What tells processors' slices apart, without making those waiting on a segment:
-    where the devices share memory, tensors (and a segment's partition); else pnums."""
-    if not shares_memory:
-      return list(range(len(self._slices)))
+  def partition(self, shares_memory):
+    """reps[p] = the first processor whose slice is processor p's (where the devices
+    share memory, the same tensor; else only p's own), without making slices that wait
+    on a segment (theirs is the segment's partition)."""
     if self.segment is not None:
-      return [("waiting", id(self), r) for r in self.segment.reps]
-    return [id(t) for t in self.tensor_list]
+      return self.segment.reps
+    if self._reps is None:
+      if shares_memory:
+        first = {}
+        self._reps = tuple(first.setdefault(id(t), p) for p, t in enumerate(self.tensor_list))
+      else:
+        self._reps = tuple(range(len(self._slices)))
+    return self._reps
 
 
 class _DeferredCollective:
@@ -214,6 +221,7 @@ class PlacementMeshImpl(MeshImpl):
     _check_devices(self.shape, list(devices))
     self._devices = list(devices)
     self._shares_memory = collectives.shares_host_memory(self._devices)
+    self._slice_keys = {}  # {Shape: slice_key of each processor}
 
   LaidOutTensor = LaidOutTensor
   LaidOutVariable = LaidOutVariable
@@ -282,11 +290,12 @@ class PlacementMeshImpl(MeshImpl):
     for x in laid_out:  # a segment of another graph or partition completes first
       if x.segment is not None and x.segment.graph is not graph:
         x.segment.complete(x)
-    keys = list(zip(*[x.slice_keys(self._shares_memory) for x in laid_out]))
-    first, reps = {}, []
-    for pnum, k in enumerate(keys):
-      reps.append(first.setdefault(k, pnum))
-    reps = tuple(reps)
+    parts = {x.partition(self._shares_memory) for x in laid_out}
+    if len(parts) == 1:
+      (reps,) = parts
+    else:  # processors alike in every input
+      first = {}
+      reps = tuple(first.setdefault(k, p) for p, k in enumerate(zip(*parts)))
     if not any(reps):  # every processor's inputs are the same: computed once
       return None
     for x in laid_out:
@@ -387,7 +396,13 @@ class PlacementMeshImpl(MeshImpl):
     """What identifies processor pnum's slice of `shape` among equal copies: where the
     devices share memory its position (the replicas of one slice share a key), else
     pnum."""
-    return tuple(self.slice_begin(shape, pnum)) if self._shares_memory else pnum
+    if not self._shares_memory:
+      return pnum
+    keys = self._slice_keys.get(shape)
+    if keys is None:  # asked for every processor of every variable and slice read
+      keys = self._slice_keys[shape] = [tuple(self.slice_begin(shape, p))
+                                        for p in range(self.size)]
+    return keys[pnum]
 
   def _per_slice(self, shape, make):
     """LaidOutTensor of make(pnum) on each device; where the devices share memory, once

@@ -5,6 +5,8 @@ Each function takes `xs` (one tf.Tensor per device, in group order) and `devices
 matching device strings) and returns one result per device: placed on that device, or,
 where the devices share this process's memory, one tensor that every device reads.
 """
+import functools
+
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
@@ -30,6 +32,11 @@ def device_scope(device):
 def shares_host_memory(devices):
   """True when every device is a CPU of this process (or unplaced): a "copy" between them
   hands over a buffer, so the fewest ops win over spreading bytes across links."""
+  return _shares_host_memory(tuple(devices))
+
+
+@functools.lru_cache(maxsize=256)  # asked at each collective; parsing the names is slow
+def _shares_host_memory(devices):
   for d in devices:
     if not d:
       continue

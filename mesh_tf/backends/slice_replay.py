@@ -121,11 +121,13 @@ class RecordedCall:
     graph = cls._graph_to_record_in(args)
     if graph is None:
       return None
-    recordings = slice_fn_key.graph_cache(graph, "recordings")
-    if not recordings:
-      return None
+    code = getattr(fn, "__code__", None)
+    if code is not None and code not in slice_fn_key.graph_cache(graph, "recorded code"):
+      return None  # no recording can match: spare the key
     key = cls._key(fn, args)
-    return None if key is None else recordings.get(key)
+    # record() is asked next, with these very arguments, where this misses
+    slice_fn_key.graph_cache(graph, "last miss")[None] = (fn, args, key)
+    return None if key is None else slice_fn_key.graph_cache(graph, "recordings").get(key)
 
   @classmethod
   def record(cls, fn, args):
@@ -144,9 +146,12 @@ class RecordedCall:
     stats["recorded"] += 1
     recorded = cls(graph, args, ops, result, node_defs)
     # a later call may be under other control dependencies than this one's
-    key = None if any(op.control_inputs for op in ops) else cls._key(fn, args)
-    if key is not None:
-      slice_fn_key.graph_cache(graph, "recordings")[key] = recorded
+    if not any(op.control_inputs for op in ops):
+      last = slice_fn_key.graph_cache(graph, "last miss").pop(None, None)
+      key = last[2] if last and last[0] is fn and last[1] is args else cls._key(fn, args)
+      if key is not None:
+        slice_fn_key.graph_cache(graph, "recordings")[key] = recorded
+        slice_fn_key.graph_cache(graph, "recorded code")[getattr(fn, "__code__", None)] = True
     return result, recorded
 
   def replay(self, args, device=None):

@@ -51,9 +51,22 @@ MIN_FUNCTION_OPS = 8
 _names = itertools.count()
 
 
-def _function_type(inputs, outputs):
-  specs = lambda ts: tuple(tf.TensorSpec(t.shape, t.dtype) for t in ts)
-  return function_type_lib.from_structured_signature((specs(inputs), {}), specs(outputs), {})
+class _SliceFunction(atomic_function.AtomicFunction):
+  """An AtomicFunction whose FunctionType (a TensorSpec per input and output, which only
+  a gradient or an export asks for) is made when first asked: making it for every
+  segment took a third of `graph_function`."""
+
+  def __init__(self, name, inputs, outputs):
+    super().__init__(name, context.context(), None)
+    self._signature = [[(t.shape, t.dtype) for t in ts] for ts in (inputs, outputs)]
+
+  @property
+  def function_type(self):
+    if self._function_type is None:
+      inputs, outputs = [tuple(tf.TensorSpec(s, d) for s, d in ts) for ts in self._signature]
+      self._function_type = function_type_lib.from_structured_signature(
+          (inputs, {}), outputs, {})
+    return self._function_type
 
 
 def graph_function(graph, ops, inputs, outputs):
@@ -76,7 +89,8 @@ def graph_function(graph, ops, inputs, outputs):
   definition.ParseFromString(compat.as_bytes(data))
   for node in definition.node_def:
     node.ClearField("device")
-  return atomic_function.from_function_def(definition, _function_type(inputs, outputs))
+  context.context().add_function_def(definition)
+  return _SliceFunction(definition.signature.name, inputs, outputs)
 
 
 class Segment:
