@@ -8,14 +8,17 @@ def lower_train_step(lowering, loss, update_ops, skip_nonfinite=False):
   With skip_nonfinite, the updates run only when the loss is finite (inside a tf.cond),
   so a NaN/Inf step leaves every variable and optimizer slot as it was.
   """
+  update_inputs = [op.operation if hasattr(op, "operation") else op for op in update_ops]
+  if not skip_nonfinite:
+    # the loss and everything the updates need first, in graph order: every gradient is
+    # made before the first is read, and the loss's allreduce waits to be exported, so
+    # placement's deferred copies form one segment (slice_segments.py), not one per
+    # weight, nor one for the forward and one for the backward pass
+    lowering._ensure_lowered(loss.operation, *update_inputs)  # pylint: disable=protected-access
   loss_value = lowering.export_to_tf_tensor(loss)
 
   def apply_updates():
-    # everything the updates need first, in graph order: every gradient is made before
-    # the first is read (placement's deferred copies then form one segment, not one
-    # per weight: slice_segments.py)
-    lowering._ensure_lowered(*[op.operation if hasattr(op, "operation") else op  # pylint: disable=protected-access
-                               for op in update_ops])
+    lowering._ensure_lowered(*update_inputs)  # pylint: disable=protected-access
     for op in update_ops:
       lowering.lowered_operation(op)
     return tf.constant(True)
