@@ -55,6 +55,16 @@ def test_kill_and_resume(tmp_path):
     assert os.path.exists(os.path.join(str(model_dir), index[:-len(".index")]
                                        + ".data-00000-of-00001"))
   last = max(step_from_prefix(p) for p in kept)
+  # A kill after a save but before the state file listed it leaves a newer whole
+  # checkpoint, which the restart takes (and says so).
+  whole = [step_from_prefix(n[:-len(".index")]) for n in names
+           if n.endswith(".index") and ".tmp" not in n]
+  unlisted = max(whole) if max(whole) > last else None
+  if unlisted is not None:
+    reader = tf.train.load_checkpoint(os.path.join(str(model_dir),
+                                                   "model.ckpt-%d" % unlisted))
+    assert int(reader.get_tensor("global_step")) == unlisted
+    last = unlisted
 
   # Restart with a few more steps: it resumes at the last checkpoint's step.
   final = last + 2
@@ -64,6 +74,9 @@ def test_kill_and_resume(tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   assert re.search(r"resumed from \S*model\.ckpt-%d at step %d" % (last, last),
                    result.stdout), result.stdout
+  if unlisted is not None:
+    assert re.search(r"found newer complete checkpoint\(s\) the state file does not "
+                     r"list: [^;]*model\.ckpt-%d\b" % unlisted, result.stdout + result.stderr)
   reported = [int(s) for s in re.findall(r"^step (\d+)/%d " % final, result.stdout,
                                          re.M)]
   assert reported == [last + 1, last + 2]
