@@ -8,8 +8,9 @@ and slice shapes (tensors) or values (anything else), so tracing one stands for 
 other. Closure values are compared by value where they are plain data (numbers, strings,
 dtypes, tuples and lists of those, mtf shapes, small numpy arrays), by identity where
 they are tensors, functions made at import (module-level ones, which exist once) or
-without a value key, or other objects; anything else has no key. As with tf.function, an object captured by identity is assumed not to change in a
-way that changes what the function computes, and a call answered from an earlier trace
+without a value key, or other objects; anything else has no key. As with tf.function,
+an object captured by identity is assumed not to change in a way that changes what
+the function computes, and a call answered from an earlier trace
 does not run the function again (its Python side effects, a print or a counter, happen
 at the first call only; its TF ops are what the step runs).
 """
