@@ -56,14 +56,16 @@ class _SliceFunction(atomic_function.AtomicFunction):
   a gradient or an export asks for) is made when first asked: making it for every
   segment took a third of `graph_function`."""
 
+  __slots__ = ("_specs",)
+
   def __init__(self, name, inputs, outputs):
     super().__init__(name, context.context(), None)
-    self._signature = [[(t.shape, t.dtype) for t in ts] for ts in (inputs, outputs)]
+    self._specs = [[(t.shape, t.dtype) for t in ts] for ts in (inputs, outputs)]
 
   @property
   def function_type(self):
     if self._function_type is None:
-      inputs, outputs = [tuple(tf.TensorSpec(s, d) for s, d in ts) for ts in self._signature]
+      inputs, outputs = [tuple(tf.TensorSpec(s, d) for s, d in ts) for ts in self._specs]
       self._function_type = function_type_lib.from_structured_signature(
           (inputs, {}), outputs, {})
     return self._function_type
@@ -165,8 +167,9 @@ class Segment:
     self.completed = True
     copy = len(self._ops) < MIN_FUNCTION_OPS  # copies make every op anyway
     now, self._late = [], []
-    for w in self._waiting:
-      (now if copy or w[0] is reader or w[0].read_later() else self._late).append(w)
+    for lot, index in self._waiting:
+      keep = copy or lot is reader or lot.read_later()
+      (now if keep else self._late).append((lot, index))
     self._waiting = []
     called = self._make(now, copy) if now else not copy
     stats["segments" if called else "copied segments"] += 1
