@@ -286,7 +286,7 @@ class MeshImpl:
   def laid_out_slice_begin(self, tensor_shape):
     """A laid-out int32 vector: where each processor's slice starts in the full tensor."""
     tensor_shape = convert_to_shape(tensor_shape)
-    layout = self.slice_layout.tensor_layout(tensor_shape)
+    layout = tuple(self.slice_layout.tensor_layout(tensor_shape))  # a value: one trace
     sizes = self.slice_shape(tensor_shape)
     axes = [a for a in layout if a is not None]
     pcoords = [self.laid_out_pcoord(a) for a in axes]

@@ -22,6 +22,8 @@ mesh's random-step counter.) The key, memory and value dims must be whole on eac
 processor (the plan gathers them where a layout splits them), and for the gradient also
 q's own dims (length), whose split would make the k and v gradients partial sums.
 """
+import collections
+
 import numpy as np
 import tensorflow as tf
 
@@ -35,17 +37,15 @@ from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Shape
 
 
-class _Dims:
-  """The roles of an attention's dims: batch (in q, k and v), query (q's own, e.g.
-  length), key, memory and value."""
-
-  def __init__(self, batch, query, key, memory, value):
-    self.batch, self.query = list(batch), list(query)
-    self.key, self.memory, self.value = key, memory, value
+class _Dims(collections.namedtuple("_Dims", "batch query key memory value")):
+  """The roles of an attention's dims: batch (in q, k and v, a tuple), query (q's own,
+  e.g. length, a tuple), key, memory and value. A plain value, so two layers' slice
+  functions that capture equal _Dims are traced once (slice_fn_key)."""
+  __slots__ = ()
 
   @property
   def probs_shape(self):
-    return Shape(self.batch + self.query + [self.memory])
+    return Shape(list(self.batch + self.query) + [self.memory])
 
 
 def _names(dims):
@@ -81,7 +81,7 @@ def _classify(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape):
     return None
   if bias is not None and not all(d in batch + query + [memory_dim] for d in bias.shape.dims):
     return None
-  return _Dims(batch, query, key_dim, memory_dim, value_dim)
+  return _Dims(tuple(batch), tuple(query), key_dim, memory_dim, value_dim)
 
 
 def _arranged(value, names, order):
@@ -177,20 +177,23 @@ class DotProductAttentionOperation(Operation):
   def lower(self, lowering):
     plan = self.plan(lowering.mesh_impl(self).slice_layout)
     d = self.dims
-    q, k, v = self.inputs[:3]
-    bias, dropout = self.bias, self.dropout
+    # shapes and names, not the mtf tensors: every layer's function then has the same
+    # key (slice_fn_key), and the later layers' copy the first one's ops
+    q_dims, k_dims, v_dims = (x.shape.dims for x in self.inputs[:3])
+    bias_names = None if self.bias is None else self.bias.shape.dimension_names
+    dropout_names = None if self.dropout is None else self.dropout.shape.dimension_names
     out_names = self.outputs[0].shape.dimension_names
 
     def local(q_s, k_s, v_s, *extra):
-      m = _Local(d, q.shape.dims, k.shape.dims, v.shape.dims, q_s, k_s, v_s)
+      m = _Local(d, q_dims, k_dims, v_dims, q_s, k_s, v_s)
       extra = list(extra)
-      bias_s = extra.pop(0) if bias is not None else None
-      scale = (m.like_logits(extra.pop(0), dropout.shape.dimension_names, d.memory.name)
-               if dropout is not None else None)
+      bias_s = extra.pop(0) if bias_names is not None else None
+      scale = (m.like_logits(extra.pop(0), dropout_names, d.memory.name)
+               if dropout_names is not None else None)
       logits = tf.linalg.matmul(m.q, m.k, adjoint_b=True)  # [batch..., rows, memory]
       if bias_s is not None:
         logits = m.dims_to_rows(m.rows_to_dims(logits) + m.like_logits(
-            bias_s, bias.shape.dimension_names, d.memory.name))
+            bias_s, bias_names, d.memory.name))
       probs = local_softmax(logits, logits.shape.rank - 1)
       out = m.rows_to_dims(tf.linalg.matmul(m.scaled_rows(probs, scale), m.v))
       out = _arranged(out, m.b + m.l + [d.value.name], out_names)
@@ -225,14 +228,15 @@ class AttentionGradOperation(Operation):
   def lower(self, lowering):
     plan = self.plan(lowering.mesh_impl(self).slice_layout)
     d = self.dims
-    q, k, v, _, dout = self.inputs[:5]
-    dout_names = dout.shape.dimension_names
-    dropout = self.dropout
+    q_dims, k_dims, v_dims = (x.shape.dims for x in self.inputs[:3])
+    q_names, k_names, v_names = (_names(dims) for dims in (q_dims, k_dims, v_dims))
+    dout_names = self.inputs[4].shape.dimension_names
+    dropout_names = None if self.dropout is None else self.dropout.shape.dimension_names
 
     def local(q_s, k_s, v_s, probs_s, dout_s, dropout_s=None):
-      m = _Local(d, q.shape.dims, k.shape.dims, v.shape.dims, q_s, k_s, v_s)
-      scale = (m.like_logits(dropout_s, dropout.shape.dimension_names, d.memory.name)
-               if dropout is not None else None)
+      m = _Local(d, q_dims, k_dims, v_dims, q_s, k_s, v_s)
+      scale = (m.like_logits(dropout_s, dropout_names, d.memory.name)
+               if dropout_names is not None else None)
       probs = m.dims_to_rows(probs_s)
       do = m.dims_to_rows(_arranged(dout_s, dout_names, m.b + m.l + [d.value.name]))
       # the gradient of the probabilities through the dropout
@@ -242,9 +246,9 @@ class AttentionGradOperation(Operation):
       dlogits = probs * (dprobs - tf.reduce_sum(dprobs * probs, -1, keepdims=True))
       dq = m.rows_to_dims(tf.linalg.matmul(dlogits, m.k))
       dk = tf.linalg.matmul(dlogits, m.q, adjoint_a=True)  # [batch..., memory, key]
-      return (_arranged(dq, m.b + m.l + [d.key.name], q.shape.dimension_names),
-              _arranged(dk, m.b + [d.memory.name, d.key.name], k.shape.dimension_names),
-              _arranged(dv, m.b + [d.memory.name, d.value.name], v.shape.dimension_names),
+      return (_arranged(dq, m.b + m.l + [d.key.name], q_names),
+              _arranged(dk, m.b + [d.memory.name, d.key.name], k_names),
+              _arranged(dv, m.b + [d.memory.name, d.value.name], v_names),
               m.rows_to_dims(dlogits))
     plan_interpreter.lower_planned(lowering, self, plan, local)
 

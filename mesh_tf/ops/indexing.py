@@ -25,10 +25,10 @@ class RangeOperation(Operation):
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     y = self.outputs[0]
-    n = impl.slice_shape(y.shape)[0]
+    n, dtype = impl.slice_shape(y.shape)[0], y.dtype  # not y: see slice_fn_key
     begin = impl.laid_out_slice_begin(y.shape)
     lowering.set_tensor_lowering(y, impl.slicewise(
-        lambda b: tf.cast(tf.range(n) + b[0], y.dtype), begin))
+        lambda b: tf.cast(tf.range(n) + b[0], dtype), begin))
 
 
 def mtf_range(mesh, dim, dtype, name=None):

@@ -5,6 +5,8 @@ sit on their own devices, and are not used where a copy could differ.
 These tests turn off `defer_copies` (the per-segment function calls of
 slice_segments.py, tested in test_placement_slice_segments.py), under which the copies
 are what every device runs."""
+import collections
+
 import numpy as np
 import tensorflow as tf
 
@@ -91,6 +93,33 @@ def test_a_train_step_on_four_devices_equals_one_device():
     losses.append([float(step(inputs, targets)) for _ in range(3)])
   assert counts.get("replayed", 0) > counts.get("recorded", 0) > 0, counts
   np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+
+
+def test_repeated_layers_trace_each_slice_function_once():
+  """The toy LM's two layers lower the same computations on same-shaped slices: each
+  slice function (the fused attention, its gradient, ...) is traced once on one device,
+  and the second layer copies the first's ops. A closure holding the mtf tensors rather
+  than their shapes would key each layer's function apart."""
+  from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
+  from mesh_tf.backends import slice_fn_key  # pylint: disable=g-import-not-at-top
+  c = config.TinyLmConfig()
+  batch = config.synthetic_batch(c)
+  inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
+  model = mtf_model.TinyLmModel(c, config.initial_weights(c))
+  step = model.make_train_step(mtf.PlacementMeshImpl("", "", [""]))
+  # eagerly, every function runs (nothing is recorded): the reference
+  eager_loss = float(model.lowering(mtf.PlacementMeshImpl("", "", [""]), inputs, targets)
+                     .export_to_tf_tensor(model.loss))
+  graph = step.get_concrete_function(inputs, targets).graph
+  recorded = collections.Counter(  # a call key starts with its function's key
+      fn_key[1].co_qualname for fn_key, *_ in slice_fn_key.graph_cache(graph, "recordings")
+      if isinstance(fn_key, tuple))
+  for name in ("DotProductAttentionOperation.lower.<locals>.local",
+               "AttentionGradOperation.lower.<locals>.local",
+               "RangeOperation.lower.<locals>.<lambda>",
+               "MeshImpl.laid_out_slice_begin.<locals>.begin"):
+    assert recorded[name] == 1, (name, recorded)
+  np.testing.assert_allclose(float(step(inputs, targets)), eager_loss, rtol=1e-6)
 
 
 def test_each_device_holds_each_distinct_constant_once():
