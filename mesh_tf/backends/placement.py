@@ -10,7 +10,7 @@ from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.backends import slice_replay
 from mesh_tf.backends import slice_segments
 from mesh_tf.errors import LayoutError
-from mesh_tf.lowering import laid_out_tensor
+from mesh_tf.lowering import direct_ops, laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl, graph_cached
 from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_to_pnum
 
@@ -152,7 +152,7 @@ class LaidOutVariable(LaidOutVariableBase):
     read once, from the first, so what is computed from them is computed once too."""
     # no Identity after the read, unlike read_value()
     return self._mesh_impl._per_slice(  # pylint: disable=protected-access
-        self.shape, lambda pnum: self.slice_variables[pnum].value())
+        self.shape, lambda pnum: direct_ops.read_variable(self.slice_variables[pnum]))
 
   def assign_to_slices(self, assign_fn, laid_out_values):
     """Applies assign_fn(slice_variable, value) on each device; returns the ops."""
@@ -282,7 +282,7 @@ class PlacementMeshImpl(MeshImpl):
     None."""
     if not self.defer_copies or self.size == 1 or not laid_out or \
         tf.executing_eagerly() or \
-        slice_replay.could_record_gradients():
+        direct_ops.could_record_gradients():
       return None
     graph = tf.compat.v1.get_default_graph()
     if graph._control_dependencies_stack:  # pylint: disable=protected-access

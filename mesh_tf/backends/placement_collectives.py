@@ -8,9 +8,8 @@ where the devices share this process's memory, one tensor that every device read
 import functools
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2
 
-from mesh_tf.backends import slice_replay
+from mesh_tf.lowering import direct_ops
 from mesh_tf.lowering.reductions import binary_reduction_fn
 
 # Below this many elements, splitting an allreduce into shards costs more than it saves.
@@ -97,18 +96,7 @@ def allreduce_add_n(xs, devices):
   if len(xs) == 1:
     return list(xs)
   with device_scope(devices[0]):
-    return [_add_n(list(xs))] * len(xs)
-
-
-def _add_n(xs):
-  """tf.math.add_n(xs). In a graph no tape watches, the AddN op is made directly:
-  add_n's checks of a list argument take longer than making the op (~0.2 ms for 8)."""
-  if tf.executing_eagerly() or slice_replay.could_record_gradients():
-    return tf.math.add_n(xs)
-  attrs = {"N": attr_value_pb2.AttrValue(i=len(xs)),
-           "T": attr_value_pb2.AttrValue(type=xs[0].dtype.as_datatype_enum)}
-  return tf.compat.v1.get_default_graph()._create_op_internal(  # pylint: disable=protected-access
-      "AddN", xs, [xs[0].dtype], name="AddN", attrs=attrs).outputs[0]
+    return [direct_ops.add_n(list(xs))] * len(xs)
 
 
 def allconcat_direct(xs, devices, concat_axis):

@@ -27,19 +27,11 @@ import collections
 import tensorflow as tf
 
 from mesh_tf.backends import slice_fn_key
+from mesh_tf.lowering.direct_ops import could_record_gradients
 
 # How slice functions were run: "recorded" (called, ops kept as a recipe), "called" (no
 # recipe possible), "replayed" (ops copied for another device).
 stats = collections.Counter()
-
-
-def could_record_gradients():
-  """Whether a gradient tape may be recording the ops made now."""
-  try:
-    from tensorflow.python.eager import record  # pylint: disable=g-import-not-at-top
-    return record.could_possibly_record()
-  except (ImportError, AttributeError):
-    return True
 
 
 def _signature(args, graph):

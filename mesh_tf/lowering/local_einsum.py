@@ -17,6 +17,8 @@ operands in the output's order (`operands_in_output_order`).
 import numpy as np
 import tensorflow as tf
 
+from mesh_tf.lowering import direct_ops
+
 
 def einsum(equation, *operands, as_matmul=True):
   """tf.einsum(equation, *operands); as a matmul where that is possible, faster, and
@@ -26,7 +28,7 @@ def einsum(equation, *operands, as_matmul=True):
     result = two_operand_matmul(equation, operands[0], operands[1], by_sizes=True)
     if result is not None:
       return result
-  return tf.einsum(equation, *operands)
+  return direct_ops.einsum(equation, *operands)
 
 
 def operands_in_output_order(equation, operands):
@@ -86,15 +88,15 @@ def _contracted_order(lhs, rhs, contracted):
 
 def reshape_if_needed(value, shape):
   """value reshaped to shape, without an op where nothing changes."""
-  return value if value.shape.as_list() == shape else tf.reshape(value, shape)
+  return value if value.shape.as_list() == shape else direct_ops.reshape(value, shape)
 
 
 def permute_dims(value, perm):
   """tf.transpose(value, perm); a reshape where perm only moves dims of size 1."""
   shape = value.shape.as_list()
   if [i for i in perm if shape[i] != 1] == [i for i in range(len(perm)) if shape[i] != 1]:
-    return tf.reshape(value, [shape[i] for i in perm])
-  return tf.transpose(value, perm)
+    return direct_ops.reshape(value, [shape[i] for i in perm])
+  return direct_ops.transpose(value, perm)
 
 
 def _worthwhile(lhs, out_of_place, contracted, size):
@@ -152,8 +154,8 @@ def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
 
   a, a_transposed = as_3d(x, lhs, free_l)
   b, b_contracted_first = as_3d(y, rhs, free_r)
-  result = tf.linalg.matmul(a, b, transpose_a=a_transposed,
-                            transpose_b=not b_contracted_first)
+  result = direct_ops.matmul(a, b, adjoint_a=a_transposed,
+                             adjoint_b=not b_contracted_first)
   result = reshape_if_needed(result, [size[c] for c in produced])
   if produced != out:
     result = permute_dims(result, [produced.index(c) for c in out])

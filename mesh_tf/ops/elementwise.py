@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.lowering import plan_interpreter
+from mesh_tf.lowering import direct_ops, plan_interpreter
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.ops.slicewise import cwise, generic_gradient, local_broadcast, slicewise
 from mesh_tf.shapes import Shape, convert_to_shape, is_subsequence, shape_union
@@ -193,8 +193,9 @@ def broadcasting_op(tf_fn, xs, output_shape=None, output_dtype=None, grad_functi
   in_shapes = [x.shape for x in xs]
 
   def fn(*slices):
-    return tf_fn(*[local_broadcast(s, shp, compute_shape, full_rank=False)
-                   for s, shp in zip(slices, in_shapes)])
+    args = [local_broadcast(s, shp, compute_shape, full_rank=False)
+            for s, shp in zip(slices, in_shapes)]
+    return direct_ops.binary(tf_fn, *args) if len(args) == 2 else tf_fn(*args)
   y = slicewise(fn, xs, output_shape=compute_shape,
                 output_dtype=output_dtype or xs[0].dtype, grad_function=grad_function,
                 name=name)

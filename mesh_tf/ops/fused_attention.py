@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from mesh_tf.graph import Operation
-from mesh_tf.lowering import plan_interpreter
+from mesh_tf.lowering import direct_ops, plan_interpreter
 from mesh_tf.lowering.local_einsum import permute_dims, reshape_if_needed
 from mesh_tf.ops.fused_softmax import local_softmax
 from mesh_tf.ops.random import dropout_scale
@@ -190,12 +190,12 @@ class DotProductAttentionOperation(Operation):
       bias_s = extra.pop(0) if bias_names is not None else None
       scale = (m.like_logits(extra.pop(0), dropout_names, d.memory.name)
                if dropout_names is not None else None)
-      logits = tf.linalg.matmul(m.q, m.k, adjoint_b=True)  # [batch..., rows, memory]
+      logits = direct_ops.matmul(m.q, m.k, adjoint_b=True)  # [batch..., rows, memory]
       if bias_s is not None:
         logits = m.dims_to_rows(m.rows_to_dims(logits) + m.like_logits(
             bias_s, bias_names, d.memory.name))
       probs = local_softmax(logits, logits.shape.rank - 1)
-      out = m.rows_to_dims(tf.linalg.matmul(m.scaled_rows(probs, scale), m.v))
+      out = m.rows_to_dims(direct_ops.matmul(m.scaled_rows(probs, scale), m.v))
       out = _arranged(out, m.b + m.l + [d.value.name], out_names)
       return out, m.rows_to_dims(probs)
     plan_interpreter.lower_planned(lowering, self, plan, local)
@@ -240,12 +240,12 @@ class AttentionGradOperation(Operation):
       probs = m.dims_to_rows(probs_s)
       do = m.dims_to_rows(_arranged(dout_s, dout_names, m.b + m.l + [d.value.name]))
       # the gradient of the probabilities through the dropout
-      dprobs = m.scaled_rows(tf.linalg.matmul(do, m.v, adjoint_b=True), scale)
-      dv = tf.linalg.matmul(m.scaled_rows(probs, scale), do,
-                            adjoint_a=True)  # [batch..., memory, value]
+      dprobs = m.scaled_rows(direct_ops.matmul(do, m.v, adjoint_b=True), scale)
+      dv = direct_ops.matmul(m.scaled_rows(probs, scale), do,
+                             adjoint_a=True)  # [batch..., memory, value]
       dlogits = probs * (dprobs - tf.reduce_sum(dprobs * probs, -1, keepdims=True))
-      dq = m.rows_to_dims(tf.linalg.matmul(dlogits, m.k))
-      dk = tf.linalg.matmul(dlogits, m.q, adjoint_a=True)  # [batch..., memory, key]
+      dq = m.rows_to_dims(direct_ops.matmul(dlogits, m.k))
+      dk = direct_ops.matmul(dlogits, m.q, adjoint_a=True)  # [batch..., memory, key]
       return (_arranged(dq, m.b + m.l + [d.key.name], q_names),
               _arranged(dk, m.b + [d.memory.name, d.key.name], k_names),
               _arranged(dv, m.b + [d.memory.name, d.value.name], v_names),

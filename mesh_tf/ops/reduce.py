@@ -4,7 +4,7 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
-from mesh_tf.lowering import plan_interpreter
+from mesh_tf.lowering import direct_ops, plan_interpreter
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape
@@ -56,7 +56,7 @@ class ReduceOperation(Operation):
     def fn(t):
       r = tf_reduce(t, axis=axes) if axes else t
       r = r * (1.0 / shards) if shards > 1 else r
-      return tf.transpose(r, perm) if perm != sorted(perm) else r
+      return direct_ops.transpose(r, perm) if perm != sorted(perm) else r
     plan_interpreter.lower_planned(lowering, self, plan, fn)
 
   def plan(self, layout):

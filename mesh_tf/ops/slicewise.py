@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
-from mesh_tf.lowering import plan_interpreter
+from mesh_tf.lowering import direct_ops, plan_interpreter
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Shape, convert_to_shape
 
@@ -29,7 +29,7 @@ def local_broadcast(t, in_shape, out_shape, full_rank=True):
                      % (in_shape, out_shape, extra))
   perm = [in_names.index(n) for n in out_names if n in in_names]
   if perm != list(range(len(perm))):
-    t = tf.transpose(t, perm)
+    t = direct_ops.transpose(t, perm)
   first = 0
   if not full_rank:
     while first < len(out_names) and out_names[first] not in in_names:
@@ -39,8 +39,8 @@ def local_broadcast(t, in_shape, out_shape, full_rank=True):
     return t
   if t.shape.is_fully_defined():
     sizes = iter(t.shape.as_list())
-    return tf.reshape(t, [next(sizes) if n in in_names else 1
-                          for n in out_names[first:]])
+    return direct_ops.reshape(t, [next(sizes) if n in in_names else 1
+                                  for n in out_names[first:]])
   for axis in missing:
     t = tf.expand_dims(t, axis - first)
   return t

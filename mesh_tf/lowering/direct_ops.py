@@ -1,0 +1,202 @@
+"""The lowering's most frequent TF ops, made directly in the graph being built.
+
+A TF API call (tf.transpose, tf.einsum, tf.math.multiply) spends 100-300 us in Python per
+op before TF's C code makes it: argument conversion, dispatch, op-def matching, name and
+device scopes entered again. Inside a traced step no gradient tape watches, and the
+arguments are tensors of that graph, so these functions make the same op from its type,
+inputs and attrs (about 40 us); TF's C code still infers its shapes and checks them as
+it would for the API's op. Anywhere else (eager execution, under a tape, Python numbers
+or tensors of another graph, dtypes the shortcut does not cover) they call the TF API.
+"""
+import functools
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+
+from tensorflow.python.ops.resource_variable_ops import ResourceVariable as _ResourceVariable
+
+try:  # where TF keeps it; without it, assume a tape may be recording
+  from tensorflow.python.eager import record as _record  # pylint: disable=g-import-not-at-top
+except ImportError:  # pragma: no cover
+  _record = None
+
+
+def could_record_gradients():
+  """Whether a gradient tape may be recording the ops made now."""
+  try:
+    return _record.could_possibly_record()
+  except AttributeError:
+    return True
+
+
+def graph_for(*tensors):
+  """The graph being built, where ops on tensors (tf.Tensors of that very graph) may be
+  made directly; else None."""
+  if tf.executing_eagerly() or could_record_gradients():
+    return None
+  graph = tf.compat.v1.get_default_graph()
+  for t in tensors:
+    if not isinstance(t, tf.Tensor) or t.graph is not graph:
+      return None
+  return graph
+
+
+@functools.lru_cache(maxsize=None)
+def _type_attr(dtype):
+  return attr_value_pb2.AttrValue(type=dtype.as_datatype_enum)
+
+
+@functools.lru_cache(maxsize=None)
+def _int_attr(value):
+  return attr_value_pb2.AttrValue(i=value)
+
+
+@functools.lru_cache(maxsize=None)
+def _bool_attr(value):
+  return attr_value_pb2.AttrValue(b=value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _int32_vector_attrs(values):
+  proto = tf.make_tensor_proto(np.asarray(values, np.int32))
+  return {"value": attr_value_pb2.AttrValue(tensor=proto), "dtype": _type_attr(tf.int32)}
+
+
+def _op(graph, op_type, inputs, dtype, attrs):
+  # Graph._create_op_internal: Graph.create_op's deprecation wrapper inspects the
+  # arguments of every call
+  return graph._create_op_internal(  # pylint: disable=protected-access
+      op_type, inputs, [dtype], name=op_type, attrs=attrs).outputs[0]
+
+
+def _int32_vector(graph, values):
+  return _op(graph, "Const", [], tf.int32, _int32_vector_attrs(tuple(values)))
+
+
+_NUMERIC = (tf.bfloat16, tf.float16, tf.float32, tf.float64, tf.int32, tf.int64)
+# tf function -> (op type, output dtype or None for the inputs', dtypes it covers)
+_BINARY = {
+    tf.math.add: ("AddV2", None, _NUMERIC),
+    tf.math.subtract: ("Sub", None, _NUMERIC),
+    tf.math.multiply: ("Mul", None, _NUMERIC),
+    tf.math.truediv: ("RealDiv", None, (tf.bfloat16, tf.float16, tf.float32, tf.float64)),
+    tf.math.minimum: ("Minimum", None, _NUMERIC),
+    tf.math.maximum: ("Maximum", None, _NUMERIC),
+    tf.math.less: ("Less", tf.bool, _NUMERIC),
+    tf.math.greater: ("Greater", tf.bool, _NUMERIC),
+    tf.math.less_equal: ("LessEqual", tf.bool, _NUMERIC),
+    tf.math.greater_equal: ("GreaterEqual", tf.bool, _NUMERIC),
+    tf.math.logical_and: ("LogicalAnd", tf.bool, (tf.bool,)),
+    tf.math.logical_or: ("LogicalOr", tf.bool, (tf.bool,)),
+}
+
+
+def binary(tf_fn, x, y):
+  """tf_fn(x, y) for a binary elementwise TF function (tf.add, tf.multiply, tf.less...)."""
+  entry = _BINARY.get(tf_fn)
+  graph = graph_for(x, y) if entry is not None else None
+  if graph is None or x.dtype != y.dtype or x.dtype not in entry[2]:
+    return tf_fn(x, y)
+  op_type, out_dtype, _ = entry
+  attrs = {} if x.dtype == tf.bool else {"T": _type_attr(x.dtype)}
+  return _op(graph, op_type, [x, y], out_dtype or x.dtype, attrs)
+
+
+def add_n(xs):
+  """tf.math.add_n(xs) of two or more tensors of one dtype (add_n's checks of its list
+  argument take longer than making the op: ~0.2 ms for 8)."""
+  graph = graph_for(*xs)
+  if graph is None or len(xs) < 2 or len({x.dtype for x in xs}) != 1:
+    return tf.math.add_n(xs)
+  return _op(graph, "AddN", list(xs), xs[0].dtype,
+             {"N": _int_attr(len(xs)), "T": _type_attr(xs[0].dtype)})
+
+
+def transpose(x, perm):
+  """tf.transpose(x, perm)."""
+  graph = graph_for(x)
+  if graph is None:
+    return tf.transpose(x, perm)
+  return _op(graph, "Transpose", [x, _int32_vector(graph, perm)], x.dtype,
+             {"T": _type_attr(x.dtype), "Tperm": _type_attr(tf.int32)})
+
+
+def reshape(x, shape):
+  """tf.reshape(x, shape) for a shape given as Python ints."""
+  graph = graph_for(x)
+  if graph is None or not all(isinstance(s, int) for s in shape):
+    return tf.reshape(x, shape)
+  return _op(graph, "Reshape", [x, _int32_vector(graph, shape)], x.dtype,
+             {"T": _type_attr(x.dtype), "Tshape": _type_attr(tf.int32)})
+
+
+def einsum(equation, *operands):
+  """tf.einsum(equation, *operands) for one or two operands of one dtype and an
+  equation with an output and no ellipsis."""
+  graph = graph_for(*operands)
+  if (graph is None or not 1 <= len(operands) <= 2 or "->" not in equation or
+      "." in equation or len({x.dtype for x in operands}) != 1 or
+      not operands[0].dtype.is_floating):
+    return tf.einsum(equation, *operands)
+  dtype = operands[0].dtype
+  return _op(graph, "Einsum", list(operands), dtype,
+             {"equation": attr_value_pb2.AttrValue(s=equation.encode()),
+              "N": _int_attr(len(operands)), "T": _type_attr(dtype)})
+
+
+def matmul(a, b, adjoint_a=False, adjoint_b=False):
+  """tf.linalg.matmul(a, b, adjoint_a=..., adjoint_b=...) of real float tensors of one
+  dtype and known rank (a MatMul at rank 2, as the API makes, else BatchMatMulV2)."""
+  graph = graph_for(a, b)
+  rank = a.shape.rank if graph is not None else None
+  if (rank is None or b.shape.rank != rank or rank < 2 or a.dtype != b.dtype or
+      not a.dtype.is_floating):
+    return tf.linalg.matmul(a, b, adjoint_a=adjoint_a, adjoint_b=adjoint_b)
+  if rank == 2:
+    return _op(graph, "MatMul", [a, b], a.dtype,
+               {"T": _type_attr(a.dtype), "transpose_a": _bool_attr(adjoint_a),
+                "transpose_b": _bool_attr(adjoint_b)})
+  return _op(graph, "BatchMatMulV2", [a, b], a.dtype,
+             {"T": _type_attr(a.dtype), "adj_x": _bool_attr(adjoint_a),
+              "adj_y": _bool_attr(adjoint_b)})
+
+
+def _plain_variable(graph, v):
+  """Whether reads and writes of v may be made directly in graph: a plain resource
+  variable (no caching device, XLA sharding or distribution wrapper) used from a
+  tf.function's graph that captures it by reference."""
+  return (graph is not None and type(v) is _ResourceVariable and  # pylint: disable=unidiomatic-typecheck
+          hasattr(graph, "watch_variable") and not getattr(graph, "capture_by_value", False)
+          and getattr(v, "_cached_value", None) is None and
+          getattr(v, "_caching_device", None) is None and
+          getattr(v, "_xla_sharding", None) is None)
+
+
+def read_variable(v):
+  """v.value(): a ReadVariableOp of tf.Variable v."""
+  graph = graph_for()
+  if not _plain_variable(graph, v):
+    return v.value()
+  graph.watch_variable(v)  # as the read does: the function's variables include v
+  # the handle is an outer (eager) tensor: the function graph captures it
+  return _op(graph, "ReadVariableOp", [v.handle], v.dtype, {"dtype": _type_attr(v.dtype)})
+
+
+_WRITES = {"assign": "AssignVariableOp", "assign_add": "AssignAddVariableOp",
+           "assign_sub": "AssignSubVariableOp"}
+
+
+def write_variable(method, v, value):
+  """getattr(v, method)(value) for method "assign", "assign_add" or "assign_sub" of
+  tf.Variable v; directly made, it returns the write's tf.Operation."""
+  graph = graph_for(value)
+  if (not _plain_variable(graph, v) or value.dtype != v.dtype or
+      not v.shape.is_compatible_with(value.shape)):
+    return getattr(v, method)(value)
+  attrs = {"dtype": _type_attr(v.dtype)}
+  if method == "assign":  # the runtime shape check the API asks for
+    attrs["validate_shape"] = _bool_attr(
+        bool(getattr(v, "_validate_shape", True)) and v.shape.is_fully_defined())
+  return graph._create_op_internal(  # pylint: disable=protected-access
+      _WRITES[method], [v.handle, value], [], name=_WRITES[method], attrs=attrs)
