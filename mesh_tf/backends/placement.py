@@ -418,7 +418,7 @@ class PlacementMeshImpl(MeshImpl):
 
   def import_tf_tensor(self, x, tf_x):
     slices = self.make_slices(tf_x, x.shape)
-    return self._per_slice(x.shape, lambda pnum: tf.identity(slices[pnum]))
+    return self._per_slice(x.shape, lambda pnum: direct_ops.identity(slices[pnum]))
 
   def import_constant(self, x, value):
     """One constant per device holding its slice of the numpy value, once per graph for

@@ -51,6 +51,17 @@ def _signature(args, graph):
   return tuple(out)
 
 
+def _signature_once(args, graph):
+  """_signature(args, graph), computed once for the argument list one slicewise call
+  hands to earlier, record, a recording and replay in turn."""
+  last = slice_fn_key.graph_cache(graph, "last signature")
+  if None in last and last[None][0] is args:
+    return last[None][1]
+  signature = _signature(args, graph)
+  last[None] = (args, signature)
+  return signature
+
+
 def _copyable(result, ops, node_defs):
   """Whether copies of ops (whose NodeDefs are node_defs), with other inputs, compute
   what a fresh call would."""
@@ -80,7 +91,7 @@ class RecordedCall:
 
   def __init__(self, graph, args, ops, result, node_defs=None):
     self._graph = graph
-    self._signature = _signature(args, graph)
+    self._signature = _signature_once(args, graph)
     self._arg_index = {a.ref(): i for i, a in enumerate(args) if isinstance(a, tf.Tensor)}
     # what create_op needs, read once (op.node_def serializes a proto at each access)
     self._recipes = []
@@ -99,7 +110,7 @@ class RecordedCall:
     if tf.executing_eagerly() or could_record_gradients():
       return None
     graph = tf.compat.v1.get_default_graph()
-    return graph if _signature(args, graph) is not None else None
+    return graph if _signature_once(args, graph) is not None else None
 
   @staticmethod
   def _key(fn, args):
@@ -150,7 +161,7 @@ class RecordedCall:
     """The result of the recorded function on args, from copies of its ops; None when
     args do not match the recorded call. With a device (the one the caller's scope puts
     the copies on), constants that device already has are reused."""
-    if _signature(args, self._graph) != self._signature:
+    if _signature_once(args, self._graph) != self._signature:
       return None
     made, constants = {}, None
     # a reused constant would miss the control inputs of the caller's scope

@@ -113,6 +113,30 @@ def add_n(xs):
              {"N": _int_attr(len(xs)), "T": _type_attr(xs[0].dtype)})
 
 
+_REDUCE = {tf.math.reduce_sum: "Sum", tf.math.reduce_mean: "Mean", tf.math.reduce_max: "Max",
+           tf.math.reduce_min: "Min"}
+
+
+def reduce(tf_fn, x, axes):
+  """tf_fn(x, axis=axes) for tf.reduce_sum, _mean, _max or _min of a float tensor over
+  a list of axes (ints)."""
+  graph = graph_for(x)
+  if (graph is None or tf_fn not in _REDUCE or not x.dtype.is_floating or
+      not all(isinstance(a, int) for a in axes)):
+    return tf_fn(x, axis=axes)
+  return _op(graph, _REDUCE[tf_fn], [x, _int32_vector(graph, axes)], x.dtype,
+             {"T": _type_attr(x.dtype), "Tidx": _type_attr(tf.int32),
+              "keep_dims": _bool_attr(False)})
+
+
+def identity(x):
+  """tf.identity(x) of a tensor (placed by the caller's device scope)."""
+  graph = graph_for(x)
+  if graph is None:
+    return tf.identity(x)
+  return _op(graph, "Identity", [x], x.dtype, {"T": _type_attr(x.dtype)})
+
+
 def transpose(x, perm):
   """tf.transpose(x, perm)."""
   graph = graph_for(x)

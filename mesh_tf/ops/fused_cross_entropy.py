@@ -21,7 +21,7 @@ its own.
 import tensorflow as tf
 
 from mesh_tf.graph import Operation
-from mesh_tf.lowering import plan_interpreter
+from mesh_tf.lowering import direct_ops, plan_interpreter
 from mesh_tf.ops.indexing import OneHotOperation
 from mesh_tf.plans import rules as plan_rules
 
@@ -88,7 +88,7 @@ class OneHotCrossEntropyOperation(Operation):
 
 def _column(r):
   """r [...] as [..., 1], by a static reshape."""
-  return tf.reshape(r, r.shape.as_list() + [1])
+  return direct_ops.reshape(r, r.shape.as_list() + [1])
 
 
 def _inside(ids, size):
@@ -119,17 +119,19 @@ def _whole_vocab(t, i, z_loss):
   probability would underflow, and d loss / d logits = softmax - one_hot."""
   depth = t.shape[-1]
   i = tf.cast(i, tf.int32)
-  inside = tf.reshape(_inside(i, depth), [-1])
-  logits = tf.reshape(t, [-1, depth])
-  ids = tf.reshape(i, [-1])
+  inside = direct_ops.reshape(_inside(i, depth), [-1])
+  logits = direct_ops.reshape(t, [-1, depth])
+  ids = direct_ops.reshape(i, [-1])
   probs = tf.nn.softmax(logits)
-  lse = tf.reduce_max(logits, 1) - tf.math.log(tf.reduce_max(probs, 1))
+  lse = direct_ops.binary(tf.subtract, direct_ops.reduce(tf.reduce_max, logits, [1]),
+                          tf.math.log(direct_ops.reduce(tf.reduce_max, probs, [1])))
   picked = tf.gather(logits, tf.where(inside, ids, 0), axis=1, batch_dims=1)
   one_hot = tf.one_hot(tf.where(inside, ids, -1), depth, dtype=t.dtype)
   loss, backprop, weight = _outputs(lse, picked, tf.cast(inside, t.dtype), probs, one_hot,
                                     z_loss)
-  return (tf.reshape(loss, i.shape), tf.reshape(backprop, t.shape),
-          tf.reshape(weight, i.shape))
+  return (direct_ops.reshape(loss, i.shape.as_list()),
+          direct_ops.reshape(backprop, t.shape.as_list()),
+          direct_ops.reshape(weight, i.shape.as_list()))
 
 
 def one_hot_ids(targets, vocab_dim):

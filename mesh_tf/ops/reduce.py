@@ -54,7 +54,7 @@ class ReduceOperation(Operation):
     shards = impl.slice_layout.axes_size(summed) if self.reduction_fn_string == "MEAN" else 1
 
     def fn(t):
-      r = tf_reduce(t, axis=axes) if axes else t
+      r = direct_ops.reduce(tf_reduce, t, axes) if axes else t
       r = r * (1.0 / shards) if shards > 1 else r
       return direct_ops.transpose(r, perm) if perm != sorted(perm) else r
     plan_interpreter.lower_planned(lowering, self, plan, fn)
