@@ -63,11 +63,16 @@ def _int32_vector_attrs(values):
   return {"value": attr_value_pb2.AttrValue(tensor=proto), "dtype": _type_attr(tf.int32)}
 
 
-def _op(graph, op_type, inputs, dtype, attrs):
-  # Graph._create_op_internal: Graph.create_op's deprecation wrapper inspects the
-  # arguments of every call
+def _make(graph, op_type, inputs, dtypes, attrs):
+  """The tf.Operation. (Graph._create_op_internal: Graph.create_op's deprecation wrapper
+  inspects the arguments of every call.)"""
   return graph._create_op_internal(  # pylint: disable=protected-access
-      op_type, inputs, [dtype], name=op_type, attrs=attrs).outputs[0]
+      op_type, inputs, dtypes, name=op_type, attrs=attrs)
+
+
+def _op(graph, op_type, inputs, dtype, attrs):
+  """The one output of a new op."""
+  return _make(graph, op_type, inputs, [dtype], attrs).outputs[0]
 
 
 def _int32_vector(graph, values):
@@ -160,7 +165,7 @@ def einsum(equation, *operands):
   equation with an output and no ellipsis."""
   graph = graph_for(*operands)
   if (graph is None or not 1 <= len(operands) <= 2 or "->" not in equation or
-      "." in equation or len({x.dtype for x in operands}) != 1 or
+      "." in equation or " " in equation or len({x.dtype for x in operands}) != 1 or
       not operands[0].dtype.is_floating):
     return tf.einsum(equation, *operands)
   dtype = operands[0].dtype
@@ -222,5 +227,4 @@ def write_variable(method, v, value):
   if method == "assign":  # the runtime shape check the API asks for
     attrs["validate_shape"] = _bool_attr(
         bool(getattr(v, "_validate_shape", True)) and v.shape.is_fully_defined())
-  return graph._create_op_internal(  # pylint: disable=protected-access
-      _WRITES[method], [v.handle, value], [], name=_WRITES[method], attrs=attrs)
+  return _make(graph, _WRITES[method], [v.handle, value], [], attrs)

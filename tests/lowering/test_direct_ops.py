@@ -55,15 +55,32 @@ def _op_types(fn, args):
   return sorted(op.type for op in graph.get_operations() if op.type != "Placeholder")
 
 
+@pytest.fixture(name="made_directly")
+def _made_directly(monkeypatch):
+  """A list of the op types direct_ops made itself (not through the TF API)."""
+  made, make = [], direct_ops._make  # pylint: disable=protected-access
+
+  def counting(graph, op_type, *rest):
+    made.append(op_type)
+    return make(graph, op_type, *rest)
+  monkeypatch.setattr(direct_ops, "_make", counting)
+  return made
+
+
 @pytest.mark.parametrize("name,direct,api,args", CASES, ids=[c[0] for c in CASES])
-def test_traced_ops_and_values_are_the_apis(name, direct, api, args):
+def test_traced_ops_and_values_are_the_apis(name, direct, api, args, made_directly):
   del name
-  assert _op_types(direct, args) == _op_types(api, args)
+  want_types = _op_types(api, args)
+  assert not made_directly
+  assert _op_types(direct, args) == want_types
+  assert made_directly and set(made_directly) <= set(want_types), made_directly
   tensors = [tf.constant(a) for a in args]
   want = api(*tensors).numpy()
   # a graph may evaluate in another order than eager ops (last-bit differences)
   np.testing.assert_allclose(tf.function(direct)(*tensors).numpy(), want, rtol=1e-6)
+  del made_directly[:]
   np.testing.assert_array_equal(direct(*tensors).numpy(), want)  # eagerly: the API
+  assert not made_directly
 
 
 def test_ops_are_made_directly_only_in_a_graph_no_tape_watches():
@@ -101,7 +118,7 @@ def test_a_shape_mismatch_fails_when_traced_as_the_api_does():
     traced.get_concrete_function(tf.TensorSpec([2, 3]), tf.TensorSpec([4]))
 
 
-def test_variable_reads_and_writes():
+def test_variable_reads_and_writes(made_directly):
   v = tf.Variable(np.ones((2, 3), np.float32))
 
   @tf.function
@@ -123,6 +140,8 @@ def test_variable_reads_and_writes():
   assert any(w is v for w in concrete.variables)  # the reads watched it
   types = [op.type for op in concrete.graph.get_operations()]
   assert types.count("ReadVariableOp") == 2 and "AssignSubVariableOp" in types
+  assert made_directly.count("ReadVariableOp") == 2, made_directly
+  assert {"AssignSubVariableOp", "AssignAddVariableOp"} <= set(made_directly)
 
   @tf.function
   def assign(value):
