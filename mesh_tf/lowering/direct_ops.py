@@ -13,7 +13,6 @@ import functools
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
-
 from tensorflow.python.ops.resource_variable_ops import ResourceVariable as _ResourceVariable
 
 try:  # where TF keeps it; without it, assume a tape may be recording
