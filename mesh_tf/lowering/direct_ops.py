@@ -207,8 +207,11 @@ def read_variable(v):
   if not _plain_variable(graph, v):
     return v.value()
   graph.watch_variable(v)  # as the read does: the function's variables include v
-  # the handle is an outer (eager) tensor: the function graph captures it
-  return _op(graph, "ReadVariableOp", [v.handle], v.dtype, {"dtype": _type_attr(v.dtype)})
+  # As value() does, outside the caller's device and colocation scopes: the read goes
+  # where its variable is. The handle is an outer (eager) tensor the graph captures.
+  with graph.colocate_with(None, ignore_existing=True):
+    return _op(graph, "ReadVariableOp", [v.handle], v.dtype,
+               {"dtype": _type_attr(v.dtype)})
 
 
 _WRITES = {"assign": "AssignVariableOp", "assign_add": "AssignAddVariableOp",

@@ -150,6 +150,18 @@ def test_variable_reads_and_writes(made_directly):
   np.testing.assert_allclose(v.numpy(), 0.0)
 
 
+def test_a_read_is_placed_as_the_apis_outside_the_callers_device_scope():
+  v = tf.Variable(np.ones((2, 3), np.float32))
+
+  @tf.function
+  def reads():
+    with tf.device("/cpu:1"):
+      return direct_ops.read_variable(v), v.value()
+  direct, api = [op for op in reads.get_concrete_function().graph.get_operations()
+                 if op.type == "ReadVariableOp"]
+  assert direct.device == api.device, (direct.device, api.device)
+
+
 def test_a_write_of_the_wrong_shape_or_dtype_gets_the_apis_error():
   v = tf.Variable(np.ones((2, 3), np.float32), name="weights")
 
