@@ -10,6 +10,8 @@ contraction needs only reshapes, plus one reduce_sum over the summed mesh axes.
 import numpy as np
 import tensorflow as tf
 
+from mesh_tf.lowering import direct_ops
+
 
 def _prefix_batch(lhs, rhs, out, mesh_labels):
   """Leading labels that can be batch dims: [(label, summed)], or None.
@@ -87,13 +89,13 @@ def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
     if len(free) == 1 and len(contracted) == 1 and all(c in term for c in labels):
       return value
     dims = [size[c] if c in term else 1 for c in labels]
-    return tf.reshape(value, dims + ([prod(contracted), prod(free)] if contracted_first
-                                     else [prod(free), prod(contracted)]))
+    return direct_ops.reshape(value, dims + (
+        [prod(contracted), prod(free)] if contracted_first else [prod(free), prod(contracted)]))
   a, b = as_3d(x, lhs, free_l, adj_l), as_3d(y, rhs, free_r, not adj_r)
   if out_rest == free_l + free_r:
-    result = tf.linalg.matmul(a, b, adjoint_a=adj_l, adjoint_b=adj_r)
+    result = direct_ops.matmul(a, b, adjoint_a=adj_l, adjoint_b=adj_r)
   elif out_rest == free_r + free_l:  # out^T = rhs^T lhs^T
-    result = tf.linalg.matmul(b, a, adjoint_a=not adj_r, adjoint_b=not adj_l)
+    result = direct_ops.matmul(b, a, adjoint_a=not adj_r, adjoint_b=not adj_l)
   else:
     return None
   summed = [i for i, (_, s) in enumerate(batch) if s]
@@ -101,4 +103,4 @@ def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
     result = tf.reduce_sum(result, summed)
   if len(free_l) == 1 and len(free_r) == 1:
     return result
-  return tf.reshape(result, [size[c] for c in out])
+  return direct_ops.reshape(result, [size[c] for c in out])

@@ -31,7 +31,7 @@ from tensorflow.python.framework import func_graph as func_graph_lib  # pylint: 
 
 from mesh_tf.backends import simd_matmul
 from mesh_tf.backends import slice_fn_key
-from mesh_tf.lowering import local_einsum
+from mesh_tf.lowering import direct_ops, local_einsum
 
 stats = collections.Counter()
 
@@ -118,12 +118,15 @@ def _python_names(op):
 
 
 def _as_tensor(value):
-  return tf.constant(value) if isinstance(value, np.ndarray) else value
+  return direct_ops.constant(value) if isinstance(value, np.ndarray) else value
 
 
 def _call_raw(op, args, attrs):
   """Emits op.type with the given inputs and attrs (keyed by op_def names); returns its
   outputs as a flat list."""
+  made = direct_ops.like(op, args, attrs)
+  if made is not None:
+    return made
   raw, names = _python_names(op)
   # A numpy input (a constant of the trace) becomes a constant of its own dtype (a raw op
   # would otherwise convert it to the op's default type).
@@ -193,7 +196,7 @@ class _Replay:
       if isinstance(v, np.ndarray):
         v = np.reshape(v, [1] * self.k + list(v.shape))
       elif v.shape.is_fully_defined():
-        v = tf.reshape(v, [1] * self.k + v.shape.as_list())
+        v = direct_ops.reshape(v, [1] * self.k + v.shape.as_list())
       else:
         v = tf.reshape(v, tf.concat([tf.ones([self.k], tf.int32), tf.shape(v)], 0))
       extents = [1] * self.k
@@ -210,7 +213,7 @@ class _Replay:
       return v
     if v.shape.is_fully_defined():  # one reshape for all the new axes
       shape = v.shape.as_list()
-      return tf.reshape(v, shape[:self.k] + [1] * (rank - r) + shape[self.k:])
+      return direct_ops.reshape(v, shape[:self.k] + [1] * (rank - r) + shape[self.k:])
     for _ in range(rank - r):
       v = tf.expand_dims(v, self.k)
     return v
@@ -324,7 +327,7 @@ class _Replay:
         # Mesh axes of extent 1 are dropped: einsum pairs the others by label.
         kept = [i for i in range(self.k) if e[i] > 1]
         if len(kept) < self.k:
-          v = tf.reshape(v, [e[i] for i in kept] + t.shape.as_list())
+          v = direct_ops.reshape(v, [e[i] for i in kept] + t.shape.as_list())
         term = "".join(mesh_labels[i] for i in kept) + term
       terms.append(term)
       values.append(v)
@@ -344,7 +347,7 @@ class _Replay:
       if result is None:
         result = _call_raw(op, {"inputs": values}, dict(attrs, equation=equation))[0]
       if len(kept) < self.k:
-        result = tf.reshape(result, out_extents + out_shape)
+        result = direct_ops.reshape(result, out_extents + out_shape)
       return result
     self.einsum_recipes[op.outputs[0].ref()] = emit
     return [emit(())]
@@ -433,8 +436,8 @@ class _Replay:
     if not v.shape.is_fully_defined():
       raise _Fallback("%s of a dynamic shape" % op.type)
     shape = v.shape.as_list()
-    out = _call_raw(op, {"logits": tf.reshape(v, [-1, shape[-1]])}, attrs)[0]
-    return [tf.reshape(out, shape)]
+    out = _call_raw(op, {"logits": direct_ops.reshape(v, [-1, shape[-1]])}, attrs)[0]
+    return [direct_ops.reshape(out, shape)]
 
   _rule_Softmax = _rule_LogSoftmax = _last_axis_rule
 
@@ -447,7 +450,7 @@ class _Replay:
     if (axis == 0 and attrs.get("batch_dims", 0) == 0 and
         (p_extents is None or not any(e > 1 for e in p_extents))):
       # the same table on every core: one lookup at every core's indices
-      table = tf.reshape(self.get(params)[0], params.shape.as_list())
+      table = direct_ops.reshape(self.get(params)[0], params.shape.as_list())
       return [tf.gather(table, self.as_stacked(indices))]
     # per-core tables: the mesh axes become batch dims of the lookup
     args = {"params": self.as_stacked(params, extents),
@@ -469,7 +472,7 @@ class _Replay:
     seg = tf.where(seg >= 0, seg + tf.constant(offsets, seg.dtype), -1)
     rest = data.shape.as_list()[ids.shape.rank:]
     total = tf.math.unsorted_segment_sum(self.as_stacked(data, extents), seg, cores * int(n))
-    return [tf.reshape(total, list(extents) + [int(n)] + rest)]
+    return [direct_ops.reshape(total, list(extents) + [int(n)] + rest)]
 
   def _rule_StridedSlice(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     args = self._data_args(groups, {"begin", "end", "strides"}, extents)

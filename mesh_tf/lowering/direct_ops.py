@@ -74,6 +74,17 @@ def _op(graph, op_type, inputs, dtype, attrs):
   return _make(graph, op_type, inputs, [dtype], attrs).outputs[0]
 
 
+def constant(value):
+  """tf.constant(value) of a numpy array (of numbers or bools)."""
+  graph = graph_for()
+  if graph is None or value.dtype.kind not in "biufc":
+    return tf.constant(value)
+  dtype = tf.as_dtype(value.dtype)
+  return _op(graph, "Const", [], dtype,
+             {"value": attr_value_pb2.AttrValue(tensor=tf.make_tensor_proto(value)),
+              "dtype": _type_attr(dtype)})
+
+
 def _int32_vector(graph, values):
   return _op(graph, "Const", [], tf.int32, _int32_vector_attrs(tuple(values)))
 
@@ -131,6 +142,60 @@ def reduce(tf_fn, x, axes):
   return _op(graph, _REDUCE[tf_fn], [x, _int32_vector(graph, axes)], x.dtype,
              {"T": _type_attr(x.dtype), "Tidx": _type_attr(tf.int32),
               "keep_dims": _bool_attr(False)})
+
+
+_ATTR_VALUES = {
+    "int": lambda v: attr_value_pb2.AttrValue(i=v),
+    "bool": lambda v: attr_value_pb2.AttrValue(b=v),
+    "float": lambda v: attr_value_pb2.AttrValue(f=v),
+    "string": lambda v: attr_value_pb2.AttrValue(s=v if isinstance(v, bytes) else v.encode()),
+    "list(int)": lambda v: attr_value_pb2.AttrValue(
+        list=attr_value_pb2.AttrValue.ListValue(i=list(v))),
+}
+
+
+def like(op, inputs, attrs):
+  """A new op of op's type on inputs (by op_def input name: a tensor, a numpy array or
+  a list of them) with attrs (op_def name: Python value) changed from op's, where the
+  types and counts inferred from the inputs are op's own; its outputs (a list). None
+  where it cannot be made directly: then tf.raw_ops makes it."""
+  graph = graph_for()
+  if graph is None:
+    return None
+  flat = []
+  for arg in op.op_def.input_arg:
+    value = inputs[arg.name]
+    values = [constant(v) if isinstance(v, np.ndarray) else v
+              for v in (value if isinstance(value, list) else [value])]
+    if not all(isinstance(t, tf.Tensor) and t.graph is graph for t in values):
+      return None
+    inferred = {}
+    if arg.number_attr:
+      inferred[arg.number_attr] = len(values)
+    if arg.type_attr:
+      inferred[arg.type_attr] = values[0].dtype if values else None
+    if arg.type_list_attr:
+      inferred[arg.type_list_attr] = [t.dtype for t in values]
+    if arg.type and any(t.dtype.as_datatype_enum != arg.type for t in values):
+      return None
+    if any(op.get_attr(name) != v for name, v in inferred.items()):
+      return None
+    flat.extend(values)
+  node_attrs = op.node_def.attr
+  new_attrs = {k: node_attrs[k] for k in node_attrs if not k.startswith("_")}
+  kinds = {a.name: a.type for a in op.op_def.attr}
+  counts = {a.number_attr for a in op.op_def.output_arg if a.number_attr}
+  for name, value in attrs.items():
+    if name not in kinds:
+      return None
+    make = _ATTR_VALUES.get(kinds[name])
+    if make is not None and not (name in counts and value != op.get_attr(name)):
+      new_attrs[name] = make(value)
+    elif value != op.get_attr(name):
+      # a changed attr of a kind not converted here (a type: the outputs' dtypes would
+      # change) or one the number of outputs follows
+      return None
+  return _make(graph, op.type, flat, [t.dtype for t in op.outputs], new_attrs).outputs
 
 
 def identity(x):

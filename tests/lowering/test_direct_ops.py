@@ -176,3 +176,35 @@ def test_a_write_of_the_wrong_shape_or_dtype_gets_the_apis_error():
     direct_ops.write_variable("assign_add", v, value)
   with pytest.raises((TypeError, ValueError)):
     wrong_dtype.get_concrete_function(tf.TensorSpec([2, 3], tf.int32))
+
+
+@pytest.mark.parametrize("value", [np.arange(6, dtype=np.int32).reshape(2, 3),
+                                   np.linspace(0, 1, 4).astype(np.float32),
+                                   np.array([True, False])], ids=["int32", "float32", "bool"])
+def test_numpy_constants(value, made_directly):
+  traced = tf.function(lambda: direct_ops.constant(value))
+  got = traced()
+  assert made_directly == ["Const"]
+  assert got.dtype == tf.as_dtype(value.dtype)
+  np.testing.assert_array_equal(got.numpy(), value)
+
+
+def test_like_remakes_an_op_with_other_inputs_and_attrs(made_directly):
+  @tf.function
+  def traced(x, y):
+    summed = tf.reduce_sum(x, axis=1, keepdims=True)  # a Sum op to copy
+    op = summed.op
+    del made_directly[:]
+    again = direct_ops.like(op, {"input": y, "reduction_indices": np.array([0], np.int32)},
+                            {"keep_dims": False})
+    assert made_directly == ["Const", "Sum"], made_directly
+    # inputs whose dtypes would change the op's types: not made here
+    assert direct_ops.like(op, {"input": tf.cast(y, tf.float64),
+                                "reduction_indices": np.array([0], np.int32)}, {}) is None
+    # a Python number is not a tensor of this graph
+    assert direct_ops.like(op, {"input": y, "reduction_indices": 0}, {}) is None
+    cast = tf.cast(x, tf.float64).op  # DstT is a type attr: changing it changes outputs
+    assert direct_ops.like(cast, {"x": x}, {"DstT": tf.int32}) is None
+    return again[0]
+  x, y = tf.constant(A[0]), tf.constant(B[0])
+  np.testing.assert_allclose(traced(x, y).numpy(), B[0].sum(0), rtol=1e-6)
