@@ -92,17 +92,23 @@ def test_ctrl_c_saves_and_exits_130_without_a_traceback(running_trainer):
 
 
 def test_a_second_signal_aborts_at_once():
-  with stop_signals.GracefulStop() as stop:
-    os.kill(os.getpid(), signal.SIGINT)
-    for _ in range(100):  # Python runs the handler between bytecodes
-      if stop.requested:
-        break
-    assert stop.signum == signal.SIGINT
-    with pytest.raises(KeyboardInterrupt):
+  # A process started in the background inherits SIGINT ignored (Python then keeps
+  # SIG_IGN): give the test a known handler for GracefulStop to restore.
+  outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    with stop_signals.GracefulStop() as stop:
       os.kill(os.getpid(), signal.SIGINT)
-      for _ in range(100):
-        pass
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+      for _ in range(100):  # Python runs the handler between bytecodes
+        if stop.requested:
+          break
+      assert stop.signum == signal.SIGINT
+      with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100):
+          pass
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  finally:
+    signal.signal(signal.SIGINT, outer)
 
 
 def test_no_model_dir_is_one_line_error():
