@@ -280,12 +280,10 @@ class PlacementMeshImpl(MeshImpl):
     """Where a call on these inputs may be deferred to a segment, the partition of the
     processors by their inputs (reps[p] = the first processor with p's inputs); else
     None."""
-    if not self.defer_copies or self.size == 1 or not laid_out or \
-        tf.executing_eagerly() or \
-        direct_ops.could_record_gradients():
+    if not self.defer_copies or self.size == 1 or not laid_out:
       return None
-    graph = tf.compat.v1.get_default_graph()
-    if graph._control_dependencies_stack:  # pylint: disable=protected-access
+    graph = direct_ops.graph_for()  # a graph no tape watches
+    if graph is None or graph._control_dependencies_stack:  # pylint: disable=protected-access
       return None
     for x in laid_out:  # a segment of another graph or partition completes first
       if x.segment is not None and x.segment.graph is not graph:

@@ -27,7 +27,7 @@ import collections
 import tensorflow as tf
 
 from mesh_tf.backends import slice_fn_key
-from mesh_tf.lowering.direct_ops import could_record_gradients
+from mesh_tf.lowering import direct_ops
 
 # How slice functions were run: "recorded" (called, ops kept as a recipe), "called" (no
 # recipe possible), "replayed" (ops copied for another device).
@@ -107,10 +107,8 @@ class RecordedCall:
   @staticmethod
   def _graph_to_record_in(args):
     """The graph being built, where copies of ops could stand for calls; else None."""
-    if tf.executing_eagerly() or could_record_gradients():
-      return None
-    graph = tf.compat.v1.get_default_graph()
-    return graph if _signature_once(args, graph) is not None else None
+    graph = direct_ops.graph_for()  # a graph no tape watches
+    return graph if graph is not None and _signature_once(args, graph) is not None else None
 
   @staticmethod
   def _key(fn, args):

@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover
   _record = None
 
 
-def could_record_gradients():
+def _could_record_gradients():
   """Whether a gradient tape may be recording the ops made now."""
   try:
     return _record.could_possibly_record()
@@ -32,7 +32,7 @@ def could_record_gradients():
 def graph_for(*tensors):
   """The graph being built, where ops on tensors (tf.Tensors of that very graph) may be
   made directly; else None."""
-  if tf.executing_eagerly() or could_record_gradients():
+  if tf.executing_eagerly() or _could_record_gradients():
     return None
   graph = tf.compat.v1.get_default_graph()
   for t in tensors:
@@ -145,8 +145,8 @@ def reduce(tf_fn, x, axes):
 
 
 _ATTR_VALUES = {
-    "int": lambda v: attr_value_pb2.AttrValue(i=v),
-    "bool": lambda v: attr_value_pb2.AttrValue(b=v),
+    "int": _int_attr,
+    "bool": _bool_attr,
     "float": lambda v: attr_value_pb2.AttrValue(f=v),
     "string": lambda v: attr_value_pb2.AttrValue(s=v if isinstance(v, bytes) else v.encode()),
     "list(int)": lambda v: attr_value_pb2.AttrValue(

@@ -17,19 +17,19 @@ from mesh_tf.ops.variables import as_variable
 def assign_slice(variable, slice_var, val):
   """Per-slice writer: slice_var := val (variable is the mtf Variable, unused)."""
   del variable
-  return direct_ops.write_variable('assign', slice_var, val)
+  return direct_ops.write_variable("assign", slice_var, val)
 
 
 def assign_add_slice(variable, slice_var, val):
   """Per-slice writer: slice_var += val."""
   del variable
-  return direct_ops.write_variable('assign_add', slice_var, val)
+  return direct_ops.write_variable("assign_add", slice_var, val)
 
 
 def assign_sub_slice(variable, slice_var, val):
   """Per-slice writer: slice_var -= val."""
   del variable
-  return direct_ops.write_variable('assign_sub', slice_var, val)
+  return direct_ops.write_variable("assign_sub", slice_var, val)
 
 
 def _takes_three_arguments(fn):
