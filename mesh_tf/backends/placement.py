@@ -183,12 +183,29 @@ def _constant_key(x, value):
           value.tobytes())
 
 
+def _device_key(device):
+  """A device name in one spelling ("cpu:1", "/CPU:1" and "/device:CPU:1" agree)."""
+  try:
+    spec = tf.DeviceSpec.from_string(device if device.startswith("/") else "/" + device)
+  except ValueError:
+    return device
+  return spec.to_string().lower()
+
+
 def _check_devices(mesh_shape, devices):
   if len(devices) != mesh_shape.size:
     raise LayoutError(
         "mesh shape %s has %d processors but %d devices were given (%s); give one device "
         "per processor" % (mesh_shape.to_string or "[]", mesh_shape.size, len(devices),
                            devices))
+  named = [d for d in devices if d]  # "" entries: the default device, by choice
+  distinct = {_device_key(d) for d in named}
+  if len(distinct) < len(named):
+    raise LayoutError(
+        "mesh shape %s has %d processors but %d devices were given (%s): a device named "
+        "twice would run several processors' ops; give one device per processor, or "
+        "use the 'simd' backend to emulate a larger mesh"
+        % (mesh_shape.to_string or "[]", mesh_shape.size, len(distinct), devices))
   known = set()
   for d in tf.config.list_logical_devices():
     spec = tf.DeviceSpec.from_string(d.name)

@@ -102,8 +102,9 @@ class MultiClientMeshImpl(MeshImpl):
     device: its TF device, e.g. "/job:worker/replica:0/task:1/device:CPU:2".
     process_pnums: the processors of this process (for reading only this process's
       share of an input; default: just pnum).
-    timeout: seconds a collective waits for its peers (a lost process then fails the
-      step instead of hanging it).
+    timeout: seconds within which a lost peer process must be noticed; the
+      ReplicaSet's peer monitor enforces it (the collectives themselves wait without
+      a timeout, see _collective_args).
     communication_hint: "auto", "ring" or "nccl" (GPUs), passed to the collective ops.
   """
 
@@ -151,7 +152,11 @@ class MultiClientMeshImpl(MeshImpl):
   def _collective_args(self, mesh_axes, group):
     return dict(group_size=len(group), group_key=self.group_key(mesh_axes, group),
                 instance_key=self._next_instance(), ordering_token=[],
-                communication_hint=self.communication_hint, timeout_seconds=self.timeout)
+                communication_hint=self.communication_hint,
+                # no per-op timeout: TF keeps a sleeping thread per timed collective
+                # for the whole timeout; mesh_tf.cluster.peer_monitor notices lost
+                # peers instead
+                timeout_seconds=0.0)
 
   def _rank_positions(self, mesh_axes, group):
     """int32 [group size]: the mesh position of the member at each TF rank (gathered

@@ -8,5 +8,6 @@ one mesh and layout restores on any other, and checkpoints of the original libra
 from mesh_tf.checkpoint.entries import Entry, collect_entries
 from mesh_tf.checkpoint.files import STATE_FILENAME, step_from_prefix
 from mesh_tf.checkpoint.manager import CheckpointManager
+from mesh_tf.checkpoint.record import RECORD_KEY, read_record
 from mesh_tf.checkpoint.save_restore import (RestoreResult, restore_checkpoint,
                                              save_checkpoint, write_checkpoint)

@@ -10,6 +10,7 @@ plain state file is described in one line for the caller to print.
 import collections
 import os
 import re
+import time
 
 import tensorflow as tf
 
@@ -18,6 +19,8 @@ from mesh_tf.errors import CheckpointError
 
 _DATA = re.compile(r"\.data-(\d{5})-of-(\d{5})$")
 _TEMPORARY = re.compile(r"^\..+\.tmp-[0-9a-f]{32}")  # files.write_bundle / write_state
+_LOOKS = 4  # how often a listing disturbed by a concurrent save or prune is retried
+_LOOK_PAUSE_SECS = 0.02
 Found = collections.namedtuple("Found", ["checkpoints", "note", "state_ok"])
 Found.__doc__ = """What find_checkpoints saw.
 
@@ -43,11 +46,20 @@ def is_complete(prefix):
 def scan(directory, basename):
   """Complete `<basename>-<step>` checkpoints in directory, by step (oldest first)."""
   pattern = os.path.join(directory, basename + "-*.index")
-  prefixes = []
-  for index in tf.io.gfile.glob(pattern):
-    prefix = index[:-len(".index")]
-    if files.step_from_prefix(prefix) is not None and is_complete(prefix):
-      prefixes.append(prefix)
+  for _ in range(_LOOKS):
+    prefixes, vanished = [], False
+    for index in tf.io.gfile.glob(pattern):
+      prefix = index[:-len(".index")]
+      if files.step_from_prefix(prefix) is None:
+        continue
+      if is_complete(prefix):
+        prefixes.append(prefix)
+      elif not tf.io.gfile.exists(index):
+        # Pruned since the glob; a trainer saves the next one before it prunes, and
+        # that one may have been too new for the glob: look again.
+        vanished = True
+    if not vanished:
+      break
   return sorted(prefixes, key=files.step_from_prefix)
 
 
@@ -56,8 +68,24 @@ def _name(prefix):
 
 
 def find_checkpoints(directory, basename="model.ckpt"):
-  """The directory's complete checkpoints by the rule above; returns a Found."""
+  """The directory's complete checkpoints by the rule above; returns a Found.
+
+  A trainer saving into directory meanwhile can make a look need a note that a moment
+  later it would not (a checkpoint pruned between reading the state file and checking
+  it, a new one not yet in the state file), so such a look is repeated a few times and
+  the first without a note (or else the last) is returned.
+  """
   directory = os.fspath(directory)
+  for look in range(_LOOKS):
+    if look:
+      time.sleep(_LOOK_PAUSE_SECS)
+    found = _find_once(directory, basename)
+    if found.note is None:
+      break
+  return found
+
+
+def _find_once(directory, basename):
   state_path = os.path.join(directory, files.STATE_FILENAME)
   listed, problem = files.read_state_file(directory)
   scanned = scan(directory, basename)
@@ -109,13 +137,54 @@ def leftovers(directory, basename="model.ckpt"):
   return sorted(found)
 
 
+class Latest(str):
+  """A checkpoint prefix picked as the newest of `directory`.
+
+  Readers given one read it if it is still there, else (pruned by a trainer keeping
+  few checkpoints) the directory's newest complete checkpoint, as if given the
+  directory; a plain prefix string that vanishes is an error instead.
+  """
+
+  def __new__(cls, prefix, directory):
+    latest = super().__new__(cls, prefix)
+    latest.directory = os.fspath(directory)
+    return latest
+
+
+def latest(directory, basename="model.ckpt", report=print):
+  """The newest complete checkpoint of directory as a Latest, or None if it has none;
+  find_checkpoints' note (if any) goes to report."""
+  found = find_checkpoints(directory, basename)
+  if found.note and report is not None:
+    report(found.note)
+  return Latest(found.checkpoints[-1], directory) if found.checkpoints else None
+
+
+def latest_of(path):
+  """The directory whose newest checkpoint path stands for (path a directory or a
+  Latest), else None (path names one checkpoint)."""
+  if isinstance(path, Latest):
+    return path.directory
+  path = os.fspath(path)
+  return path if tf.io.gfile.isdir(path) else None
+
+
 def resolve_prefix(path, report=print):
   """The checkpoint prefix that path names.
 
   path may be a prefix, its `.index` or a data file, or a directory: then its latest
-  complete checkpoint by find_checkpoints, whose note (if any) goes to report. Raises
-  CheckpointError naming the file when there is none.
+  complete checkpoint by find_checkpoints, whose note (if any) goes to report; or a
+  Latest: itself while complete, else its directory's latest. Raises CheckpointError
+  naming the file when there is none.
   """
+  if isinstance(path, Latest):
+    if is_complete(path):
+      return str(path)
+    newer = resolve_prefix(path.directory, report=None)
+    if report is not None:
+      report("checkpoint %s was deleted (pruned by a trainer?); using %s, now the newest "
+             "complete checkpoint of %s" % (_name(path), _name(newer), path.directory))
+    return newer
   path = os.fspath(path)
   if path.endswith(".index"):
     path = path[:-len(".index")]

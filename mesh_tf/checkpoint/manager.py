@@ -47,10 +47,13 @@ class CheckpointManager:
       "global_step", which save() then uses when no step is given).
     require_finite: if True, save() refuses (NonFiniteError) to write a checkpoint in
       which a floating-point variable holds NaN or Inf.
+    record: optional text saved in every checkpoint as the scalar string entry
+      record.RECORD_KEY (e.g. what the weights mean: vocabulary, hyperparameters);
+      record.read_record reads it back.
   """
 
   def __init__(self, directory, source, max_to_keep=5, checkpoint_basename=DEFAULT_BASENAME,
-               extra_variables=None, require_finite=False):
+               extra_variables=None, require_finite=False, record=None):
     if max_to_keep is not None and max_to_keep < 1:
       raise CheckpointError("max_to_keep must be at least 1 (or None), got %r"
                             % (max_to_keep,))
@@ -60,6 +63,7 @@ class CheckpointManager:
     self._max_to_keep = max_to_keep
     self._prefix = os.path.join(self._directory, checkpoint_basename)
     self._require_finite = require_finite
+    self._record = record
     self._basename = checkpoint_basename
     found = discovery.find_checkpoints(self._directory, checkpoint_basename)
     self._checkpoints = found.checkpoints
@@ -108,7 +112,8 @@ class CheckpointManager:
     entries = collect_entries(self._source, self._extra)
     if self._require_finite:
       check_finite(entries, "%s-%d" % (self._prefix, step))
-    prefix = write_checkpoint(self._prefix, entries, global_step=step)
+    prefix = write_checkpoint(self._prefix, entries, global_step=step,
+                              record=self._record)
     kept = [p for p in self._checkpoints if p != prefix] + [prefix]
     stale = []
     if self._max_to_keep is not None and len(kept) > self._max_to_keep:

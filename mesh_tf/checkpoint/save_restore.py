@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from mesh_tf.checkpoint import discovery, files
 from mesh_tf.checkpoint.entries import collect_entries
+from mesh_tf.checkpoint.record import RECORD_KEY, record_tensor
 from mesh_tf.errors import CheckpointError
 
 DEFAULT_BASENAME = "model.ckpt"
@@ -23,6 +24,8 @@ GLOBAL_STEP = "global_step"
 # What TF's checkpoint reader raises for unreadable files (it maps TF status codes to
 # Python exceptions: OUT_OF_RANGE becomes IndexError, DATA_LOSS an OpError, ...).
 _READ_ERRORS = (tf.errors.OpError, ValueError, RuntimeError, IndexError, KeyError, OSError)
+# Reads of a directory's latest checkpoint that find it pruned re-resolve this often.
+_READ_ATTEMPTS = 5
 
 RestoreResult = collections.namedtuple("RestoreResult",
                                        ["path", "names", "missing", "global_step"])
@@ -46,15 +49,18 @@ def _checkpoint_prefix(path):
   return path
 
 
-def write_checkpoint(prefix, entries, global_step=None):
+def write_checkpoint(prefix, entries, global_step=None, record=None):
   """Writes entries (from collect_entries) at prefix[-global_step]; returns the prefix.
 
   Does not touch the state file. With a global_step and no `global_step` entry, the
   step is also stored as an int64 scalar `global_step`, as the original trainer's
-  checkpoints have it.
+  checkpoints have it. A record (text) is stored as the scalar string entry
+  record.RECORD_KEY.
   """
   _check_eager("saving a checkpoint")
   values = {name: e.read() for name, e in entries.items()}
+  if record is not None:
+    values[RECORD_KEY] = record_tensor(record)
   if global_step is not None:
     step = int(np.asarray(global_step))
     prefix = "%s-%d" % (prefix, step)
@@ -146,6 +152,39 @@ def _check_entry(entry, shapes, dtypes, prefix):
         tensor=entry.name, file=files.index_file(prefix))
 
 
+def _read_entries(prefix, entries, allow_missing):
+  """(present entries, their values, missing names, global step) read from prefix."""
+  reader = _open_reader(prefix)
+  shapes = reader.get_variable_to_shape_map()
+  dtypes = reader.get_variable_to_dtype_map()
+  missing = [name for name in entries if name not in shapes]
+  present = [e for name, e in entries.items() if name in shapes]
+  for entry in present:  # a model of another size: name the first differing variable
+    _check_entry(entry, shapes, dtypes, prefix)
+  if missing and not allow_missing:
+    raise _missing_error(missing, sorted(shapes), prefix)
+  values = [_read_value(reader, e.name, prefix) for e in present]
+  step = None
+  if (GLOBAL_STEP in shapes and not shapes[GLOBAL_STEP]
+      and tf.as_dtype(dtypes[GLOBAL_STEP]).is_integer):
+    step = int(_read_value(reader, GLOBAL_STEP, prefix))
+  return present, values, missing, step
+
+
+def _deleted_error(prefix, directory):
+  if directory is None:
+    return CheckpointError(
+        "checkpoint %s was deleted while it was read: %s no longer exists (pruned by a "
+        "trainer keeping fewer checkpoints?); name a checkpoint that is kept, or the "
+        "directory to read its newest" % (prefix, files.index_file(prefix)),
+        file=files.index_file(prefix))
+  return CheckpointError(
+      "checkpoint %s was deleted while it was read, and so were %d newer ones in a row "
+      "(is a trainer pruning %s faster than it can be read?)"
+      % (files.index_file(prefix), _READ_ATTEMPTS - 1, directory),
+      file=files.index_file(prefix))
+
+
 def restore_checkpoint(path, target, extra_variables=None, allow_missing=False):
   """Sets target's variables from the full-shape values stored under their names.
 
@@ -155,7 +194,9 @@ def restore_checkpoint(path, target, extra_variables=None, allow_missing=False):
   variable checks out and reads cleanly.
 
   Args:
-    path: a checkpoint prefix, or a directory (its latest checkpoint).
+    path: a checkpoint prefix, or a directory (its latest checkpoint; should that be
+      pruned while it is read, the newest complete one then, saying so in one line)
+      or a discovery.Latest.
     target: a mtf.Lowering, a MeshImpl, a dict name -> laid-out variable, or a list.
     extra_variables: optional dict name -> tf.Variable restored from those keys.
     allow_missing: if True, variables absent from the checkpoint keep their values.
@@ -168,22 +209,23 @@ def restore_checkpoint(path, target, extra_variables=None, allow_missing=False):
       variable whose stored shape differs (naming the variable, both shapes and file).
   """
   _check_eager("restore_checkpoint")
+  directory = discovery.latest_of(path)  # None: path names one checkpoint
   prefix = discovery.resolve_prefix(path)
-  reader = _open_reader(prefix)
-  shapes = reader.get_variable_to_shape_map()
-  dtypes = reader.get_variable_to_dtype_map()
   entries = collect_entries(target, extra_variables)
-  missing = [name for name in entries if name not in shapes]
-  present = [e for name, e in entries.items() if name in shapes]
-  for entry in present:  # a model of another size: name the first differing variable
-    _check_entry(entry, shapes, dtypes, prefix)
-  if missing and not allow_missing:
-    raise _missing_error(missing, sorted(shapes), prefix)
-  values = [_read_value(reader, e.name, prefix) for e in present]
-  step = None
-  if (GLOBAL_STEP in shapes and not shapes[GLOBAL_STEP]
-      and tf.as_dtype(dtypes[GLOBAL_STEP]).is_integer):
-    step = int(_read_value(reader, GLOBAL_STEP, prefix))
+  for attempt in range(_READ_ATTEMPTS):
+    try:
+      present, values, missing, step = _read_entries(prefix, entries, allow_missing)
+      break
+    except CheckpointError as e:
+      if files.exists(prefix):  # pruning removes the index first
+        raise  # still there: the error is about its contents
+      if directory is None or attempt == _READ_ATTEMPTS - 1:
+        raise _deleted_error(prefix, directory) from e
+      newer = discovery.resolve_prefix(directory, report=None)
+      print("checkpoint %s was deleted while it was read (pruned by a trainer?); reading "
+            "%s, now the newest complete checkpoint of %s"
+            % (os.path.basename(prefix), os.path.basename(newer), directory), flush=True)
+      prefix = newer
   for entry, value in zip(present, values):
     entry.write(tf.convert_to_tensor(value))
   return RestoreResult(prefix, [e.name for e in present], missing, step)

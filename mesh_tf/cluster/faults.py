@@ -40,9 +40,10 @@ def tasks_named_in(message):
                                             message)})
 
 
-def lost_task_error(error, addresses, timeout=PROBE_TIMEOUT):
+def lost_task_error(error, addresses, timeout=PROBE_TIMEOUT, has_checkpoint=None):
   """A ClusterError naming the lost tasks if `error` came from a worker that is gone,
-  else None."""
+  else None. has_checkpoint: a callable saying whether a checkpoint exists to resume
+  from (None: assume one does)."""
   if not isinstance(error, _PEER_ERRORS):
     return None
   lost = lost_tasks(addresses, timeout)
@@ -52,19 +53,21 @@ def lost_task_error(error, addresses, timeout=PROBE_TIMEOUT):
   detail = next((line.strip() for line in first if "UNAVAILABLE" in line or
                  "Connection" in line), first[0] if first else type(error).__name__)
   return spec.ClusterError(
-      "lost worker task %s (%s): %s; restart it and run the same command again to "
-      "resume from the last checkpoint"
+      "lost worker task %s (%s): %s; restart it and run the same command again %s"
       % (",".join(str(t) for t in lost), ",".join(addresses[t] for t in lost),
-         detail[:200]), task=lost[0])
+         detail[:200], "to resume from the last checkpoint"
+         if has_checkpoint is None or has_checkpoint() else
+         "(no checkpoint was written yet, so training starts from step 0)"),
+      task=lost[0])
 
 
 @contextlib.contextmanager
-def raise_lost_task(addresses, timeout=PROBE_TIMEOUT):
+def raise_lost_task(addresses, timeout=PROBE_TIMEOUT, has_checkpoint=None):
   """Within the block, a TF error caused by a dead worker becomes a ClusterError."""
   try:
     yield
   except _PEER_ERRORS as e:
-    lost = lost_task_error(e, addresses, timeout)
+    lost = lost_task_error(e, addresses, timeout, has_checkpoint)
     if lost is None:
       raise
     raise lost from e

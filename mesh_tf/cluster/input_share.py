@@ -24,14 +24,17 @@ def batch_rows(mesh_impl, batch_shape):
   return begin[0], begin[0] + size[0]
 
 
-def share_of_dataset(dataset, global_batch, rows):
+def share_of_dataset(dataset, global_batch, rows, skip_batches=0):
   """The batches of this process from a dataset of single examples: global batch k is
   examples [k*global_batch, (k+1)*global_batch); the process keeps rows [begin, end)
-  of each and batches them. Examples outside the share are dropped before batching."""
+  of each and batches them. Examples outside the share are dropped before batching;
+  the first skip_batches global batches (a resumed run's) are skipped whole."""
   begin, end = rows
   if not 0 <= begin < end <= global_batch:
     raise LayoutError("rows [%d, %d) are not a share of a batch of %d"
                       % (begin, end, global_batch))
+  if skip_batches:
+    dataset = dataset.skip(skip_batches * global_batch)
   kept = dataset.enumerate().filter(
       lambda i, _: tf.logical_and(i % global_batch >= begin, i % global_batch < end))
   return kept.map(lambda _, x: x).batch(end - begin, drop_remainder=True)

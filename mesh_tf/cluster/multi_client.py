@@ -13,6 +13,7 @@ process is the gRPC server of its task (`enable_collective_ops`). With
 distribution="multi_worker_mirrored" (one replica per process) the calls go through
 `strategy.run` of a tf.distribute.MultiWorkerMirroredStrategy instead of threads.
 """
+import socket
 import threading
 import time
 
@@ -21,7 +22,7 @@ from tensorflow.core.protobuf import tensorflow_server_pb2
 from tensorflow.python.eager import context
 
 from mesh_tf.backends.simd_multi_client import DEFAULT_TIMEOUT, MultiClientMeshImpl
-from mesh_tf.cluster import faults, spec
+from mesh_tf.cluster import faults, peer_monitor, spec
 from mesh_tf.shapes import convert_to_shape
 
 # A replica thread may take this long beyond the collective timeout before it is
@@ -53,6 +54,7 @@ def enable_collectives(addresses, task, devices_per_task, device_type="CPU"):
         "task %d needs %d %s devices (mesh size / processes) but has %d"
         % (task, devices_per_task, device_type,
            len(tf.config.list_physical_devices(device_type))), task=task)
+  check_port_free(addresses[task], task)
   own = "/job:%s/task:%d" % (spec.JOB, task)
   ctx = context.context()
   ctx.configure_collective_ops(collective_leader=leader(), device_filters=(own,))
@@ -65,6 +67,50 @@ def enable_collectives(addresses, task, devices_per_task, device_type="CPU"):
       job_name=spec.JOB, task_index=task, protocol="grpc"))
   return ["/job:%s/replica:0/task:%d/device:%s:%d" % (spec.JOB, task, device_type, i)
           for i in range(devices_per_task)]
+
+
+def check_port_free(address, task):
+  """Raises a ClusterError naming the task and address when this process cannot
+  listen on its own address (TF's gRPC server would fail without naming the port
+  and leave the process unable to exit cleanly)."""
+  host, _, port = address.rpartition(":")
+  host = host.strip("[]")
+  family = socket.AF_INET6 if ":" in host else socket.AF_INET
+  probe = socket.socket(family, socket.SOCK_STREAM)
+  try:
+    probe.bind(("" if host in ("localhost", "0.0.0.0") else host, int(port)))
+  except OSError as e:
+    raise spec.ClusterError(
+        "task %d cannot listen on its address %s: %s (is another process using port "
+        "%s?)" % (task, address, e.strerror or e, port), task=task) from None
+  finally:
+    probe.close()
+
+
+def wait_for_peers(addresses, task, timeout, poll=1.0, report_every=10.0):
+  """Waits until every other task answers a health check; raises a ClusterError
+  naming the first that did not within `timeout` seconds (never started, or
+  unreachable). Prints a line every report_every seconds while waiting."""
+  deadline = time.time() + timeout
+  next_report = time.time() + report_every
+  pending = [t for t in range(len(addresses)) if t != task]
+  reason = None
+  while pending:
+    reason = peer_monitor.check_peer(pending[0], min(poll * 2, 5.0))
+    if reason is None:
+      pending.pop(0)
+      continue
+    if time.time() >= deadline:
+      raise spec.ClusterError(
+          "task %d (%s) did not answer within %.0f s (not started, or unreachable "
+          "from task %d: %s); start it with the same command and TF_CONFIG index %d"
+          % (pending[0], addresses[pending[0]], timeout, task, reason, pending[0]),
+          task=pending[0])
+    if time.time() >= next_report:
+      print("task %d: waiting for task %d (%s) to start" % (
+          task, pending[0], addresses[pending[0]]), flush=True)
+      next_report = time.time() + report_every
+    time.sleep(poll)
 
 
 DISTRIBUTIONS = (None, "multi_worker_mirrored")
@@ -82,6 +128,7 @@ def multi_worker_strategy(addresses, task, devices_per_task, device_type="CPU",
         "use no distribution" % (devices_per_task, len(addresses)), task=task)
   if device_type.upper() != "CPU" and not tf.config.list_physical_devices(device_type):
     raise spec.ClusterError("task %d has no %s device" % (task, device_type), task=task)
+  check_port_free(addresses[task], task)
   resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
       spec.cluster_spec(addresses), task_type=spec.JOB, task_id=task, rpc_layer="grpc",
       num_accelerators={"GPU": 1} if device_type.upper() == "GPU" else None)
@@ -114,15 +161,19 @@ class ReplicaSet:
     cluster: the processes' addresses ("h:p,h:p", a list, TF_CONFIG-style dict).
     task: this process's index.
     device_type: "CPU" (virtual devices split out of the host CPU) or "GPU".
-    timeout: seconds a collective waits for peers; a lost process fails the step then.
+    timeout: seconds within which a lost (killed, stopped, unreachable) peer process
+      is noticed by the peer monitor; the step in flight then fails naming it. 0 turns
+      the monitor off (a lost peer then hangs the survivors).
     communication_hint: "auto", "ring" or "nccl" (GPUs).
+    startup_timeout: seconds to wait for every peer process to start.
     distribution: None (this module's threads run the replicas) or
       "multi_worker_mirrored": the step runs through `strategy.run` of a
       tf.distribute.MultiWorkerMirroredStrategy (one replica per process).
   """
 
   def __init__(self, mesh_shape, layout, cluster, task, device_type="CPU",
-               timeout=DEFAULT_TIMEOUT, communication_hint="auto", distribution=None):
+               timeout=DEFAULT_TIMEOUT, communication_hint="auto", distribution=None,
+               startup_timeout=300.0):
     self.addresses = spec.parse_addresses(cluster)
     self.task = task
     self.mesh_shape = convert_to_shape(mesh_shape)
@@ -138,6 +189,9 @@ class ReplicaSet:
     else:
       self.strategy, self.devices = multi_worker_strategy(
           self.addresses, task, len(self.pnums), device_type, communication_hint)
+    wait_for_peers(self.addresses, task, startup_timeout)
+    self.monitor = peer_monitor.PeerMonitor(self.addresses, task, self.timeout)
+    self.monitor.start()
     self.impls = [MultiClientMeshImpl(self.mesh_shape, layout, p, d, self.pnums,
                                       timeout, communication_hint)
                   for p, d in zip(self.pnums, self.devices)]
@@ -172,15 +226,26 @@ class ReplicaSet:
     for t in threads:
       t.join(max(0.0, deadline - time.time()))
     failed = [e for e in errors if e is not None]
+    if failed or any(t.is_alive() for t in threads):
+      lost = self.monitor.lost_error()
+      if lost is not None:
+        raise lost from (failed[0] if failed else None)
     if failed:
       lost = faults.lost_task_error(failed[0], self.addresses)
       if lost is not None:
         raise lost from failed[0]
       raise failed[0]
     if any(t.is_alive() for t in threads):
-      raise spec.ClusterError("replicas of task %d still running %.0fs after the "
-                              "collective timeout" % (self.task, JOIN_MARGIN),
-                              task=self.task)
+      context.context().abort_collective_ops(  # lets the stuck threads end
+          tf.errors.DEADLINE_EXCEEDED, "task %d gave up waiting" % self.task)
+      others = ", ".join("%d (%s)" % (t, a) for t, a in enumerate(self.addresses)
+                         if t != self.task)
+      raise spec.ClusterError(
+          "task %d: a step's collectives did not complete within %.0f s although every "
+          "peer answers; a peer (task %s) is not running this SPMD program: started "
+          "without cluster_setup.cluster_config.mode = 'spmd', or with another "
+          "configuration" % (self.task, self.timeout + JOIN_MARGIN, others),
+          task=self.task)
     return results
 
   def _run_on_strategy(self, fn):
@@ -188,7 +253,7 @@ class ReplicaSet:
     try:
       out = self.strategy.run(lambda: fn(0, self.impls[0]))
     except Exception as e:  # pylint: disable=broad-except
-      lost = faults.lost_task_error(e, self.addresses)
+      lost = self.monitor.lost_error() or faults.lost_task_error(e, self.addresses)
       if lost is not None:
         raise lost from e
       raise

@@ -14,6 +14,12 @@ from mesh_tf.errors import MtfError
 JOB = "worker"
 
 
+# Said in every cluster process's start-up line: TF's runtime has no authentication.
+TRUST_NOTE = ("port %s listens on every address of this host and runs any graph sent "
+              "to it (no authentication; a graph can read and write files): keep it "
+              "reachable only on a trusted network")
+
+
 class ClusterError(MtfError):
   """A cluster does not fit the mesh, cannot be reached, or lost a task."""
 

@@ -46,8 +46,9 @@ def main(argv):
   except ValueError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.exit(1)
-  print("worker %d of %d serving %s with %d CPU devices"
-        % (task, len(addresses), addresses[task], FLAGS.virtual_cpus), flush=True)
+  print("worker %d of %d serving %s with %d CPU devices; %s"
+        % (task, len(addresses), addresses[task], FLAGS.virtual_cpus,
+           spec.TRUST_NOTE % addresses[task].rpartition(":")[2]), flush=True)
   server.join()
 
 

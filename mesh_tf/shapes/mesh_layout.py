@@ -83,6 +83,13 @@ class MeshLayout(object):
     """Lists of pnums that differ only in their coordinates on mesh_axes."""
     return processor_groups(self._shape, list(mesh_axes))
 
+  def rules_naming_absent_mesh_dims(self):
+    """[(tensor dim, mesh dim)] of the layout rules whose mesh dim this mesh lacks, in
+    rule order. Such rules split nothing (as in the original, which lets one layout
+    serve several meshes), but a misspelt mesh dim ("batch:bacth") lands here too."""
+    names = set(self._shape.dimension_names)
+    return [(t, m) for t, m in self._rules if m not in names]
+
   # ---- tensors ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):
     """The mesh axis that splits a tensor dim (Dimension or name), or None."""

@@ -30,20 +30,22 @@ MODES = ("placement", "spmd")
 @gin.configurable(module="cluster_setup")
 def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
                    mode="placement", collective_timeout=60.0, communication_hint="auto",
-                   distribution=None):
+                   distribution=None, startup_timeout=300.0):
   """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process),
   the device type the mesh uses on the workers, seconds to wait for each worker, the
   mode ("placement": one chief drives workers; "spmd": every process trains its own
-  replicas, see spmd_train_loop), seconds an SPMD collective waits for its peers, the
+  replicas, see spmd_train_loop), seconds within which an SPMD process notices a
+  lost peer (a health check of every peer every few seconds; 0: never), the
   SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), and the
   distribution: None; in SPMD mode "multi_worker_mirrored" (strategy.run of a
   MultiWorkerMirroredStrategy, one replica per process); in one process "tpu" (the
-  step through TPUStrategy.run on SimdMeshImpl's TPU runtime; untested here)."""
+  step through TPUStrategy.run on SimdMeshImpl's TPU runtime; untested here), and
+  the seconds an SPMD process waits for every peer to start."""
   if mode not in MODES:
     raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
                                    % (mode, ", ".join(MODES)))
   return (cluster, device_type, float(connect_timeout), mode, float(collective_timeout),
-          communication_hint, distribution)
+          communication_hint, distribution, float(startup_timeout))
 
 
 def configure(cluster_flag=None):
@@ -79,8 +81,9 @@ def serve(addresses_, task, mesh_shape):
         "mesh %s of %d processors cannot be split evenly over %d workers"
         % (mtf.convert_to_shape(mesh_shape).to_string, size, len(addresses_)))
   server = server_lib.make_server(addresses_, task, size // len(addresses_))
-  print("worker %d of %d serving %s with %d CPU devices"
-        % (task, len(addresses_), addresses_[task], size // len(addresses_)), flush=True)
+  print("worker %d of %d serving %s with %d CPU devices; %s"
+        % (task, len(addresses_), addresses_[task], size // len(addresses_),
+           spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
   server.join()
 
 
@@ -122,19 +125,23 @@ def run_spmd(addresses_, task, run_fn):
     raise cluster_lib.ClusterError("cluster_config.mode = 'spmd' runs --mode=train only; "
                                    "eval and decode run in one process on the "
                                    "checkpoints")
-  _, device_type, _, _, collective_timeout, hint, distribution = cluster_config()
+  (_, device_type, _, _, collective_timeout, hint, distribution,
+   startup_timeout) = cluster_config()
   _state["replicas"] = multi_client.ReplicaSet(
       _bound("utils.run.mesh_shape", ""), _bound("utils.run.layout_rules", ""),
       addresses_, task, device_type=device_type, timeout=collective_timeout,
-      communication_hint=hint, distribution=distribution)
-  print("task %d of %d: %d replicas of mesh %s on %s%s" % (
+      communication_hint=hint, distribution=distribution,
+      startup_timeout=startup_timeout)
+  print("task %d of %d: %d replicas of mesh %s on %s%s; %s" % (
       task, len(addresses_), len(_state["replicas"].impls),
       _state["replicas"].mesh_shape.to_string, addresses_[task],
       ", steps through strategy.run of MultiWorkerMirroredStrategy"
-      if _state["replicas"].strategy else ""), flush=True)
+      if _state["replicas"].strategy else "",
+      spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
   try:
     return run_fn()
   finally:
+    _state["replicas"].monitor.stop()
     _state["replicas"] = None
 
 
@@ -148,9 +155,16 @@ def run_in_role(cluster_flag, run_fn):
   if role == JOB_WORKER:
     return serve(addresses_, task, _bound("utils.run.mesh_shape", ""))
   if addresses_:
-    with cluster_lib.raise_lost_task(addresses_):
+    with cluster_lib.raise_lost_task(addresses_, has_checkpoint=_has_checkpoint):
       return run_fn()
   return run_fn()
+
+
+def _has_checkpoint():
+  """Whether the run's model_dir holds a checkpoint to resume from."""
+  from mesh_tf.checkpoint import discovery  # pylint: disable=g-import-not-at-top
+  model_dir = _bound("utils.run.model_dir", None)
+  return bool(model_dir and discovery.find_checkpoints(model_dir).checkpoints)
 
 
 def _bound(name, default):

@@ -14,6 +14,7 @@ Call dataset functions with keyword arguments; their other arguments are bound i
 only from data already on disk, and a missing file or dataset raises `MtfError`.
 """
 import collections
+import re
 
 import gin
 import tensorflow as tf
@@ -132,6 +133,26 @@ def _is_blank(path, probe_bytes=1 << 16):
     return False
   with tf.io.gfile.GFile(path, "rb") as f:
     return not f.read().strip()
+
+
+# TF's file errors read "<path>; <reason>", e.g. "/data/a.txt; No such file or directory".
+_FILE_ERROR = re.compile(r"((?:/|[A-Za-z][\w+.-]*://)[^\s;]*); ([^\n\[]+)")
+
+
+def read_error_summary(error):
+  """(one line, data file or None) describing an error an input pipeline raised while
+  reading (a tf.errors.OpError, or an MtfError raised from one)."""
+  cause = error
+  while not isinstance(cause, tf.errors.OpError) and cause.__cause__ is not None:
+    cause = cause.__cause__
+  text = getattr(cause, "message", None) or str(cause)
+  match = _FILE_ERROR.search(text)
+  if match:
+    path = match.group(1)
+    return "data file %s: %s" % (path, match.group(2).strip()), path
+  text = re.sub(r"\{\{[^}]*\}\}", "", text).strip()
+  line = text.splitlines()[0].strip() if text else type(cause).__name__
+  return line, getattr(error, "file", None)
 
 
 def make_text_line_dataset(glob):

@@ -14,6 +14,7 @@ import tensorflow as tf
 import mesh_tf as mtf
 from models.transformer import model_graph
 from models.transformer import model_layout
+from models.transformer import run_record
 
 DEFAULT_PROMPTS = ("The ", "In the beginning ", "A function ", "When the ")
 
@@ -133,7 +134,7 @@ def run_decode(model_fn, mesh_impl, model_dir, checkpoint_path, vocabulary, batc
       sequence_length, dict) and "inputs" in sequence_length else "targets")
   graph = DecodeGraph(model_fn(), batch_size, length, variable_dtype, **decode_options())
   decode_fn = graph.make_decode_fn(mesh_impl)
-  restored = mtf.restore_checkpoint(checkpoint_path or model_dir, mesh_impl)
+  restored = run_record.restore(checkpoint_path or model_dir, mesh_impl)
   print("decoding with %s" % restored.path, flush=True)
   return decode_prompts(decode_fn, vocabulary, batch_size, length,
                         input_filename=input_filename, output_filename=output_filename)

@@ -56,9 +56,9 @@ class MeshEstimator:
     self._built = {}
 
   def latest_checkpoint(self):
-    """The newest complete checkpoint of model_dir (None if it has none)."""
-    found = mtf.checkpoint.discovery.find_checkpoints(self.model_dir)
-    return found.checkpoints[-1] if found.checkpoints else None
+    """The newest complete checkpoint of model_dir (None if it has none), as a
+    discovery.Latest: restoring it reads the newest one then, should it be pruned."""
+    return mtf.checkpoint.discovery.latest(self.model_dir, report=None)
 
   def _restore(self, checkpoint_path):
     """Restores the variables built so far on mesh_impl (build a mode's graph first)."""

@@ -11,6 +11,7 @@ from mesh_tf.checkpoint import step_from_prefix
 from models.transformer import decode_io
 from models.transformer import decoding
 from models.transformer import model_graph
+from models.transformer import run_record
 from models.transformer import run_setup
 from models.transformer import summaries
 from models.transformer import utils
@@ -170,7 +171,7 @@ def run_eval(model_fn, mesh_impl, model_dir, checkpoint_path, vocabulary, eval_d
   evaluator = Evaluator(model_fn, mesh_impl, batch_size, sequence_length,
                         run_setup.feature_keys(dataset), variable_dtype,
                         decode_batches=eval_decode_batches)
-  restored = mtf.restore_checkpoint(checkpoint_path or model_dir, mesh_impl)
+  restored = run_record.restore(checkpoint_path or model_dir, mesh_impl)
   step = restored.global_step
   if step is None:
     step = step_from_prefix(restored.path) or 0

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from models.transformer import decode_io
+from models.transformer import run_record
 
 
 def _checked_prompts(ids, length, vocab_size):
@@ -93,7 +94,7 @@ def run_export(model_fn, model_dir, checkpoint_path, vocabulary, batch_size,
   graph = decode_io.DecodeGraph(model_fn(), batch_size, length, variable_dtype,
                                 any_mesh=True)
   decode_fn = graph.make_decode_fn(mesh_impl)
-  restored = mtf.restore_checkpoint(checkpoint_path or model_dir, mesh_impl)
+  restored = run_record.restore(checkpoint_path or model_dir, mesh_impl)
   module, signatures = build_module(decode_fn, vocabulary, batch_size, length)
   tf.saved_model.save(module, export_path, signatures=signatures)
   print("exported %s (step %s) to %s" % (restored.path, restored.global_step, export_path),

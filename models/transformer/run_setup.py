@@ -85,9 +85,12 @@ def _fix_lengths(sequence_length):
   return fix
 
 
-def batched_dataset(dataset_fn, sequence_length, vocabulary, dataset_split, batch_size,
-                    repeat=True):
-  """dataset_fn's examples as fixed-shape int32 [batch_size, length] feature dicts."""
+def example_stream(dataset_fn, sequence_length, vocabulary, dataset_split, repeat=True):
+  """dataset_fn's examples as fixed-length int32 feature dicts, repeated unless not.
+
+  Build a run's train stream before anything else draws op seeds: its shuffles without
+  a seed of their own then get the same ones (from utils.run.seed) in every mode.
+  """
   if dataset_fn is None:
     raise MtfError("no dataset function for split %r: bind utils.run.train_dataset_fn "
                    "(or eval_dataset_fn) in gin" % dataset_split)
@@ -98,9 +101,44 @@ def batched_dataset(dataset_fn, sequence_length, vocabulary, dataset_split, batc
     raise MtfError("dataset for split %r: data file not found: %s" % (dataset_split, e),
                    file=getattr(e, "filename", None)) from e
   dataset = dataset.map(_fix_lengths(sequence_length))
-  if repeat:
-    dataset = dataset.repeat()
-  return dataset.batch(batch_size, drop_remainder=True).prefetch(2)
+  return dataset.repeat() if repeat else dataset
+
+
+def batched_dataset(dataset_fn, sequence_length, vocabulary, dataset_split, batch_size,
+                    repeat=True):
+  """dataset_fn's examples as fixed-shape int32 [batch_size, length] feature dicts."""
+  examples = example_stream(dataset_fn, sequence_length, vocabulary, dataset_split,
+                            repeat)
+  return examples.batch(batch_size, drop_remainder=True).prefetch(2)
+
+
+def order_is_seeded():
+  """Whether TensorFlow's global seed is set (utils.run.seed not None), so shuffles
+  without an op seed replay the same order in a new process."""
+  if _last_seed:
+    return _last_seed[-1] is not None
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+  return context.global_seed() is not None
+
+
+def resume_skip_line(steps, batch_size):
+  """The line a run resumed at global step `steps` prints about its input: every step
+  consumed one global batch, which the new input pipeline skips."""
+  line = ("the input pipeline skips the %d batches (%d examples) it already trained on"
+          % (steps, steps * batch_size))
+  if not order_is_seeded():
+    line += ("; utils.run.seed is None, so the order of a shuffled pipeline is not "
+             "reproducible: the batches after the skip may differ from the stopped run's")
+  return line
+
+
+def skip_trained_batches(batches, steps, batch_size):
+  """batches (a run's global batches from the start of its data) after the first
+  `steps`, which the steps before global step `steps` trained on; says so if any."""
+  if not steps:
+    return batches
+  print(resume_skip_line(steps, batch_size), flush=True)
+  return batches.skip(steps)
 
 
 def feature_keys(dataset):
@@ -149,9 +187,13 @@ def write_operative_config(model_dir, extra=""):
   write_text_atomically(os.path.join(model_dir, "operative_config.gin"), text)
 
 
+_last_seed = []  # the seed of the last seed_everything call (for resume_skip_line)
+
+
 def seed_everything(seed):
   """Seeds TensorFlow's global random state (the initializers' and tf.data shuffles'
   op seeds derive from it), Python's `random` and numpy; None leaves all unseeded."""
+  _last_seed[:] = [seed]
   if seed is None:
     return
   seed = int(seed)

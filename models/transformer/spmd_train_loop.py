@@ -17,6 +17,7 @@ sequence accuracy). What it lacks: microbatches.
 import math
 import os
 
+import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
@@ -25,10 +26,13 @@ from mesh_tf.checkpoint import discovery
 from mesh_tf.checkpoint import manager as checkpoint_manager
 from mesh_tf.checkpoint.entries import collect_entries
 from mesh_tf.checkpoint.save_restore import DEFAULT_BASENAME
+from mesh_tf.cluster import agreement
+from mesh_tf.cluster import multi_client
 from mesh_tf.cluster import spmd_training
 from models.transformer import evaluation
 from models.transformer import model_graph
 from models.transformer import progress as progress_lib
+from models.transformer import run_record
 from models.transformer import run_setup
 from models.transformer import spmd_evaluation
 from models.transformer import stop_signals
@@ -37,14 +41,49 @@ from models.transformer import train_loop
 from models.transformer.context import ModeKeys
 
 
-def share_of_train_data(train_dataset_fn, sequence_length, vocabulary, dataset_split,
-                        batch_size, rows):
-  """This process's rows [begin, end) of every global batch of the train data: the
+def share_of_train_data(examples, batch_size, rows, step=0):
+  """This process's rows [begin, end) of every global batch of the train data (the
+  run_setup.example_stream `examples`) after the `step` ones already trained on: the
   process runs the input pipeline itself and keeps only its examples (the others'
   are dropped before batching); nothing is sent between processes."""
-  examples = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
-                                       dataset_split, 1).unbatch()
-  return input_share.share_of_dataset(examples, batch_size, rows)
+  if step:
+    print(run_setup.resume_skip_line(step, batch_size), flush=True)
+  return input_share.share_of_dataset(examples, batch_size, rows, skip_batches=step)
+
+
+# Bindings that may differ between processes of one run (gin may write a shorter
+# selector: "run.model_dir"), as (configurable, parameter).
+PER_TASK_BINDINGS = (("run", "model_dir"),)
+
+
+def gin_bindings(config_text):
+  """{binding: value text} of gin's config text (a value may span lines)."""
+  bindings, name = {}, None
+  for line in config_text.splitlines():
+    if not line.strip() or line.lstrip().startswith("#"):
+      continue
+    if not line[0].isspace() and " = " in line:
+      name, _, value = line.partition(" = ")
+      bindings[name.strip()] = value.strip()
+    elif name is not None:
+      bindings[name] += " " + line.strip()
+  return bindings
+
+
+def run_settings(model_dir, vocabulary, replicas):
+  """{setting: value text} every process of an SPMD run must share with the chief:
+  the gin config less per-task bindings, the checkpoint it resumes from, the
+  vocabulary, the mesh and the layout."""
+  settings = {"gin " + k: v for k, v in gin_bindings(gin.config_str()).items()
+              if tuple(k.split(".")[-2:]) not in PER_TASK_BINDINGS}
+  found = discovery.find_checkpoints(model_dir, DEFAULT_BASENAME)
+  settings["checkpoint to resume from"] = (
+      os.path.basename(found.checkpoints[-1]) if found.checkpoints else "none")
+  for key, value in run_record.vocabulary_record(vocabulary).items():
+    settings["vocabulary " + key] = str(value)
+  settings["mesh"] = replicas.mesh_shape.to_string
+  settings["layout"] = str(replicas.impls[0].layout_rules)
+  return settings
 
 
 def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
@@ -54,15 +93,20 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
                    skip_nonfinite_updates=False, eval_dataset_fn=None, eval_steps=0):
   """Trains to train_steps with this process's replicas; returns [(step, loss)].
   With eval_dataset_fn and eval_steps, evaluates after every checkpoint."""
-  probe = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
-                                    dataset_split, batch_size)  # for its feature keys
+  # built first, as run_train builds its data, so shuffles get the same op seeds
+  examples = run_setup.example_stream(train_dataset_fn, sequence_length, vocabulary,
+                                      dataset_split)
+  # before any collective of the model: a peer with another mesh or shapes would fail
+  # those deep inside TF
+  agreement.agree_with_chief(replicas, run_settings(model_dir, vocabulary, replicas),
+                             replicas.timeout + multi_client.JOIN_MARGIN)
   global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
   mtf.optimize.set_global_step(global_step)
   rate = train_loop.make_learning_rate(learning_rate_schedule, global_step,
                                        total_run_steps or train_steps)
   optimizer = train_loop.make_optimizer(optimizer, rate)
   graph = model_graph.ModelGraph(
-      model_fn(), batch_size, sequence_length, run_setup.feature_keys(probe),
+      model_fn(), batch_size, sequence_length, run_setup.feature_keys(examples),
       ModeKeys.TRAIN, variable_dtype, optimizer=optimizer)
   trainer = spmd_training.SpmdTrainer(graph, replicas,
                                       skip_nonfinite=skip_nonfinite_updates)
@@ -90,8 +134,7 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
       print("global step %d already reaches train_steps %d; nothing to do"
             % (step, train_steps), flush=True)
       return []
-    iterator = iter(share_of_train_data(train_dataset_fn, sequence_length, vocabulary,
-                                        dataset_split, batch_size, rows))
+    iterator = iter(share_of_train_data(examples, batch_size, rows, step))
     return loop.run(step, iterator, stop)
 
 
@@ -108,7 +151,8 @@ class ChiefSaver:
     if trainer.replicas.is_chief:
       self.manager = mtf.CheckpointManager(
           model_dir, self._values, max_to_keep=keep_checkpoint_max,
-          extra_variables={"global_step": global_step}, require_finite=True)
+          extra_variables={"global_step": global_step}, require_finite=True,
+          record=run_record.active_text())
     # Every process resolves the checkpoint by the one rule train/eval/decode use, so a
     # lost or garbled state file cannot make processes resume from different steps.
     found = discovery.find_checkpoints(model_dir, DEFAULT_BASENAME)
@@ -124,6 +168,7 @@ class ChiefSaver:
     """Resumes every replica from model_dir's latest checkpoint; returns the step."""
     if not self.latest:
       return 0
+    run_record.check_checkpoint(self.latest)  # every process, so all stop alike
     step = int(self.trainer.restore(self.latest) or 0)
     self.global_step.assign(step)
     print("resumed from %s at step %d" % (self.latest, step), flush=True)

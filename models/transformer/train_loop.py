@@ -22,6 +22,7 @@ from models.transformer import cluster_setup
 from models.transformer import evaluation
 from models.transformer import model_graph
 from models.transformer import progress as progress_lib
+from models.transformer import run_record
 from models.transformer import run_setup
 from models.transformer import stop_signals
 from models.transformer import summaries
@@ -103,7 +104,8 @@ class Trainer:
       self.graph.lowering(mesh_impl)  # creates the variables eagerly, before any trace
     self.manager = mtf.CheckpointManager(
         model_dir, mesh_impl, max_to_keep=keep_checkpoint_max,
-        extra_variables={"global_step": self.global_step}, require_finite=True)
+        extra_variables={"global_step": self.global_step}, require_finite=True,
+        record=run_record.active_text())  # utils.run's vocabulary and hyperparameters
     self.skip_nonfinite_updates = skip_nonfinite_updates
     graph = self.graph
 
@@ -125,6 +127,7 @@ class Trainer:
       print(self.manager.note, flush=True)
     if self.manager.repair_state():
       print("rewrote the state file of %s" % self.model_dir, flush=True)
+    run_record.check_checkpoint(self.manager.latest_checkpoint)
     try:
       step = self.manager.restore_or_initialize()
     except mtf.CheckpointError as e:
@@ -175,6 +178,7 @@ class Trainer:
     progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch(),
                                      stream=stream)
     progress.start(step)
+    started_at = step
     history = []
     skipped = 0
     iterator = iter(dataset)
@@ -185,6 +189,8 @@ class Trainer:
         except StopIteration:  # the train data repeats: it had not one full batch
           raise mtf.MtfError("the train dataset has no full batch of %d examples (is its "
                              "data empty?)" % self.graph.batch_size) from None
+        except (mtf.MtfError, tf.errors.OpError) as e:  # e.g. a data file deleted
+          raise self._data_error(e, step, started_at) from e
         loss, rate = self.train_step(batch)
         step += 1
         loss = float(loss)  # the step has run; reading its loss costs nothing more
@@ -222,6 +228,25 @@ class Trainer:
     print("saved checkpoint %s" % path, flush=True)
     return path
 
+  def _data_error(self, error, step, started_at):
+    """An MtfError naming the train data file that failed and the last good checkpoint,
+    saved first at step: the steps so far completed, and reading the next batch
+    changed no variable."""
+    from models.transformer import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
+    what, data_file = dataset_lib.read_error_summary(error)
+    last = self.manager.latest_checkpoint
+    if step > started_at and last != self._prefix_at(step):
+      try:
+        last = self._save(step)
+      except mtf.MtfError as e:
+        print("could not save step %d: %s" % (step, e), flush=True)
+    where = ("the last good checkpoint is %s" % last if last else
+             "no checkpoint was written in %s" % self.model_dir)
+    return mtf.MtfError(
+        "reading the train data failed after step %d: %s; training stopped; %s (fix the "
+        "data and run the same command again to resume)" % (step, what, where),
+        file=data_file)
+
   def _nonfinite_error(self, loss, step):
     last = self.manager.latest_checkpoint
     where = ("the last good checkpoint is %s" % last if last else
@@ -241,7 +266,7 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
               operative_config_extra="", total_run_steps=None):
   """Train mode of utils.run (which holds model_dir's lock around it); returns the
   trainer's [(step, loss)] history. operative_config_extra is appended to
-  operative_config.gin."""
+  operative_config.gin. A resumed run's data starts after the batches its steps took."""
   dataset = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
                                       dataset_split, batch_size)
   keys = run_setup.feature_keys(dataset)
@@ -266,4 +291,7 @@ def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
   print("training %s on mesh %s, layout %s (%s), to step %d"
         % (type(trainer.graph.model).__name__, mesh_impl.shape.to_string,
            mesh_impl.layout_rules, type(mesh_impl).__name__, train_steps), flush=True)
+  trained = int(trainer.global_step.numpy())
+  if trained < train_steps:  # each step took one global batch: skip those trained on
+    dataset = run_setup.skip_trained_batches(dataset, trained, batch_size)
   return trainer.train(dataset, evaluator, eval_dataset, eval_steps)

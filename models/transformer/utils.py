@@ -177,7 +177,8 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
         seen_data_init_step=0, output_eval_examples=True,
         checkpoint_input_pipeline=False, eval_dir_suffix=None, eval_steps=None,
         decode_input_file=None, decode_output_file=None, num_microbatches=1, seed=0,
-        eval_decode_batches=0, skip_nonfinite_updates=False):
+        eval_decode_batches=0, skip_nonfinite_updates=False,
+        allow_checkpoint_mismatch=False, strict_layout=False):
   """Builds the mesh and model from gin and runs `mode`; returns the mode's result.
 
   The original's parameters, in its order and with its defaults (gin_configs/
@@ -213,7 +214,10 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
       optimizer's default.
     optimizer: an mtf optimizer class (default AdafactorOptimizer).
     perplexity_eval_steps / eval_steps: batches per eval (eval mode / periodic eval
-      during training, which runs only when eval_steps is set).
+      during training, which runs only when eval_steps is set). Eval mode evaluates
+      perplexity_eval_steps batches when the user set it (a value other than
+      defaults.gin's, as in the original), else eval_steps if that is set, else
+      defaults.gin's perplexity_eval_steps.
     init_checkpoint: weights to start from when model_dir has no checkpoint (see
       should_load_variable and init_checkpoint_variable_mapping).
     eval_summary_dir, predict_fn, variable_filter, ensemble_inputs, train_model_fn,
@@ -230,6 +234,11 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
     skip_nonfinite_updates: by default a NaN/Inf loss stops training with an error
       naming the step and the last good checkpoint; True skips that step's update
       instead (every variable keeps its value) and goes on.
+    allow_checkpoint_mismatch: checkpoints record the vocabulary and the model's
+      hyperparameters (run_record.py); loading one written under others is refused,
+      unless this is True: then it only warns.
+    strict_layout: a layout rule naming a mesh dim the mesh lacks (a typo such as
+      "batch:bacth") is ignored with a warning; True makes it a LayoutError.
   """
   del tpu_job_name, gcp_project, tpu_zone, autostack, output_eval_examples
   _refuse_unsupported(tpu=(tpu, None), eval_summary_dir=(eval_summary_dir, None),
@@ -288,7 +297,12 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
         build_model, model_type=model_type,
         input_vocab_size=decode_io.vocab_size(vocabulary),
         output_vocab_size=decode_io.vocab_size(vocabulary), layout_rules=mesh_layout)
-    checked = _checked_model_fn(model_fn, batch_size, sequence_length, mesh_layout)
+    checked = _checked_model_fn(model_fn, batch_size, sequence_length, mesh_layout,
+                                strict_layout)
+    from models.transformer import run_record  # pylint: disable=g-import-not-at-top
+    held.enter_context(run_record.expecting(  # saved with, and checked on, checkpoints
+        run_record.vocabulary_record(vocabulary), checked.model_record(),
+        allow_checkpoint_mismatch))
     if mode == "train" and replicas is not None:
       from models.transformer import spmd_train_loop  # pylint: disable=g-import-not-at-top
       return spmd_train_loop.run_spmd_train(
@@ -312,7 +326,8 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
       return evaluation.run_eval(
           checked, mesh_impl, model_dir, checkpoint, vocabulary, eval_dataset_fn,
           dataset_split, batch_size, sequence_length, variable_dtype,
-          eval_steps or perplexity_eval_steps, eval_dir_suffix, eval_decode_batches)
+          _eval_mode_steps(perplexity_eval_steps, eval_steps), eval_dir_suffix,
+          eval_decode_batches)
     if mode == "decode":
       return decode_io.run_decode(
           checked, mesh_impl, model_dir, checkpoint, vocabulary, batch_size,
@@ -333,6 +348,35 @@ def _refuse_unsupported(**given_and_default):
                    "the default" % (", ".join(given), "it" if len(given) == 1 else "them"))
 
 
+def _default_binding(selector, name, fallback):
+  """The value gin_configs/defaults.gin binds to selector.name (fallback if none)."""
+  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+  path = os.path.join(gin_setup.DEFAULT_GIN_LOCATION, "defaults.gin")
+  try:
+    with open(path) as f:
+      text = f.read()
+  except OSError:
+    return fallback
+  value = fallback
+  for statement in gin.config_parser.ConfigParser(
+      text, gin.config.ParserDelegate(skip_unknown=True)):
+    if (isinstance(statement, gin.config_parser.BindingStatement)
+        and not statement.scope and statement.selector == selector
+        and statement.arg_name == name):
+      value = statement.value
+  return value
+
+
+def _eval_mode_steps(perplexity_eval_steps, eval_steps):
+  """Batches eval mode evaluates: perplexity_eval_steps when the user set it (gin
+  always binds defaults.gin's value, so "set" means a value other than that one),
+  else eval_steps when set, else perplexity_eval_steps."""
+  default = _default_binding("utils.run", "perplexity_eval_steps", 100)
+  if eval_steps and perplexity_eval_steps == default:
+    return eval_steps
+  return perplexity_eval_steps
+
+
 def _checkpoint_at(model_dir, step):
   """The checkpoint of model_dir at step (None: latest, resolved on restore)."""
   if step is None:
@@ -340,30 +384,68 @@ def _checkpoint_at(model_dir, step):
   return os.path.join(model_dir, "model.ckpt-%d" % int(step))
 
 
-def _checked_model_fn(model_fn, batch_size, sequence_length, mesh_layout):
-  """model_fn, after checking once that every layout rule names a dim of the model."""
-  state = {"checked": False}
+def _checked_model_fn(model_fn, batch_size, sequence_length, mesh_layout,
+                      strict_layout=False):
+  """model_fn, after checking once that every layout rule names a dim of the model.
 
-  def checked_model_fn():
-    model = model_fn()
+  Its model_record() is run_record.model_record of that check's eval graph."""
+  state = {"checked": False, "record": None}
+
+  def check():
     if not state["checked"]:
       state["checked"] = True
-      _check_layout(model, batch_size, sequence_length, mesh_layout)
-      model = model_fn()  # a fresh model for the caller's graph
-    return model
+      state["record"] = _check_layout(model_fn(), batch_size, sequence_length,
+                                      mesh_layout, strict_layout)
+
+  def checked_model_fn():
+    check()
+    return model_fn()  # a fresh model for the caller's graph
+
+  def model_record():
+    check()
+    return state["record"]
+  checked_model_fn.model_record = model_record
   return checked_model_fn
 
 
-def _check_layout(model, batch_size, sequence_length, mesh_layout):
-  """Builds an eval graph of model and checks the layout's dim names against it."""
+# Mesh dim names of the shipped layouts (defaults.gin, gin_configs/layouts): a rule naming
+# one that this mesh lacks is how one layout serves several meshes. Any other absent
+# mesh dim is likely a typo ("batch:bacth", "batch:row" on rows:2,cols:4).
+_USUAL_MESH_DIMS = ("all", "batch", "ensemble", "model")
+
+
+def _check_layout(model, batch_size, sequence_length, mesh_layout, strict_layout=False):
+  """Builds an eval graph of model, checks the layout's dim names against it and warns
+  (strict_layout: raises LayoutError) about rules naming an unusual mesh dim the mesh
+  lacks; returns run_record.model_record of the graph."""
+  import difflib  # pylint: disable=g-import-not-at-top
+  from mesh_tf.errors import LayoutError  # pylint: disable=g-import-not-at-top
   from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
+  from models.transformer import run_record  # pylint: disable=g-import-not-at-top
   from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top
   graph = model_graph.ModelGraph(model, batch_size, sequence_length, ["inputs", "targets"],
                                  ModeKeys.EVAL, get_variable_dtype())
   unused = model_graph.check_layout_names(graph, mesh_layout)
+  mesh_dims = mesh_layout.shape.dimension_names
+  suspicious = [(t, m) for t, m in mesh_layout.rules_naming_absent_mesh_dims()
+                if mesh_dims and m not in _USUAL_MESH_DIMS]
+  for tensor_dim, mesh_dim in suspicious:
+    rule = "%s:%s" % (tensor_dim, mesh_dim)
+    close = difflib.get_close_matches(mesh_dim, mesh_dims, n=1)
+    message = ("layout rule %r names mesh dim %r, which mesh %s lacks (its dims: %s)%s"
+               % (rule, mesh_dim, mesh_layout.shape.to_string, ", ".join(mesh_dims),
+                  "; did you mean %r?" % close[0] if close else ""))
+    if strict_layout:
+      raise LayoutError(message, rule=rule, mesh_dim=mesh_dim)
+    print("warning: %s; the rule is ignored, so %r is not split (bind "
+          "utils.run.strict_layout = True to make this an error)" % (message, tensor_dim),
+          flush=True)
+  named = {"%s:%s" % r for r in suspicious}
+  unused = [rule for rule in unused if rule not in named]
   if unused and mesh_layout.size > 1:
     print("layout rules that split nothing here (ignored): %s"
           % ", ".join(unused), flush=True)
+  return run_record.model_record(graph.graph)
 
 
 @gin.configurable(module="utils")
@@ -542,7 +624,9 @@ def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after
   """Checkpoint paths of model_dir to evaluate or decode, as the original chose them.
 
   checkpoint_step: an int (that step's checkpoint, or the closest one when
-  find_closest), a list of ints (each), None (the latest, if after skip_until) or "all"
+  find_closest), a list of ints (each), None (the latest, if after skip_until: a
+  discovery.Latest, which readers replace by the newest complete checkpoint should a
+  trainer prune it before it is read) or "all"
   (every checkpoint after skip_until in step order, waiting for new ones until one at or
   after stop_after has been given).
   """
@@ -551,10 +635,10 @@ def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after
   if checkpoint_step == "all":
     return _all_checkpoints(model_dir, skip_until, stop_after)
   if checkpoint_step is None:
-    steps = _checkpoint_steps(model_dir)
-    if not steps:
+    latest = discovery.latest(model_dir)  # a reader falls back if it is pruned
+    if latest is None:
       raise MtfError("no checkpoint model.ckpt-N in %s" % model_dir, file=model_dir)
-    return [path(steps[-1])] if steps[-1] > skip_until else []
+    return [latest] if step_from_prefix(latest) > skip_until else []
   single = isinstance(checkpoint_step, int)
   wanted = [checkpoint_step] if single else list(checkpoint_step)
   if find_closest:

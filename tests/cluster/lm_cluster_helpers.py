@@ -49,10 +49,11 @@ def losses_of(model_dir):
 
 
 def checkpoint_weights(model_dir):
-  """{name: value} of model_dir's latest checkpoint, without global_step."""
+  """{name: value} of model_dir's latest checkpoint, without global_step and the
+  run record (a string)."""
   reader = tf.train.load_checkpoint(str(model_dir))  # a directory or a prefix
   return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
-          if n != "global_step"}
+          if n not in ("global_step", "mesh_tf_run_record")}
 
 
 def assert_same_weights(a, b):

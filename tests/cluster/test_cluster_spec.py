@@ -68,6 +68,9 @@ def test_lost_task_error_names_the_task_and_only_for_peer_errors():
     err = faults.lost_task_error(unavailable, addresses)
     assert err.task == 1 and "lost worker task 1 (localhost:%d)" % port in str(err)
     assert "resume from the last checkpoint" in str(err)
+    none_yet = str(faults.lost_task_error(unavailable, addresses,
+                                          has_checkpoint=lambda: False))
+    assert "resume" not in none_yet and "no checkpoint was written yet" in none_yet
     assert faults.lost_task_error(ValueError("x"), addresses) is None
     assert faults.lost_task_error(unavailable, [live]) is None  # all alive: not a loss
 

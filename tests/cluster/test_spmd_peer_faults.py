@@ -1,0 +1,177 @@
+"""SPMD peers over loopback: a flat thread count over thousands of steps, and a lost
+peer (stopped, killed, never started, port taken) named in one line."""
+import re
+import signal
+import socket
+import time
+
+import lm_cluster_helpers as helpers
+
+MESH = "utils.run.mesh_shape = 'batch:2'"  # one replica per process: cheap to trace
+TIMEOUT = "cluster_setup.cluster_config.collective_timeout = 5"
+
+
+def threads_of(pid):
+  """The OS thread count of process pid (None once it has ended)."""
+  try:
+    with open("/proc/%d/status" % pid) as f:
+      return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
+  except (OSError, StopIteration):
+    return None
+
+
+def params(tmp_path, steps, log_every):
+  corpus = helpers.trainer_helpers.write_corpus(tmp_path)
+  return helpers.lm_params(tmp_path / "model", corpus, train_steps=steps,
+                           save_every=steps) + [
+                               MESH, TIMEOUT, "utils.run.eval_steps = 0",
+                               "utils.run.iterations_per_loop = %d" % log_every]
+
+
+def test_2000_steps_keep_a_flat_thread_count(tmp_path):
+  # Each collective used to keep a thread asleep for its whole timeout: ~45 more
+  # threads per step, thousands within seconds.
+  samples = {}  # step -> [threads of task 0, of task 1]
+  with helpers.spmd_peers(params(tmp_path, 2000, 100), tmp_path) as procs:
+    deadline = time.time() + 400
+    log = tmp_path / "peer0.txt"
+    while procs[0].poll() is None and time.time() < deadline:
+      steps = re.findall(r"step (\d+)/2000", log.read_text())
+      if steps:
+        samples.setdefault(int(steps[-1]), [threads_of(p.pid) for p in procs])
+      time.sleep(0.2)
+    codes = helpers.wait_all(procs, 60)
+  outs = helpers.peer_logs(tmp_path)
+  assert codes == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+  counted = {s: c for s, c in samples.items() if None not in c}
+  assert min(counted) <= 300 and max(counted) >= 1500, sorted(counted)
+  first, last = counted[min(counted)], counted[max(counted)]
+  for task in (0, 1):
+    assert last[task] - first[task] < 40, sorted(counted.items())
+
+
+def _lost_peer_line(tmp_path, act):
+  """Starts both peers, waits for training, does act(procs) to task 1; returns task
+  0's exit status, output, and seconds from act to its exit."""
+  with helpers.spmd_peers(params(tmp_path, 100000, 10), tmp_path) as procs:
+    helpers.wait_for_text(tmp_path / "peer0.txt", "step 20/", procs, 240)
+    began = time.time()
+    act(procs[1])
+    code = procs[0].wait(timeout=90)
+    took = time.time() - began
+    procs[1].kill()
+  return code, helpers.peer_logs(tmp_path)[0], took
+
+
+def test_a_stopped_peer_is_named_within_the_timeout(tmp_path):
+  code, out, took = _lost_peer_line(tmp_path, lambda p: p.send_signal(signal.SIGSTOP))
+  assert code == 1, out[-3000:]
+  errors = [l for l in out.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1, out[-3000:]
+  assert re.match(r"error: lost worker task 1 \(localhost:\d+\): it did not answer a "
+                  r"health check within 5 s", errors[0]), errors
+  assert took < 5 + 60, took  # noticed by the monitor, not the 120 s join margin
+
+
+def test_a_killed_peer_is_named(tmp_path):
+  code, out, _ = _lost_peer_line(tmp_path, lambda p: p.kill())
+  assert code == 1, out[-3000:]
+  errors = [l for l in out.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1 and "task 1 (localhost:" in errors[0], out[-3000:]
+
+
+def test_a_peer_that_never_starts_is_named(tmp_path, monkeypatch):
+  """Only task 0 runs: it names task 1 and its address after the startup timeout."""
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  ports = helpers.cluster_helpers.free_ports(2)
+  addresses = ["localhost:%d" % p for p in ports]
+  config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": 0}}
+  cmd = helpers.peer_command(params(tmp_path, 10, 5) + [
+      "cluster_setup.cluster_config.startup_timeout = 3"])
+  out = subprocess.run(cmd, cwd=helpers.cluster_helpers.REPO_ROOT, timeout=120,
+                       env=dict(helpers.cluster_helpers.env(), TF_CONFIG=json.dumps(config)),
+                       capture_output=True, text=True)
+  assert out.returncode == 1, out.stderr[-3000:]
+  errors = [l for l in out.stderr.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1, out.stderr[-3000:]
+  assert errors[0].startswith("error: task 1 (%s) did not answer within 3 s"
+                              % addresses[1]), errors
+
+
+def test_a_port_in_use_is_named(tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  taken = socket.socket()
+  taken.bind(("", 0))
+  taken.listen(1)
+  try:
+    port = taken.getsockname()[1]
+    addresses = ["localhost:%d" % port,
+                 "localhost:%d" % helpers.cluster_helpers.free_ports(1)[0]]
+    config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": 0}}
+    out = subprocess.run(helpers.peer_command(params(tmp_path, 10, 5)),
+                         cwd=helpers.cluster_helpers.REPO_ROOT, timeout=120,
+                         env=dict(helpers.cluster_helpers.env(),
+                                  TF_CONFIG=json.dumps(config)),
+                         capture_output=True, text=True)
+  finally:
+    taken.close()
+  assert out.returncode == 1, out.stderr[-3000:]
+  errors = [l for l in out.stderr.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1, out.stderr[-3000:]
+  assert errors[0].startswith("error: task 0 cannot listen on its address localhost:%d"
+                              % port), errors
+
+
+def _run_pair(tmp_path, params_of_task, timeout=240):
+  """Runs task 0 and task 1 with their own gin params; returns (codes, outputs)."""
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  addresses = ["localhost:%d" % p for p in helpers.cluster_helpers.free_ports(2)]
+  procs, logs = [], []
+  try:
+    for task in (0, 1):
+      config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": task}}
+      logs.append(open(tmp_path / ("pair%d.txt" % task), "w"))
+      procs.append(subprocess.Popen(
+          helpers.peer_command(params_of_task[task]), cwd=helpers.cluster_helpers.REPO_ROOT,
+          env=dict(helpers.cluster_helpers.env(), TF_CONFIG=json.dumps(config)),
+          stdout=logs[-1], stderr=subprocess.STDOUT))
+    codes = helpers.wait_all(procs, timeout)
+  finally:
+    helpers.cluster_helpers.stop(procs)
+    for log in logs:
+      log.close()
+  return codes, [(tmp_path / ("pair%d.txt" % t)).read_text() for t in (0, 1)]
+
+
+def _error_lines(out):
+  return [l for l in out.splitlines() if l.startswith("error:")]
+
+
+def test_processes_that_disagree_stop_before_step_1_naming_the_setting(tmp_path):
+  base = params(tmp_path, 4, 1)
+  other = base + ["utils.run.learning_rate_schedule = 0.02"]
+  codes, outs = _run_pair(tmp_path, [base, other])
+  assert codes == [1, 1], outs
+  lines = [_error_lines(o) for o in outs]
+  assert lines[0] == lines[1] and len(lines[0]) == 1, outs
+  assert re.match(r"error: task 1 \(localhost:\d+\) disagrees with the chief, task 0 "
+                  r"\(localhost:\d+\), on gin (utils\.)?run.learning_rate_schedule: "
+                  r"the chief has 0.01, task 1 has 0.02", lines[0][0]), lines
+  assert not any("step 1/" in o for o in outs), outs
+
+
+def test_processes_that_see_different_checkpoints_stop(tmp_path):
+  base = params(tmp_path, 2, 1)
+  helpers.run_spmd(base, tmp_path)  # model_dir now holds model.ckpt-2
+  empty = base + ["utils.run.model_dir = %r" % str(tmp_path / "typo")]
+  resumed = [p for p in base if "train_steps" not in p] + ["utils.run.train_steps = 4"]
+  empty = [p for p in empty if "train_steps" not in p] + ["utils.run.train_steps = 4"]
+  codes, outs = _run_pair(tmp_path, [resumed, empty])
+  assert codes == [1, 1], outs
+  lines = [_error_lines(o) for o in outs]
+  assert lines[0] == lines[1] and len(lines[0]) == 1, outs
+  assert ("on checkpoint to resume from: the chief has model.ckpt-2, task 1 has none"
+          in lines[0][0]), lines
