@@ -48,13 +48,8 @@ def exchange(replicas, settings, timeout):
     lost = replicas.monitor.lost_error()
     if lost is not None:
       raise lost from e
-    others = ", ".join("%d (%s)" % (t, a) for t, a in enumerate(replicas.addresses)
-                       if t != replicas.task)
-    raise spec.ClusterError(
-        "task %d: the processes did not agree on the run within %.0f s although every "
-        "peer answers; a peer (task %s) is not running this SPMD program: started "
-        "without cluster_setup.cluster_config.mode = 'spmd'?"
-        % (replicas.task, timeout, others), task=replicas.task) from e
+    raise replicas.not_joined_error("the processes did not agree on the run",
+                                    timeout) from e
   return everyone
 
 

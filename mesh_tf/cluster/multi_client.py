@@ -189,6 +189,7 @@ class ReplicaSet:
     else:
       self.strategy, self.devices = multi_worker_strategy(
           self.addresses, task, len(self.pnums), device_type, communication_hint)
+    self.startup_timeout = float(startup_timeout)
     wait_for_peers(self.addresses, task, startup_timeout)
     self.monitor = peer_monitor.PeerMonitor(self.addresses, task, self.timeout)
     self.monitor.start()
@@ -238,15 +239,20 @@ class ReplicaSet:
     if any(t.is_alive() for t in threads):
       context.context().abort_collective_ops(  # lets the stuck threads end
           tf.errors.DEADLINE_EXCEEDED, "task %d gave up waiting" % self.task)
-      others = ", ".join("%d (%s)" % (t, a) for t, a in enumerate(self.addresses)
-                         if t != self.task)
-      raise spec.ClusterError(
-          "task %d: a step's collectives did not complete within %.0f s although every "
-          "peer answers; a peer (task %s) is not running this SPMD program: started "
-          "without cluster_setup.cluster_config.mode = 'spmd', or with another "
-          "configuration" % (self.task, self.timeout + JOIN_MARGIN, others),
-          task=self.task)
+      raise self.not_joined_error("a step's collectives did not complete",
+                                  self.timeout + JOIN_MARGIN)
     return results
+
+  def not_joined_error(self, what, seconds):
+    """The ClusterError for collectives that every peer answers but none completes:
+    some peer is not running this SPMD program."""
+    others = ", ".join("%d (%s)" % (t, a) for t, a in enumerate(self.addresses)
+                       if t != self.task)
+    return spec.ClusterError(
+        "task %d: %s within %.0f s although every peer answers; a peer (task %s) is "
+        "not running this SPMD program: started without cluster_setup.cluster_config."
+        "mode = 'spmd', or with another configuration"
+        % (self.task, what, seconds, others), task=self.task)
 
   def _run_on_strategy(self, fn):
     """fn(0, impl) of the one local replica, through strategy.run."""

@@ -27,7 +27,6 @@ from mesh_tf.checkpoint import manager as checkpoint_manager
 from mesh_tf.checkpoint.entries import collect_entries
 from mesh_tf.checkpoint.save_restore import DEFAULT_BASENAME
 from mesh_tf.cluster import agreement
-from mesh_tf.cluster import multi_client
 from mesh_tf.cluster import spmd_training
 from models.transformer import evaluation
 from models.transformer import model_graph
@@ -99,7 +98,7 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
   # before any collective of the model: a peer with another mesh or shapes would fail
   # those deep inside TF
   agreement.agree_with_chief(replicas, run_settings(model_dir, vocabulary, replicas),
-                             replicas.timeout + multi_client.JOIN_MARGIN)
+                             replicas.startup_timeout)
   global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
   mtf.optimize.set_global_step(global_step)
   rate = train_loop.make_learning_rate(learning_rate_schedule, global_step,

@@ -175,3 +175,33 @@ def test_processes_that_see_different_checkpoints_stop(tmp_path):
   assert lines[0] == lines[1] and len(lines[0]) == 1, outs
   assert ("on checkpoint to resume from: the chief has model.ckpt-2, task 1 has none"
           in lines[0][0]), lines
+
+
+def test_a_peer_without_the_spmd_setting_is_named(tmp_path):
+  """Task 1 runs without cluster_config.mode = 'spmd': it serves as a placement
+  worker, answers health checks, and never joins; task 0 names it."""
+  base = params(tmp_path, 4, 1) + ["cluster_setup.cluster_config.startup_timeout = 8"]
+  placement = [p for p in base if "mode = 'spmd'" not in p]
+  import json  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  addresses = ["localhost:%d" % p for p in helpers.cluster_helpers.free_ports(2)]
+  procs = []
+  try:
+    for task, argv in ((1, [a for a in helpers.peer_command(placement)
+                             if "mode = 'spmd'" not in a]),
+                       (0, helpers.peer_command(base))):
+      config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": task}}
+      procs.append(subprocess.Popen(
+          argv, cwd=helpers.cluster_helpers.REPO_ROOT, text=True,
+          env=dict(helpers.cluster_helpers.env(), TF_CONFIG=json.dumps(config)),
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    out = procs[1].communicate(timeout=180)[0]
+  finally:
+    helpers.cluster_helpers.stop(procs)
+  assert procs[1].returncode == 1, out[-3000:]
+  errors = _error_lines(out)
+  assert len(errors) == 1, out[-3000:]
+  assert errors[0].startswith(
+      "error: task 0: the processes did not agree on the run within 8 s although every "
+      "peer answers; a peer (task 1 (%s)) is not running this SPMD program" % addresses[1]
+  ), errors
