@@ -1,5 +1,4 @@
 """Reading "the latest checkpoint" of a model_dir while a trainer saves and prunes it."""
-import os
 import subprocess
 import time
 
@@ -42,10 +41,8 @@ def test_reading_latest_while_trainer_saves_every_step_keeping_one(tmp_path):
   model_dir = str(tmp_path / "model")
   params = trainer_helpers.tiny_lm_bindings(model_dir, corpus, train_steps=100000,
                                             save_every=1, keep=1, log_every=50)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=trainer_helpers.REPO_ROOT)
-  proc = subprocess.Popen(trainer_helpers.main_command(params),
-                          cwd=trainer_helpers.REPO_ROOT, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = trainer_helpers.start_main(params, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
   failures, steps, reads = [], [], 0
   try:
     _wait_for_checkpoint(model_dir, proc)

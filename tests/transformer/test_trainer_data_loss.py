@@ -17,10 +17,8 @@ def test_deleted_data_file_saves_and_names_file_and_checkpoint(tmp_path):
   # No periodic save within the run: any checkpoint is the one the data error saves.
   params = trainer_helpers.tiny_lm_bindings(model_dir, corpus, train_steps=100000,
                                             save_every=100000, keep=2, log_every=1)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=trainer_helpers.REPO_ROOT)
-  proc = subprocess.Popen(trainer_helpers.main_command(params),
-                          cwd=trainer_helpers.REPO_ROOT, env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  proc = trainer_helpers.start_main(params, text=True, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
   watchdog = threading.Timer(240, proc.kill)  # the line loop below waits on the trainer
   watchdog.start()
   try:

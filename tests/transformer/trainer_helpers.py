@@ -52,11 +52,21 @@ def main_command(params, mode=None):
   return cmd
 
 
+def main_env():
+  """The environment trainer subprocesses run in (this repository on the path)."""
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
+
+
 def run_main(params, mode=None, timeout=240):
   """Runs the trainer in a subprocess; returns the CompletedProcess (text output)."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
-  return subprocess.run(main_command(params, mode), cwd=REPO_ROOT, env=env,
+  return subprocess.run(main_command(params, mode), cwd=REPO_ROOT, env=main_env(),
                         capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def start_main(params, mode=None, **popen_kwargs):
+  """Starts the trainer in a subprocess; returns its Popen (the caller ends it)."""
+  return subprocess.Popen(main_command(params, mode), cwd=REPO_ROOT, env=main_env(),
+                          **popen_kwargs)
 
 
 def run_with(params, **kwargs):
