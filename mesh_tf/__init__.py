@@ -90,6 +90,7 @@ range = mtf_range
 from mesh_tf import checkpoint
 from mesh_tf.checkpoint import CheckpointManager, restore_checkpoint, save_checkpoint
 from mesh_tf import analysis
+from mesh_tf.analysis.sharding_view import plot_sharding, visualize_sharding
 from mesh_tf import auto_mtf
 from mesh_tf import learning_rate_schedules, optimize
 from mesh_tf import utils

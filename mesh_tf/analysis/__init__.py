@@ -6,9 +6,12 @@
   memory and communication per processor, predicted from shapes and layouts alone.
 - `layout_report`: which rule split which dimension of each tensor, unused and
   conflicting rules, and warnings about replicated compute and large allconcats.
+- `sharding_view`: a picture of the mesh and the slice of a tensor each processor holds
+  (`visualize_sharding` as text, `plot_sharding` with matplotlib).
 """
 # pylint: disable=g-importing-member
 from mesh_tf.analysis.communication import (bytes_sent_per_processor, format_report,
                                             summarize, total_bytes_per_processor)
 from mesh_tf.analysis.cost_model import CostEstimate, estimate_cost
 from mesh_tf.analysis.layout_report import LayoutReport, layout_report
+from mesh_tf.analysis.sharding_view import plot_sharding, visualize_sharding

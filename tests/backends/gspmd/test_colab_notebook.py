@@ -30,3 +30,9 @@ def test_notebook_runs_on_cpu_emulation():
     assert "%-9s Transformer loss" % backend in text
   assert "every lowering gives the same numbers" in text
   assert "devices=[" in text  # the HLO cell found split shardings
+  assert "mesh_tf from" in text  # the install cell found the package, installed nothing
+  assert "ff_in" in text and "d_ff" in text  # the sharding pictures of a weight, an activation
+  assert "train loss:" in text and "eval loss:" in text  # the curves read back from TensorBoard
+  images = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])
+            if "image/png" in o.get("data", {})]
+  assert len(images) >= 2  # the sharding figure and the loss curves
