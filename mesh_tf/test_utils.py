@@ -4,7 +4,8 @@
 mtf Tensors and evaluates mtf Tensors back to numpy, so a user's test can check an mtf
 computation against numpy in a few lines. TF 2: evaluation runs eagerly through a
 Lowering on a one-device PlacementMeshImpl; `session` is a small stand-in whose `run`
-turns TF values into numpy.
+turns TF values into numpy. `convert_mtf_tensor_to_tf_tensor` returns the original's pair
+(lowering, tf.Tensor).
 """
 import numpy as np
 import tensorflow as tf
@@ -30,7 +31,7 @@ class NumpyConverter:
 
   def __init__(self):
     self._graph = Graph()
-    self._mesh = Mesh(self._graph, "mesh")
+    self._mesh = Mesh(self._graph, "mtf_mesh")
     self._mesh_impl = PlacementMeshImpl(shape=[], layout={}, devices=[""])
     self._session = EagerSession()
 
@@ -49,7 +50,7 @@ class NumpyConverter:
   def convert_np_array_to_mtf_tensor(self, x, dim_names=None, dtype=tf.int32):
     """Imports numpy array x; dims are named dim_names (default "dim0", "dim1", ...)."""
     x = np.asarray(x)
-    if dim_names is None:
+    if not dim_names:  # None or empty: "dim0", "dim1", ... (as the original)
       dim_names = ["dim%d" % i for i in range(x.ndim)]
     if len(dim_names) != x.ndim:
       raise ValueError("convert_np_array_to_mtf_tensor: %d dim names %s for an array of "
@@ -58,10 +59,15 @@ class NumpyConverter:
     return import_tf_tensor(self._mesh, tf.convert_to_tensor(x, dtype=dtype), shape)
 
   def convert_mtf_tensor_to_tf_tensor(self, mtf_tensor):
-    """Lowers the graph up to mtf_tensor and returns its full value as a tf.Tensor."""
+    """Lowers the graph; returns the pair (lowering, tf.Tensor of mtf_tensor's full value).
+
+    The pair is the original's return value: `_, t = convert_mtf_tensor_to_tf_tensor(x)`
+    gives t with x's whole shape (e.g. [2, 3] for [a:2, b:3]).
+    """
     lowering = Lowering(self._graph, {self._mesh: self._mesh_impl})
-    return lowering.export_to_tf_tensor(mtf_tensor)
+    return lowering, lowering.export_to_tf_tensor(mtf_tensor)
 
   def convert_mtf_tensor_to_np_array(self, x_mtf):
     """The value of mtf Tensor x_mtf as a numpy array."""
-    return self._session.run(self.convert_mtf_tensor_to_tf_tensor(x_mtf))
+    _, x_tf = self.convert_mtf_tensor_to_tf_tensor(x_mtf)
+    return self._session.run(x_tf)

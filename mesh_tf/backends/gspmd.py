@@ -20,6 +20,7 @@ import tensorflow as tf
 from mesh_tf.backends import gspmd_sharding
 from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
+from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.shapes import convert_to_shape
 from mesh_tf.shapes.mesh_layout import MeshLayout
 
@@ -156,6 +157,7 @@ class GSPMDMeshImpl(MeshImpl):
   # value and the program is processor 0's.
   def allreduce(self, x, mesh_axes, reduction_fn_string):
     """Sum of n identical values is n times the value; MAX/MIN keep it."""
+    reduction_fn_string = canonical_reduction(reduction_fn_string)
     if not mesh_axes or reduction_fn_string in ("MAX", "MIN"):
       return x
     n = self.processor_group_size(mesh_axes)

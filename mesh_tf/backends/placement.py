@@ -12,6 +12,7 @@ from mesh_tf.backends import slice_segments
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import direct_ops, laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl, graph_cached
+from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_to_pnum
 
 
@@ -341,6 +342,7 @@ class PlacementMeshImpl(MeshImpl):
     return LaidOutTensor(out)
 
   def allreduce(self, x, mesh_axes, reduction_fn_string):
+    reduction_fn_string = canonical_reduction(reduction_fn_string)
     if not mesh_axes:
       return x
     self._record(x, "allreduce", mesh_axes)

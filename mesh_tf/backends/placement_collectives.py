@@ -10,7 +10,7 @@ import functools
 import tensorflow as tf
 
 from mesh_tf.lowering import direct_ops
-from mesh_tf.lowering.reductions import binary_reduction_fn
+from mesh_tf.lowering.reductions import binary_reduction_fn, canonical_reduction
 
 # Below this many elements, splitting an allreduce into shards costs more than it saves.
 RING_MIN_SIZE = 1024
@@ -50,6 +50,7 @@ def allreduce(xs, devices, reduction_fn_string="SUM"):
   (other reductions), whose one result every device reads. Elsewhere: a tree for small
   tensors (fewest ops, latency bound), the sharded ring otherwise (bandwidth bound)."""
   size = xs[0].shape.num_elements()
+  reduction_fn_string = canonical_reduction(reduction_fn_string)
   if shares_host_memory(devices):
     if reduction_fn_string == "SUM":
       return allreduce_add_n(xs, devices)

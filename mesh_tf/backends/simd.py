@@ -22,6 +22,7 @@ from mesh_tf.backends.tpu_topology import check_permutation, inverse_permutation
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import MeshImpl
+from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.shapes import convert_to_shape
 
 
@@ -125,7 +126,8 @@ class SimdMeshImpl(MeshImpl):
     return self._runtime.slicewise(fn, *inputs)
 
   def allreduce(self, x, mesh_axes, reduction_fn_string):
-    return self._runtime.allreduce(x, list(mesh_axes), reduction_fn_string)
+    return self._runtime.allreduce(x, list(mesh_axes),
+                                   canonical_reduction(reduction_fn_string))
 
   def allconcat(self, x, mesh_axis, concat_axis, stack=False):
     """Gathers the group's slices along mesh_axis: concatenated on concat_axis, or (with

@@ -25,6 +25,7 @@ from mesh_tf.backends.simd_vectorize import broadcast_extents
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, graph_cached
+from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.shapes import convert_to_shape
 
 _TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
@@ -233,6 +234,7 @@ class EmulationRuntime:
     return tf.reshape(value, tf.concat([tf.ones([self.k], tf.int32), tf.shape(value)], 0))
 
   def allreduce(self, x, mesh_axes, reduction_fn_string):
+    reduction_fn_string = canonical_reduction(reduction_fn_string)
     if reduction_fn_string not in _TF_REDUCE:
       raise LayoutError("unknown reduction %r; use one of %s"
                         % (reduction_fn_string, sorted(_TF_REDUCE)))

@@ -26,6 +26,7 @@ import tensorflow as tf
 from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
+from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.shapes import convert_to_shape, pnum_to_processor_coordinates
 
 _MERGE_OPS = {"SUM": "Add", "MAX": "Max", "MIN": "Min"}
@@ -193,6 +194,7 @@ class MultiClientMeshImpl(MeshImpl):
     self.record_collective(kind, mesh_axes, t.shape.as_list(), t.dtype)
 
   def allreduce(self, x, mesh_axes, reduction_fn_string, record=True):
+    reduction_fn_string = canonical_reduction(reduction_fn_string)
     if reduction_fn_string not in _MERGE_OPS:
       raise LayoutError("unknown reduction %r; use one of %s"
                         % (reduction_fn_string, sorted(_MERGE_OPS)))

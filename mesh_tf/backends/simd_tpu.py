@@ -35,6 +35,7 @@ from mesh_tf.backends import simd_emulation
 from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
+from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.shapes import convert_to_shape
 
 # The `T` lists of the TF 2.21 op definitions (AllToAll takes every number type and bool).
@@ -189,6 +190,7 @@ class TpuRuntime:
                                concat_dimension=0, split_dimension=0, split_count=n)
 
   def allreduce(self, x, mesh_axes, reduction_fn_string):
+    reduction_fn_string = canonical_reduction(reduction_fn_string)
     if reduction_fn_string not in ("SUM", "MAX", "MIN"):
       raise LayoutError("unknown reduction %r; use SUM, MAX or MIN" % reduction_fn_string)
     if not mesh_axes:

@@ -7,9 +7,10 @@ from mesh_tf.errors import ShapeError
 from mesh_tf.layers import initializers
 from mesh_tf.layers.scoping import layer_scope
 from mesh_tf.ops.einsum import einsum
+from mesh_tf.ops.reshape import rename_dimension
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops.variables import VariableDType, get_variable
-from mesh_tf.shapes import Shape, convert_to_dimension
+from mesh_tf.shapes import Dimension, Shape, convert_to_dimension
 
 
 def _dim_list(dims):
@@ -57,6 +58,22 @@ def _check_dense_dims(layer, x, new_dims, reduced_dims, expert_dims):
   if overlap:
     raise ShapeError("%s: dims %s are both reduced and expert dims" % (
         layer, [str(d) for d in overlap]), op=layer, tensor=x.name, dim=overlap[0].name)
+
+
+def _rename_reduced_dims_named_like_new_dims(x, reduced_dims, new_dims):
+  """Gives each reduced dim that shares its name with a new dim the name "_" + name, in x
+  and in reduced_dims, so that the kernel [reduced..., new...] has distinct dim names
+  (e.g. channels:3 -> channels:8 uses a kernel [_channels:3, channels:8]). The original
+  did this for a new dim equal to a reduced one."""
+  new_names = set(d.name for d in new_dims)
+  renamed = []
+  for d in reduced_dims:
+    if d.name in new_names:
+      tmp = Dimension("_" + d.name, d.size)
+      x = rename_dimension(x, d.name, tmp.name)
+      d = tmp
+    renamed.append(d)
+  return x, renamed
 
 
 def _variable_dtype(x, variable_dtype, master_dtype, slice_dtype):
@@ -111,6 +128,7 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   expert_dims = _dim_list(expert_dims)
   with layer_scope(x.graph, name, "dense") as scope:
     _check_dense_dims("dense %r" % scope, x, new_dims, reduced_dims, expert_dims)
+    x, reduced_dims = _rename_reduced_dims_named_like_new_dims(x, reduced_dims, new_dims)
     variable_dtype = _variable_dtype(x, variable_dtype, master_dtype, slice_dtype)
     if kernel_weights is None:
       # The kernel goes in this same scope: name "" adds no component.

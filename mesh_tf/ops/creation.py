@@ -91,17 +91,44 @@ def import_fully_replicated(mesh, tf_tensor, shape, name=None):
   return ImportOperation(mesh, tf_tensor, shape, name=name).outputs[0]
 
 
+def _slices_of(laid_out_tensor):
+  """The tf.Tensors of a laid-out value: its `tensor_list` (the original's protocol; any
+  object with one will do) or, failing that, its `all_slices`."""
+  slices = getattr(laid_out_tensor, "tensor_list", None)
+  if slices is None:
+    slices = getattr(laid_out_tensor, "all_slices", None)
+  if not slices:
+    raise ShapeError("import_laid_out_tensor: %r has no tensor_list / all_slices of "
+                     "tf.Tensors" % (laid_out_tensor,))
+  return list(slices)
+
+
 class ImportLaidOutTensorOperation(Operation):
-  """Wraps a value already laid out for the mesh's MeshImpl."""
+  """Wraps a value already laid out for the mesh's MeshImpl.
+
+  The value may be a backend LaidOutTensor or, as in the original, any object holding
+  the backend's slices as `tensor_list` (or `all_slices`); the latter is rebuilt as the
+  backend's own LaidOutTensor when lowered.
+  """
 
   def __init__(self, mesh, laid_out_tensor, shape, name=None):
     super().__init__([], mesh=mesh, name=name or "import_laid_out")
     self._laid_out = laid_out_tensor
-    dtype = laid_out_tensor.all_slices[0].dtype
+    dtype = _slices_of(laid_out_tensor)[0].dtype
     self._add_output(shape, dtype)
 
+  @property
+  def unsplittable_dims(self):
+    """All dims: the value is laid out already, for one particular layout."""
+    return frozenset(self.outputs[0].shape.dimension_names)
+
   def lower(self, lowering):
-    lowering.set_tensor_lowering(self.outputs[0], self._laid_out.to_laid_out_tensor())
+    value = self._laid_out
+    if hasattr(value, "to_laid_out_tensor"):
+      value = value.to_laid_out_tensor()
+    else:
+      value = lowering.mesh_impl(self).LaidOutTensor(_slices_of(value))
+    lowering.set_tensor_lowering(self.outputs[0], value)
 
 
 def import_laid_out_tensor(mesh, laid_out_tensor, shape, name=None):

@@ -6,8 +6,9 @@ processor's slice offset with `mesh_impl.laid_out_slice_begin`.
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
-from mesh_tf.graph import Operation
+from mesh_tf.graph import Operation, Tensor
 from mesh_tf.ops import elementwise as ew
+from mesh_tf.ops.creation import constant
 from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops.gather import GatherOperation, natural_output_shape
 from mesh_tf.ops.reduce import reduce_max, reduce_min
@@ -78,12 +79,20 @@ def one_hot(indices, output_dim, on_value=1.0, off_value=0.0, dtype=tf.float32,
 
 def gather(weights, indices, dim, output_shape=None):
   """weights looked up at indices along dim (which may be split); indices outside
-  [0, dim.size) look up zeros.
+  [0, dim.size) look up zeros. indices may be a Python int (a scalar lookup).
 
   Lowered as a local tf.gather (ops/gather.py) when indices share no dim with weights;
   otherwise (a batched lookup) as an einsum with one_hot(indices, dim).
   """
   dim = convert_to_dimension(dim)
+  if not isinstance(indices, Tensor):
+    # As in the original: a Python int (or other non-Tensor) becomes an int32 scalar
+    # constant, so gather(w, 1, dim) is w's slice at 1 along dim, with dim removed.
+    indices = constant(weights.mesh, indices, dtype=tf.int32)
+  if weights.dtype == tf.bool:
+    # as in the original: looked up as floats (collectives do not sum bools)
+    return ew.cast(gather(ew.cast(weights, tf.float32), indices, dim, output_shape),
+                   tf.bool)
   if dim not in weights.shape.dims:
     raise ShapeError("gather: dim %s is not a dim of %s %s" % (dim, weights.name,
                                                                 weights.shape),

@@ -5,6 +5,7 @@ import tensorflow as tf
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
 from mesh_tf.lowering import direct_ops, plan_interpreter
+from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape
@@ -25,6 +26,7 @@ class ReduceOperation(Operation):
     if extra:
       raise ShapeError("reduce of %s %s: output dims %s are not dims of the input"
                        % (x.name, x.shape, [str(d) for d in extra]), tensor=x.name)
+    reduction_fn_string = canonical_reduction(reduction_fn_string)
     if reduction_fn_string not in _TF_REDUCE:
       raise ShapeError("unknown reduction %r; use one of %s"
                        % (reduction_fn_string, sorted(_TF_REDUCE)))

@@ -159,6 +159,13 @@ class StackOperation(SlicewiseOperation):
             x.name, x.shape, xs[0].name, xs[0].shape), tensor=x.name)
     new_dim = Dimension(dim_name, len(xs))
     dims = xs[0].shape.dims
+    rank = len(dims)
+    if not -rank - 1 <= axis <= rank:
+      raise ShapeError("stack: axis %d is out of range for inputs of rank %d (use -%d..%d)"
+                       % (axis, rank, rank + 1, rank), tensor=xs[0].name)
+    # A negative axis counts from the end of the output, as in tf.stack: -1 puts the new
+    # dim last (the position tf.stack gives it in each slice).
+    axis = axis + rank + 1 if axis < 0 else axis
     out_shape = Shape(dims[:axis] + [new_dim] + dims[axis:])
 
     def grad(op, grad_ys):
@@ -169,7 +176,8 @@ class StackOperation(SlicewiseOperation):
 
 
 def stack(xs, dim_name, axis=0, name=None):
-  """Stacks same-shaped xs along a new dim `dim_name` (of size len(xs)) at position axis."""
+  """Stacks same-shaped xs along a new dim `dim_name` (of size len(xs)) at position axis
+  (negative: from the end, as in tf.stack, so -1 makes it the last dim)."""
   return StackOperation(xs, dim_name, axis, name=name).outputs[0]
 
 

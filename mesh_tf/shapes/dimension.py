@@ -36,12 +36,35 @@ class Dimension(collections.namedtuple("Dimension", ["name", "size"])):
     return "%s:%d" % (self.name, self.size)
 
 
+class DimensionConversionError(ShapeError, TypeError):
+  """convert_to_dimension got a value that is not a pair at all (an int, say).
+
+  The original unpacked `name, size = d`, so such a value raised TypeError; this error is
+  both that TypeError and the port's ShapeError (a ValueError).
+  """
+
+
 def convert_to_dimension(d):
-  """Converts None, a Dimension or a (name, size) pair; None stays None."""
+  """Converts None, a Dimension or a (name, size) pair; None stays None.
+
+  Any iterable of exactly two items (a tuple, a list, ...) is a pair; a "name:size"
+  string is not parsed (use convert_to_shape for strings).
+  """
   if d is None or isinstance(d, Dimension):
     return d
-  if isinstance(d, (tuple, list)) and len(d) == 2:
-    return Dimension(d[0], d[1])
-  raise ShapeError(
-      "cannot convert %r (%s) to a Dimension; expected None, a Dimension or "
-      "a (name, size) pair" % (d, type(d).__name__))
+  if isinstance(d, str):
+    raise ShapeError(
+        "cannot convert the string %r to a Dimension; give a (name, size) pair or "
+        "mtf.Dimension(name, size) (strings such as \"name:size\" are read only by "
+        "convert_to_shape)" % (d,))
+  try:
+    items = tuple(d)
+  except TypeError:
+    raise DimensionConversionError(
+        "cannot convert %r (%s) to a Dimension; expected None, a Dimension or a "
+        "(name, size) pair" % (d, type(d).__name__)) from None
+  if len(items) != 2:
+    raise ShapeError(
+        "cannot convert %r to a Dimension: a (name, size) pair has 2 items, got %d"
+        % (d, len(items)))
+  return Dimension(items[0], items[1])

@@ -244,14 +244,10 @@ class TensorLayout(object):
     return [a for a in self._axes if a is not None]
 
   def mesh_axis_to_tensor_axis(self, mesh_ndims):
-    """Per mesh axis (of `mesh_ndims`), the tensor axis it splits, or None."""
-    result = [None] * mesh_ndims
-    for tensor_axis, mesh_axis in enumerate(self._axes):
-      if mesh_axis is None:
-        continue
-      if mesh_axis >= mesh_ndims:
-        raise LayoutError(
-            "%s uses mesh axis %d, but the mesh has only %d axes"
-            % (self, mesh_axis, mesh_ndims))
-      result[mesh_axis] = tensor_axis
-    return result
+    """A tuple of length mesh_ndims: per mesh axis, the tensor axis it splits, or None.
+
+    As in the original, only mesh axes 0 .. mesh_ndims-1 are looked at: mesh_ndims=0 (an
+    empty mesh) gives (), and a layout naming larger mesh axes is not an error here.
+    """
+    return tuple(self._axes.index(m) if m in self._axes else None
+                 for m in range(mesh_ndims))

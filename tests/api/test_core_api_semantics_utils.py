@@ -110,7 +110,8 @@ def test_numpy_converter_round_trip_and_a_computation():
                                 x_np.sum(axis=1))
   y = converter.convert_np_array_to_mtf_tensor(np.ones([2], np.float32), dtype=tf.float32)
   assert y.shape.dimension_names == ["dim0"]
-  as_tf = converter.convert_mtf_tensor_to_tf_tensor(y * 3.0)
+  lowering, as_tf = converter.convert_mtf_tensor_to_tf_tensor(y * 3.0)
+  assert isinstance(lowering, mtf.Lowering) and as_tf.shape == [2]
   np.testing.assert_array_equal(converter.session.run(as_tf), [3.0, 3.0])
   with pytest.raises(ValueError, match="1 dim names"):
     converter.convert_np_array_to_mtf_tensor(x_np, dim_names=["a"])
