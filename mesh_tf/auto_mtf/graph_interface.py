@@ -1,7 +1,9 @@
-"""A read-only view of an mtf graph for the layout search: names, shapes, sizes, liveness.
+"""A read-only view of a graph for the layout search: names, shapes, sizes, liveness.
 
-Operations and tensors are addressed by name. Sizes can be asked for under a partial
-layout ({mtf dim name: mesh dim name}) to get the bytes of one device's slice.
+The graph is an mtf Graph, a TF graph (tf.Graph, as the original allowed), or a list of
+mtf Operations (e.g. only those one step needs). Operations and tensors are addressed by
+name. Sizes can be asked for under a partial layout ({mtf dim name: mesh dim name}) to
+get the bytes of one device's slice.
 """
 import math
 
@@ -9,51 +11,67 @@ import tensorflow as tf
 from tensorflow.core.framework import cost_graph_pb2
 
 from mesh_tf.errors import MtfError
+from mesh_tf.graph.graph import Graph as _MtfGraph
+from mesh_tf.graph.operation import Operation as _MtfOperation
+from mesh_tf.graph.tensor import Tensor as _MtfTensor
+
+
+class NotAGraphError(MtfError, TypeError):
+  """GraphInterface was given something that is not a graph (a TypeError, as in the
+  original)."""
 
 
 class GraphInterface(object):
-  """Names, dims, sizes and devices of the operations and tensors of an mtf graph.
+  """Names, dims, sizes and devices of the operations and tensors of a graph.
 
   Args:
-    graph: an mtf Graph, or a list of its Operations (e.g. only those a step needs),
-      in graph (topological) order.
-    canonical_device: the device whose tensors count for memory (mtf tensors have none,
-      so None keeps them all).
+    graph: an mtf Graph, a tf.Graph, or a list of mtf Operations in graph
+      (topological) order.
+    canonical_device: the device whose tensors count for memory; tensors with no device
+      (every mtf tensor) count everywhere.
+
+  Raises:
+    NotAGraphError (a TypeError) for anything else.
   """
 
   def __init__(self, graph, canonical_device=None):
-    operations = graph if isinstance(graph, (list, tuple)) else getattr(
-        graph, "operations", None)
-    if operations is None:
-      raise MtfError("GraphInterface needs an mtf Graph or a list of its Operations, "
-                     "got %r" % (graph,))
+    self._graph = graph
+    self.canonical_device = canonical_device
+    if isinstance(graph, tf.Graph):
+      operations = graph.get_operations()
+    elif isinstance(graph, _MtfGraph):
+      operations = graph.operations
+    elif isinstance(graph, (list, tuple)) and all(
+        isinstance(op, _MtfOperation) for op in graph):
+      operations = graph
+    else:
+      raise NotAGraphError("GraphInterface needs an mtf Graph, a tf.Graph or a list of "
+                           "mtf Operations, got %s" % type(graph).__name__)
     self._operations = list(operations)
-    self._canonical_device = canonical_device
-    self._op_by_name = {op.name: op for op in self._operations}
-    self._tensor_by_name = {}
-    self._consumers = {}
-    for op in self._operations:
-      for t in op.outputs:
-        self._tensor_by_name[t.name] = t
-    for op in self._operations:
-      for x in op.inputs:
-        self._consumers.setdefault(x.name, []).append(op.name)
+    self._op_index = {op.name: i for i, op in enumerate(self._operations)}
+    self._tensor_index = {}  # name -> (op index, output index)
+    for i, op in enumerate(self._operations):
+      for j, t in enumerate(op.outputs):
+        self._tensor_index[t.name] = (i, j)
     self._final = set()
+
+  # --- lookups -------------------------------------------------------------
 
   @property
   def operations(self):
-    """The mtf Operations, in order."""
+    """The operations, in order."""
     return list(self._operations)
 
   def _op(self, name):
-    if name not in self._op_by_name:
+    if name not in self._op_index:
       raise MtfError("no operation named %r in the graph" % (name,), op=name)
-    return self._op_by_name[name]
+    return self._operations[self._op_index[name]]
 
   def _tensor(self, name):
-    if name not in self._tensor_by_name:
+    if name not in self._tensor_index:
       raise MtfError("no tensor named %r in the graph" % (name,), tensor=name)
-    return self._tensor_by_name[name]
+    i, j = self._tensor_index[name]
+    return self._operations[i].outputs[j]
 
   def get_num_operations(self):
     """Number of operations."""
@@ -64,16 +82,18 @@ class GraphInterface(object):
     return [op.name for op in self._operations]
 
   def get_operation_input_names(self, operation_name):
-    """Names of an operation's input tensors."""
+    """Names of an operation's input tensors, in order (repeats kept)."""
     return [x.name for x in self._op(operation_name).inputs]
 
   def get_operation_output_names(self, operation_name):
-    """Names of an operation's output tensors."""
+    """Names of an operation's output tensors, in order."""
     return [y.name for y in self._op(operation_name).outputs]
 
   def get_all_tensor_names(self):
     """Names of the tensors the operations produce, in graph order."""
-    return list(self._tensor_by_name)
+    return list(self._tensor_index)
+
+  # --- tensors -------------------------------------------------------------
 
   def get_tensor_dtype(self, tensor_name):
     """The tf.DType of a tensor."""
@@ -81,138 +101,185 @@ class GraphInterface(object):
 
   def get_tensor_shape(self, tensor_name):
     """The full (unsplit) tf.TensorShape of a tensor."""
-    return tf.TensorShape(self._tensor(tensor_name).shape.to_integer_list)
+    t = self._tensor(tensor_name)
+    if isinstance(t, _MtfTensor):
+      return tf.TensorShape([d.size for d in t.shape.dims])
+    return tf.TensorShape(t.shape)
 
   def get_tensor_num_entries(self, tensor_name, partial_layout=None,
                              mesh_dimension_to_size=None):
-    """Entries of one device's slice of a tensor.
+    """Entries of a tensor, or of one device's slice under a partial layout.
+
+    The whole count is divided, rounding up, by the size of the mesh dim of each of the
+    tensor's mtf dims that partial_layout names.
 
     Args:
       tensor_name: the tensor.
-      partial_layout: optional {mtf dim name: mesh dim name}; unnamed dims are whole.
+      partial_layout: optional {mtf dim name: mesh dim name}.
       mesh_dimension_to_size: {mesh dim name: size}, needed with partial_layout.
     """
-    n = 1
-    for d in self._tensor(tensor_name).shape.dims:
-      size = d.size
-      if partial_layout and d.name in partial_layout:
-        mesh_dim = partial_layout[d.name]
-        if not mesh_dimension_to_size or mesh_dim not in mesh_dimension_to_size:
-          raise MtfError("tensor %s: mesh dim %r of dim %s has no size in %r"
-                         % (tensor_name, mesh_dim, d.name, mesh_dimension_to_size),
-                         tensor=tensor_name, dim=d.name, mesh_dim=mesh_dim)
-        size = int(math.ceil(size / mesh_dimension_to_size[mesh_dim]))
-      n *= size
-    return n
+    entries = 1
+    for size in self.get_tensor_shape(tensor_name).as_list():
+      entries *= size
+    if not partial_layout:
+      return entries
+    for name in self.get_tensor_mtf_dimension_names(tensor_name):
+      if name not in partial_layout:
+        continue
+      mesh_dim = partial_layout[name]
+      if not mesh_dimension_to_size or mesh_dim not in mesh_dimension_to_size:
+        raise MtfError("tensor %s: mesh dim %r of dim %s has no size in %r"
+                       % (tensor_name, mesh_dim, name, mesh_dimension_to_size),
+                       tensor=tensor_name, dim=name, mesh_dim=mesh_dim)
+      entries = int(math.ceil(entries / mesh_dimension_to_size[mesh_dim]))
+    return entries
 
   def get_tensor_size(self, tensor_name, partial_layout=None,
                       mesh_dimension_to_size=None):
-    """Bytes of one device's slice of a tensor (arguments as get_tensor_num_entries)."""
+    """Bytes of a tensor, or of one device's slice (arguments as get_tensor_num_entries)."""
     return (self.get_tensor_num_entries(tensor_name, partial_layout,
                                         mesh_dimension_to_size)
             * self.get_tensor_dtype(tensor_name).size)
 
   def get_tensor_device(self, tensor_name):
-    """The device of a tensor: None for mtf tensors (they live on every device)."""
-    self._tensor(tensor_name)
-    return None
+    """The device of a TF tensor; None for an mtf tensor (it lives on every device)."""
+    t = self._tensor(tensor_name)
+    return None if isinstance(t, _MtfTensor) else t.device
 
   def is_tensor_on_canonical_device(self, tensor_name):
-    """True when the tensor lives on the canonical device; mtf tensors live on every
-    device, so always."""
+    """True when the tensor has no device or lives on the canonical device."""
     device = self.get_tensor_device(tensor_name)
-    return device is None or device == self._canonical_device
+    return not device or device == self.canonical_device
 
   def get_operation_device(self, operation_name):
-    """The device of an operation: None for mtf operations."""
-    self._op(operation_name)
-    return None
+    """The device of a TF operation; None for an mtf operation."""
+    op = self._op(operation_name)
+    return None if isinstance(op, _MtfOperation) else op.device
 
   def get_tensor_mtf_dimension_names(self, tensor_name):
-    """Names of a tensor's dims, in order."""
-    return list(self._tensor(tensor_name).shape.dimension_names)
+    """Names of an mtf tensor's dims, in order ([] for a TF tensor)."""
+    t = self._tensor(tensor_name)
+    return list(t.shape.dimension_names) if isinstance(t, _MtfTensor) else []
 
   def get_operation_mtf_dimension_names(self, operation_name):
-    """Set of the names of the dims of an operation's inputs and outputs."""
-    op = self._op(operation_name)
+    """Set of the mtf dim names of an operation's inputs and outputs."""
     names = set()
-    for t in list(op.inputs) + list(op.outputs):
-      names.update(t.shape.dimension_names)
+    for t in (self.get_operation_input_names(operation_name)
+              + self.get_operation_output_names(operation_name)):
+      if t in self._tensor_index:
+        names.update(self.get_tensor_mtf_dimension_names(t))
+      else:  # an input produced outside a list of operations
+        x = [x for x in self._op(operation_name).inputs if x.name == t][0]
+        if isinstance(x, _MtfTensor):
+          names.update(x.shape.dimension_names)
     return names
 
   def set_tensor_final(self, tensor_name):
-    """Marks a tensor as kept until the end of the step (an output, or a variable)."""
+    """Marks a tensor as kept until the end of the computation (an output)."""
     self._tensor(tensor_name)
     self._final.add(tensor_name)
 
   def is_tensor_final(self, tensor_name):
     """True when set_tensor_final marked the tensor."""
+    self._tensor(tensor_name)
     return tensor_name in self._final
 
+  # --- whole-graph views ----------------------------------------------------
+
+  def compute_cost_graph(self, devices=None):
+    """A tf CostGraphDef with one node per operation, in order (node id = index).
+
+    Each node lists its inputs (producer id and output port) and, for each output, its
+    size in bytes, dtype and shape. With `devices`, an output on a device not listed gets
+    size 0 and no shape; device-less (mtf) outputs are never affected. A node is final
+    when one of its outputs is.
+    """
+    cost_graph = cost_graph_pb2.CostGraphDef()
+    for i, name in enumerate(self.get_all_operation_names()):
+      node = cost_graph.node.add(name=name, id=i)
+      device = self.get_operation_device(name)
+      if device:
+        node.device = device
+      for x in self.get_operation_input_names(name):
+        if x in self._tensor_index:
+          producer, port = self._tensor_index[x]
+          node.input_info.add(preceding_node=producer, preceding_port=port)
+      for y in self.get_operation_output_names(name):
+        device = self.get_tensor_device(y)
+        dtype = self.get_tensor_dtype(y).as_datatype_enum
+        if devices is None or device is None or device in devices:
+          node.output_info.add(size=self.get_tensor_size(y), alias_input_port=-1,
+                               dtype=dtype, shape=self.get_tensor_shape(y).as_proto())
+        else:
+          node.output_info.add(size=0, alias_input_port=-1, dtype=dtype)
+        if self.is_tensor_final(y):
+          node.is_final = True
+    return cost_graph
+
+  def _readers_left(self):
+    """{tensor name: number of reads by the operations, plus one when final}."""
+    left = {name: int(name in self._final) for name in self._tensor_index}
+    for op in self._operations:
+      for x in op.inputs:
+        if x.name in left:
+          left[x.name] += 1
+    return left
+
+  def compute_memory_contents_under_schedule(self, schedule):
+    """For each step of schedule (operation indices), the frozenset of the names of the
+    tensors held while that operation runs.
+
+    An operation's outputs are allocated when it runs; after it, an output nobody reads
+    and each input it was the last reader of are freed. Final tensors are never freed.
+    """
+    left = self._readers_left()
+    held = set()
+    contents = []
+    for i in schedule:
+      op = self._operations[i]
+      outputs = [y.name for y in op.outputs]
+      held.update(outputs)
+      contents.append(frozenset(held))
+      for y in outputs:
+        if left[y] == 0:
+          held.discard(y)
+      for x in op.inputs:
+        if x.name not in left:
+          continue
+        left[x.name] -= 1
+        if left[x.name] == 0:
+          held.discard(x.name)
+    return contents
+
   def operation_predecessors(self):
-    """For each operation index, the indices of the operations it waits for."""
-    index = {op.name: i for i, op in enumerate(self._operations)}
+    """For each operation index, the sorted indices of the operations it waits for."""
     preds = []
     for op in self._operations:
-      p = {index[x.operation.name] for x in op.inputs if x.operation.name in index}
-      p.update(index[c.name] for c in getattr(op, "control_inputs", ())
-               if c.name in index)
+      p = {self._tensor_index[x.name][0] for x in op.inputs
+           if x.name in self._tensor_index}
+      p.update(self._op_index[c.name] for c in getattr(op, "control_inputs", ())
+               if c.name in self._op_index)
       preds.append(sorted(p))
     return preds
 
-  def compute_cost_graph(self, devices=None):
-    """A tf CostGraphDef of the operations (on `devices`, all when None).
-
-    Each node lists its inputs (producer node id and output port) and its outputs'
-    full sizes in bytes, shapes and dtypes.
-    """
-    cost_graph = cost_graph_pb2.CostGraphDef()
-    ids = {}
-    for op in self._operations:
-      device = self.get_operation_device(op.name)
-      if devices is not None and device not in devices:
-        continue
-      node = cost_graph.node.add()
-      node.name = op.name
-      node.device = device or ""
-      node.id = ids[op.name] = len(ids)
-      for x in op.inputs:
-        if x.operation.name in ids:
-          info = node.input_info.add()
-          info.preceding_node = ids[x.operation.name]
-          info.preceding_port = x.operation.outputs.index(x)
-      for y in op.outputs:
-        info = node.output_info.add()
-        info.size = self.get_tensor_size(y.name)
-        info.alias_input_port = -1
-        info.dtype = self.get_tensor_dtype(y.name).as_datatype_enum
-        info.shape.CopyFrom(self.get_tensor_shape(y.name).as_proto())
-      node.is_final = any(self.is_tensor_final(y.name) for y in op.outputs)
-    return cost_graph
-
   def tensor_lifetimes(self, schedule):
-    """{tensor name: (first step, last step)} of the steps it is held under schedule."""
-    position = {self._operations[i].name: step for step, i in enumerate(schedule)}
+    """{tensor name: (first step, last step)} of the canonical-device tensors held under
+    schedule (the same holding rule as compute_memory_contents_under_schedule)."""
+    step_of = {i: step for step, i in enumerate(schedule)}
     last = len(schedule) - 1
+    readers = {}
+    for i, op in enumerate(self._operations):
+      for x in op.inputs:
+        readers.setdefault(x.name, []).append(i)
     lifetimes = {}
     for step, i in enumerate(schedule):
-      op = self._operations[i]
-      for y in op.outputs:
+      for y in self._operations[i].outputs:
         if not self.is_tensor_on_canonical_device(y.name):
           continue
-        ends = [position[c] for c in self._consumers.get(y.name, ())
-                if c in position]
-        end = last if self.is_tensor_final(y.name) else max(ends + [step])
+        if y.name in self._final:
+          end = last
+        else:
+          end = max([step] + [step_of[r] for r in readers.get(y.name, ())
+                              if r in step_of])
         lifetimes[y.name] = (step, end)
     return lifetimes
-
-  def compute_memory_contents_under_schedule(self, schedule):
-    """For each step of schedule (a list of operation indices), the frozenset of
-    tensor names held while that operation runs: its inputs and outputs and every
-    earlier output still needed later (final tensors until the end)."""
-    lifetimes = self.tensor_lifetimes(schedule)
-    contents = [set() for _ in schedule]
-    for name, (start, end) in lifetimes.items():
-      for step in range(start, end + 1):
-        contents[step].add(name)
-    return [frozenset(c) for c in contents]

@@ -1,8 +1,8 @@
 """Prints the variables of a solved layout model, for debugging a layout search.
 
-Works with the exhaustive search's model (`layout_optimizer.SearchModel`) and with an
-OR-tools CP-SAT `CpModel` solved by a `CpSolver` (read through their protos), so code
-written for the original keeps working if it builds its own CP-SAT model.
+Works with the layout program of a `layout_optimizer.LayoutOptimizer` (its `_model`)
+and with an OR-tools CP-SAT `CpModel` solved by a `CpSolver` (read through their
+protos), so code written for the original keeps working if it builds its own model.
 """
 
 
@@ -19,8 +19,9 @@ def print_solution(model, solver):
   """Prints the objective value, then each variable that is not zero as `name = value`.
 
   Args:
-    model: a SearchModel (from LayoutOptimizer) or an OR-tools CpModel.
-    solver: the matching solver (a SearchSolver, or an OR-tools CpSolver after Solve).
+    model: a LayoutOptimizer's program (its `_model`) or an OR-tools CpModel.
+    solver: the matching solution (what LayoutOptimizer.solve found, or an OR-tools
+      CpSolver after Solve).
   """
   print("Objective value: %s" % solver.ObjectiveValue())
   values = _values(model, solver)

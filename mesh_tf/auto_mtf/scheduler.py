@@ -1,10 +1,11 @@
-"""Orders the operations of a graph to keep its peak memory low.
+"""Orders the operations of a GraphInterface to keep peak memory low.
 
-- "NAIVE": the graph's own order (already topological).
-- "LIST": a greedy list scheduler. Among the operations whose inputs are all computed,
-  it runs next the one that grows memory least: bytes of its outputs minus bytes of the
-  inputs it is the last reader of (ties go to the earlier operation in the graph).
-  Greedy choices can lose to the graph's own order; the order of lower peak is kept.
+- "NAIVE": the graph's own order, range(num operations).
+- "LIST": greedy list scheduling, as the original. Of the operations whose inputs are
+  all computed, run next the one that frees the most bytes: the bytes of the inputs it is
+  the only remaining reader of (final tensors are never freed), less the bytes of its
+  outputs that someone reads or that are final (an output nobody needs costs nothing,
+  since it is dropped at once). Ties go to the smaller operation name.
 Sizes are full (unsplit) tensor sizes; the order does not depend on the layout.
 """
 import heapq
@@ -14,95 +15,94 @@ from mesh_tf.errors import MtfError
 SCHEDULERS = ("NAIVE", "LIST")
 
 
+class UnknownSchedulerError(MtfError, NotImplementedError):
+  """scheduler_alg names no scheduler (a NotImplementedError, as in the original)."""
+
+
 def minimize_peak_memory(graph, scheduler_alg):
-  """A schedule (list of operation indices) of a GraphInterface.
+  """A schedule (operation indices, in run order) of a GraphInterface.
 
   Args:
     graph: a GraphInterface.
     scheduler_alg: "NAIVE" or "LIST" (see module docstring).
 
   Raises:
-    MtfError naming the known schedulers for any other scheduler_alg.
+    UnknownSchedulerError (a NotImplementedError) for any other scheduler_alg.
   """
   if scheduler_alg == "NAIVE":
     return list(range(graph.get_num_operations()))
   if scheduler_alg == "LIST":
-    naive = list(range(graph.get_num_operations()))
-    listed = _list_schedule(graph)
-    return listed if _peak(graph, listed) <= _peak(graph, naive) else naive
-  raise MtfError("unknown scheduler_alg %r; use one of %s" % (scheduler_alg, SCHEDULERS))
-
-
-def _peak(graph, schedule):
-  """Peak full bytes held under a schedule."""
-  held = [0] * (len(schedule) + 1)
-  for name, (start, end) in graph.tensor_lifetimes(schedule).items():
-    size = graph.get_tensor_size(name)
-    held[start] += size
-    held[end + 1] -= size
-  peak = total = 0
-  for h in held:
-    total += h
-    peak = max(peak, total)
-  return peak
+    return _list_schedule(graph)
+  raise UnknownSchedulerError("unknown scheduler_alg %r; use one of %s"
+                              % (scheduler_alg, ", ".join(SCHEDULERS)))
 
 
 def _list_schedule(graph):
   """Greedy list scheduling (see module docstring)."""
   names = graph.get_all_operation_names()
-  preds = graph.operation_predecessors()
-  succs = [[] for _ in names]
-  for i, p in enumerate(preds):
-    for j in p:
-      succs[j].append(i)
-  waiting = [len(set(p)) for p in preds]
-  producer = {}
-  for i, n in enumerate(names):
-    for t in graph.get_operation_output_names(n):
-      producer[t] = i
-  inputs = [[t for t in set(graph.get_operation_input_names(n)) if t in producer]
-            for n in names]
-  readers = {}
-  for i, ins in enumerate(inputs):
-    for t in ins:
-      readers.setdefault(t, []).append(i)
-  readers_left = {t: len(r) for t, r in readers.items()}
-  out_bytes = [sum(graph.get_tensor_size(t) for t in graph.get_operation_output_names(n))
-               for n in names]
-  size = {t: graph.get_tensor_size(t) for t in readers_left}
+  index = {n: i for i, n in enumerate(names)}
+  produced = set(graph.get_all_tensor_names())
+  inputs = {n: [t for t in graph.get_operation_input_names(n) if t in produced]
+            for n in names}
+  outputs = {n: graph.get_operation_output_names(n) for n in names}
+  # Pending readers of each tensor, and how many distinct inputs each op still waits on.
+  pending = {}
+  waiting = {}
+  for n in names:
+    distinct = []
+    for t in inputs[n]:
+      if t not in distinct:
+        distinct.append(t)
+    waiting[n] = len(distinct)
+    for t in distinct:
+      pending.setdefault(t, set()).add(n)
 
-  def growth(i):
-    freed = sum(size[t] for t in inputs[i]
-                if readers_left[t] == 1 and not graph.is_tensor_final(t))
-    return out_bytes[i] - freed
+  def size(t):
+    return graph.get_tensor_size(t)
 
-  # A heap keyed by (growth, index). Growth falls when an op becomes the last reader of
-  # an input: that op is then pushed again with its new key, and entries whose key is
-  # stale are skipped or re-pushed when popped.
-  ready = [(growth(i), i) for i in range(len(names)) if waiting[i] == 0]
-  heapq.heapify(ready)
+  gain = {}
+  for n in names:
+    g = 0
+    for t in inputs[n]:  # counted per occurrence, as the original does
+      if len(pending.get(t, ())) == 1 and not graph.is_tensor_final(t):
+        g += size(t)
+    for t in outputs[n]:
+      if pending.get(t) or graph.is_tensor_final(t):
+        g -= size(t)
+    gain[n] = g
+
+  heap = [(-gain[n], n) for n in names if waiting[n] == 0]
+  heapq.heapify(heap)
   schedule = []
-  done = [False] * len(names)
-  while ready:
-    key, i = heapq.heappop(ready)
-    if done[i]:
-      continue
-    current = growth(i)
-    if current != key:
-      heapq.heappush(ready, (current, i))
-      continue
-    done[i] = True
-    schedule.append(i)
-    for t in inputs[i]:
-      readers_left[t] -= 1
-      if readers_left[t] == 1:
-        for j in readers[t]:
-          if not done[j] and waiting[j] == 0:
-            heapq.heappush(ready, (growth(j), j))
-    for j in succs[i]:
-      waiting[j] -= 1
-      if waiting[j] == 0:
-        heapq.heappush(ready, (growth(j), j))
+  # The original tests the finality of the last output of the most recently run op
+  # that had outputs (not of the input at hand) before crediting a lone remaining
+  # reader; that quirk is kept so that both give the same order.
+  last_output = None
+  while heap:
+    neg, n = heapq.heappop(heap)
+    if gain[n] is None or gain[n] != -neg:
+      continue  # already run, or a stale entry superseded by a later push
+    schedule.append(index[n])
+    gain[n] = None
+    for t in outputs[n]:
+      last_output = t
+      for reader in pending.get(t, ()):
+        waiting[reader] -= 1
+        if waiting[reader] == 0:
+          heapq.heappush(heap, (-gain[reader], reader))
+    for t in inputs[n]:
+      readers = pending.get(t)
+      if readers is None or n not in readers:
+        continue  # an input used twice was handled at its first occurrence
+      readers.discard(n)
+      if len(readers) != 1:
+        continue
+      if last_output is not None and graph.is_tensor_final(last_output):
+        continue
+      (other,) = readers
+      gain[other] += size(t)
+      if waiting[other] == 0:
+        heapq.heappush(heap, (-gain[other], other))
   if len(schedule) != len(names):
     raise MtfError("the graph has a cycle: %d of %d operations could be scheduled"
                    % (len(schedule), len(names)))

@@ -34,7 +34,7 @@ def _signature(op):
   """What the cost rules read of an op, apart from its name."""
   extra = ()
   if isinstance(op, slicewise_ops.SlicewiseOperation):
-    extra = tuple(sorted(op.unsplittable_dims))
+    extra = tuple(sorted(op._gathered_dim_names()))  # pylint: disable=protected-access
   elif isinstance(op, slicing_ops.ShiftOperation):
     extra = (op.dim_name, op.offset)
   elif isinstance(op, Variable):

@@ -1,12 +1,16 @@
 """Which mtf dims may be split over which mesh dims.
 
-An mtf dim may be split when no operation needs it whole (an op's `unsplittable_dims`)
-and the mesh dim's size divides every size the dim has in the graph (a name can carry
-several sizes; the test is against their gcd).
+An mtf dim may be split when it is named (not one of anonymous_shape's "_anonymous_N"
+dims), no operation needs it whole (an op's `unsplittable_dims`), and the mesh dim's size
+divides every size the dim has in the graph (a name can carry several sizes; the test is
+against their gcd). Dims are read from the operations' outputs.
 """
 import math
+import re
 
 from mesh_tf.shapes import convert_to_shape
+
+_ANONYMOUS = re.compile(r"_anonymous_\d*")
 
 
 class LayoutValidator(object):
@@ -22,14 +26,17 @@ class LayoutValidator(object):
                   else mtf_graph.operations)
     self._mesh_shape = convert_to_shape(mesh_shape)
     sizes = {}
+    named = set()
     unsplittable = set()
     for op in operations:
-      for t in list(op.inputs) + list(op.outputs):
+      for t in op.outputs:
         for d in t.shape.dims:
           sizes[d.name] = math.gcd(sizes.get(d.name, 0), d.size)
+          if not _ANONYMOUS.match(d.name):
+            named.add(d.name)
       unsplittable.update(op.unsplittable_dims)
     self._gcd_sizes = sizes
-    self._splittable = frozenset(n for n in sizes if n not in unsplittable)
+    self._splittable = frozenset(named - unsplittable)
 
   @property
   def splittable_mtf_dimension_names(self):

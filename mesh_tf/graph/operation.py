@@ -70,18 +70,71 @@ class Operation:
     """Emits TF for this op through `lowering.mesh_impl(self)` and records the outputs."""
     raise NotImplementedError("op %s (%s) cannot be lowered" % (self._name, type(self).__name__))
 
+  # Splittability. Ops written against the original assign the pair
+  #   self._splittable_dims, self._unsplittable_dims = self._initialize_...()
+  # after creating their outputs; those assignments land in the setters below and are
+  # then reported as given. An op that assigns nothing reports every dim of its inputs
+  # and outputs as splittable, less what its `unsplittable_dims` property names.
+
+  @property
+  def _splittable_dims(self):
+    return self.splittable_dims
+
+  @_splittable_dims.setter
+  def _splittable_dims(self, names):
+    self.__dict__["_declared_splittable"] = frozenset(names)
+
+  @property
+  def _unsplittable_dims(self):
+    return self.unsplittable_dims
+
+  @_unsplittable_dims.setter
+  def _unsplittable_dims(self, names):
+    self.__dict__["_declared_unsplittable"] = frozenset(names)
+
+  def _all_dimension_names(self):
+    names = set()
+    for t in list(self._inputs) + list(self._outputs):
+      names.update(t.shape.dimension_names)
+    return names
+
   @property
   def splittable_dims(self):
-    """Names of dims that may be split (all of them, unless an op says otherwise)."""
-    names = set()
-    for t in self._inputs + self._outputs:
-      names.update(t.shape.dimension_names)
-    return frozenset(names) - self.unsplittable_dims
+    """Frozenset of the names of the dims this op may see split over the mesh."""
+    declared = self.__dict__.get("_declared_splittable")
+    if declared is not None:
+      return declared
+    return frozenset(self._all_dimension_names()) - self.unsplittable_dims
 
   @property
   def unsplittable_dims(self):
-    """Names of dims this op needs whole on every processor."""
-    return frozenset()
+    """Frozenset of the names of the dims this op needs whole on every processor."""
+    declared = self.__dict__.get("_declared_unsplittable")
+    return frozenset() if declared is None else declared
+
+  def _initialize_splittable_and_unsplittable_dims(self, default_splittability,
+                                                   exception_dims_iterable=None):
+    """(splittable, unsplittable): two frozensets of dim names of the inputs and outputs.
+
+    Every dim name gets `default_splittability` ("splittable" or "unsplittable") except
+    the names in exception_dims_iterable, which get the other one (they are listed even
+    when no input or output has them). Computes only; the caller stores the pair.
+
+    Raises:
+      ValueError: default_splittability is neither "splittable" nor "unsplittable".
+    """
+    exceptions = frozenset(exception_dims_iterable or ())
+    rest = frozenset(self._all_dimension_names()) - exceptions
+    if default_splittability == "splittable":
+      return rest, exceptions
+    if default_splittability == "unsplittable":
+      return exceptions, rest
+    raise ValueError('default_splittability must be "splittable" or "unsplittable", '
+                     "not %r" % (default_splittability,))
+
+  def _initialize_all_dimensions_as_splittable(self):
+    """(all dim names of the inputs and outputs, frozenset()): nothing needs to be whole."""
+    return self._initialize_splittable_and_unsplittable_dims("splittable")
 
   @property
   def to_string(self):

@@ -151,10 +151,15 @@ class ConvFamilyOperation(Operation):
     """"SAME" or "VALID"."""
     return self._padding
 
+  # Declared splittability: the forward convolutions (and transposed ones) name their
+  # input-spatial and filter-spatial dims unsplittable; the backprop ops declare every
+  # dim splittable. The lowering gathers self._whole in every case.
+  _DECLARES_WHOLE = True
+
   @property
   def unsplittable_dims(self):
-    """Spatial and filter-spatial dim names: gathered when a layout splits them."""
-    return self._whole
+    """Names of the dims this op declares it needs whole (see above)."""
+    return self._whole if self._DECLARES_WHOLE else frozenset()
 
   def _kernels(self):
     return _KERNELS[self._n]
@@ -254,6 +259,8 @@ class Conv2or3dBackpropInputOperation(ConvFamilyOperation):
   is_transpose=True: dx of y = conv_transpose(x, filter), i.e. conv(dy, filter).
   """
 
+  _DECLARES_WHOLE = False
+
   def __init__(self, conv_dimension, is_transpose, input_shape, conv_filter, dy, strides,
                padding, name=None):
     n = conv_dimension
@@ -305,6 +312,8 @@ class Conv2or3dBackpropFilterOperation(ConvFamilyOperation):
 
   is_transpose selects y = conv_transpose(conv_input, filter) instead of conv.
   """
+
+  _DECLARES_WHOLE = False
 
   def __init__(self, conv_dimension, is_transpose, conv_input, filter_shape, dy, strides,
                padding, name=None):

@@ -81,10 +81,10 @@ class _PoolBase(Operation):
     self._whole = frozenset(d.name for d, k, s in zip(spatial, self._ksize, self._strides)
                             if k != s or d.size % k)
 
-  @property
-  def unsplittable_dims(self):
-    """Spatial dim names whose windows overlap or do not tile the dim."""
-    return self._whole
+  # What the op declares (splittable_dims / unsplittable_dims): PoolOperation names its
+  # spatial dims unsplittable, PoolBackPropOperation declares everything splittable. The
+  # lowering is finer: it gathers only the spatial dims whose windows overlap or do not
+  # tile the dim (self._whole), whatever the declaration.
 
   def _tf_window(self, values):
     return [1] + list(values) + [1]
@@ -107,6 +107,9 @@ class PoolOperation(_PoolBase):
     super().__init__([x], name=what)
     self._setup(x, ksize, strides, pool_fn_string, what)
     self._add_output(self._pooled_shape, x.dtype)
+    spatial = [d.name for d in x.shape.dims[-self._n - 1:-1]]
+    self._splittable_dims, self._unsplittable_dims = (
+        self._initialize_splittable_and_unsplittable_dims("splittable", spatial))
 
   def gradient(self, grad_ys):
     return [PoolBackPropOperation(self.inputs[0], self.outputs[0], grad_ys[0], self._ksize,

@@ -77,15 +77,16 @@ class SlicewiseOperation(Operation):
       self._add_output(convert_to_shape(s), d)
     self._splittable = None if splittable_dims is None else frozenset(
         d if isinstance(d, str) else d.name for d in splittable_dims)
+    if self._splittable is not None:
+      # As declared: the named dims are splittable (named or not in a shape), every
+      # other dim of the inputs and outputs is not.
+      self._splittable_dims, self._unsplittable_dims = (
+          self._initialize_splittable_and_unsplittable_dims("unsplittable",
+                                                            self._splittable))
 
-  @property
-  def unsplittable_dims(self):
-    if self._splittable is None:
-      return frozenset()
-    names = set()
-    for t in self.inputs + self.outputs:
-      names.update(t.shape.dimension_names)
-    return frozenset(names - self._splittable)
+  def _gathered_dim_names(self):
+    """Names of the dims the lowering gathers whole before running tf_fn on slices."""
+    return self.unsplittable_dims
 
   @property
   def has_gradient(self):
@@ -98,7 +99,7 @@ class SlicewiseOperation(Operation):
     """The OpPlan on a MeshLayout: gather the unsplittable dims, cut them after."""
     return plan_rules.whole_dims_plan(layout, [x.shape for x in self.inputs],
                                       [y.shape for y in self.outputs],
-                                      self.unsplittable_dims)
+                                      self._gathered_dim_names())
 
   def lower(self, lowering):
     plan = self.plan(lowering.mesh_impl(self).slice_layout)
@@ -159,6 +160,18 @@ class GenericGradOperation(SlicewiseOperation):
         [x.shape for x in forward_op.inputs], [x.dtype for x in forward_op.inputs],
         splittable_dims=forward_op._splittable,  # pylint: disable=protected-access
         name=name or forward_op.name + "/grad")
+    # Reported splittability: every dim of the forward op's inputs and outputs and of
+    # the output gradients, none unsplittable. The forward op's own declaration already
+    # keeps a layout from splitting what tf_fn needs whole; the lowering still gathers
+    # those dims here (_gathered_dim_names) so the slices match the forward op's.
+    names = set()
+    for t in list(forward_op.inputs) + list(forward_op.outputs) + [
+        g for g in grad_ys if g is not None]:
+      names.update(t.shape.dimension_names)
+    self._splittable_dims, self._unsplittable_dims = frozenset(names), frozenset()
+
+  def _gathered_dim_names(self):
+    return self._forward._gathered_dim_names()  # pylint: disable=protected-access
 
 
 def generic_gradient(op, grad_ys):

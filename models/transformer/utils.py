@@ -664,3 +664,97 @@ def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
   if finalize_config:
     gin.finalize()
 
+
+
+def _dynamic_text2self(mtf_features):
+  """Rewrites a text2text feature dict (mtf Tensors) as text2self, for "delimited_lm".
+
+  Each example's (or, when packed, each segment's) input tokens are followed directly by
+  its target tokens in a new "targets" sequence twice as long; the length dim of the
+  result is named "length". Packed features ("inputs_segmentation",
+  "inputs_position", "targets_segmentation", "targets_position" present) give
+  "targets", "targets_segmentation" and "targets_position", where a target token's
+  position continues after its segment's inputs. Unpacked features ("inputs" and
+  "targets" only, 0 being padding) give "targets" alone.
+  """
+  inputs = mtf_features["inputs"]
+  targets = mtf_features["targets"]
+  mesh = targets.mesh
+  in_len_dim = inputs.shape.dims[-1]
+  tg_len_dim = targets.shape.dims[-1]
+  packed = "inputs_segmentation" in mtf_features
+
+  def segmentation_and_position(name, tokens, length_dim):
+    if packed:
+      return (mtf_features[name + "_segmentation"], mtf_features[name + "_position"])
+    # One segment per example: its non-padding tokens, at their own indices.
+    return (mtf.to_int32(mtf.not_equal(tokens, 0)),
+            mtf.broadcast(mtf.range(mesh, length_dim, tf.int32), tokens.shape))
+
+  in_seg, in_pos = segmentation_and_position("inputs", inputs, in_len_dim)
+  tg_seg, tg_pos = segmentation_and_position("targets", targets, tg_len_dim)
+
+  # Segment ids are smaller than the targets length (each segment holds a target token).
+  seg_dim = mtf.Dimension("segments", tg_len_dim.size)
+  in_onehot = mtf.one_hot(in_seg, seg_dim, dtype=tf.int32)
+  tg_onehot = mtf.one_hot(tg_seg, seg_dim, dtype=tf.int32)
+  is_real = mtf.to_int32(mtf.not_equal(mtf.range(mesh, seg_dim, tf.int32), 0))
+  in_count = mtf.reduce_sum(in_onehot, reduced_dim=in_len_dim) * is_real
+  tg_count = mtf.reduce_sum(tg_onehot, reduced_dim=tg_len_dim) * is_real
+  out_dim = mtf.Dimension("new_length", in_len_dim.size + tg_len_dim.size)
+  # Where each segment starts in the output; padding (segment 0) starts past the end,
+  # so its tokens land nowhere.
+  start = (mtf.cumsum(in_count + tg_count, seg_dim, exclusive=True)
+           + out_dim.size * (1 - is_real))
+
+  def per_token(onehot, per_segment, like):
+    return mtf.einsum([onehot, per_segment], output_shape=like.shape)
+
+  in_dest = in_pos + per_token(in_onehot, start, in_pos)
+  tg_new_pos = tg_pos + per_token(tg_onehot, in_count, tg_pos)
+  tg_dest = tg_new_pos + per_token(tg_onehot, start, tg_pos)
+  out_range = mtf.range(mesh, out_dim, tf.int32)
+  in_move = mtf.to_int32(mtf.equal(out_range, in_dest))
+  tg_move = mtf.to_int32(mtf.equal(out_range, tg_dest))
+  out_shape = mtf.Shape(inputs.shape.dims[:-1] + [out_dim])
+
+  def merge(from_inputs, from_targets):
+    moved = (mtf.einsum([from_inputs, in_move], output_shape=out_shape)
+             + mtf.einsum([from_targets, tg_move], output_shape=out_shape))
+    return mtf.rename_dimension(moved, "new_length", "length")
+
+  result = {"targets": merge(inputs, targets)}
+  if packed:
+    result["targets_segmentation"] = merge(in_seg, tg_seg)
+    result["targets_position"] = merge(in_pos, tg_new_pos)
+  return result
+
+
+def _maybe_add_pretokenized_features(examples, vocabulary):
+  """Gives each example "inputs_pretokenized"/"targets_pretokenized" where it lacks them.
+
+  A missing "<feature>_pretokenized" is the feature's token ids decoded with the
+  matching vocabulary (inputs_vocabulary / targets_vocabulary of `vocabulary`); features
+  the example does not have, and pretokenized values it already has, are left alone.
+  The examples are changed in place and returned.
+
+  Args:
+    examples: a list of dicts from feature name to a sequence of token ids.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+  """
+  vocabs = {"inputs": inputs_vocabulary(vocabulary),
+            "targets": targets_vocabulary(vocabulary)}
+  warned = set()
+  for example in examples:
+    for feature, vocab in vocabs.items():
+      key = feature + "_pretokenized"
+      if feature not in example or key in example:
+        continue
+      ids = example[feature]
+      ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+      example[key] = vocab.decode(ids)
+      if feature not in warned:
+        warned.add(feature)
+        tf.get_logger().warning(
+            "Feature %r is approximated by decoding the token ids of %r.", key, feature)
+  return examples

@@ -213,4 +213,4 @@ def test_print_solution_lists_the_chosen_pairs(capsys):
   out = capsys.readouterr().out
   assert "Objective value" in out
   for pair in rules.split(";"):
-    assert "x[%s] = 1" % pair in out
+    assert "x_(%s) = 1" % pair in out
