@@ -26,7 +26,7 @@ CONFIGURABLE_MODULES = (
     "models.transformer.funnel_transformer", "models.transformer.universal_transformer",
     "models.transformer.evolved_transformer", "models.transformer.heterogeneous_moe",
     "models.transformer.memory_layers", "models.transformer.fixup_layers",
-    "models.transformer.t2t_vocabulary")
+    "models.transformer.t2t_vocabulary", "models.transformer.step_metrics")
 
 
 def import_configurables():

@@ -1,4 +1,5 @@
-"""A progress line for training: step/total, a bar, loss, learning rate, tokens/s, ETA."""
+"""A progress line for training: step/total, a bar, loss, learning rate, tokens/s, then
+(with step_metrics) MFU and peak memory, and the ETA."""
 import sys
 import time
 
@@ -17,13 +18,19 @@ class Progress:
     tokens_per_step: tokens in one batch.
     stream: where lines go (stdout by default).
     bar_width: characters of the [####....] bar.
+    metrics: a step_metrics.StepMetrics whose measure(steps/s) adds MFU and memory.
+
+  After each report, `scalars` holds the metrics' values for TensorBoard.
   """
 
-  def __init__(self, total_steps, tokens_per_step, stream=None, bar_width=20):
+  def __init__(self, total_steps, tokens_per_step, stream=None, bar_width=20,
+               metrics=None):
     self.total_steps = total_steps
     self.tokens_per_step = tokens_per_step
     self.stream = stream or sys.stdout
     self.bar_width = bar_width
+    self.metrics = metrics
+    self.scalars = {}
     self._start_time = None
     self._start_step = 0
     self._last_time = None
@@ -44,9 +51,13 @@ class Progress:
     eta = per_step * (self.total_steps - step)
     done = int(self.bar_width * step / max(self.total_steps, 1))
     bar = "#" * done + "." * (self.bar_width - done)
-    self.stream.write("step %d/%d [%s] loss %.4f lr %.3g %.0f tokens/s ETA %s\n"
+    extra = ""
+    if self.metrics is not None:
+      extra, self.scalars = self.metrics.measure(steps / elapsed)
+      extra = " | %s |" % extra
+    self.stream.write("step %d/%d [%s] loss %.4f lr %.3g %.0f tokens/s%s ETA %s\n"
                       % (step, self.total_steps, bar, loss, learning_rate,
-                         tokens_per_second, format_duration(eta)))
+                         tokens_per_second, extra, format_duration(eta)))
     self.stream.flush()
     self._last_time, self._last_step = now, step
     return tokens_per_second

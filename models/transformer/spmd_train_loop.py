@@ -8,7 +8,8 @@ process's global step, which advances once per step after every replica ran it),
 model graph, the checkpoint format (full-shape, name-based, `global_step` included), so
 a run resumes in either mode and restores on any mesh; keep_checkpoint_max (the chief's
 mtf.CheckpointManager prunes only after it wrote the new checkpoint), the progress
-lines, NonFiniteError / skip_nonfinite_updates, and SIGTERM / Ctrl-C: a signal to ANY
+lines and step_metrics (each process's MFU counts its replicas' FLOPs against its own
+devices' peak; the chief writes the profile), NonFiniteError / skip_nonfinite_updates, and SIGTERM / Ctrl-C: a signal to ANY
 process stops EVERY process after the same step (the processes agree on it in one
 small collective per step), the chief saves, and all exit as train_loop does (status
 143 for SIGTERM, 130 for Ctrl-C), eval after each checkpoint (spmd_evaluation: no
@@ -34,6 +35,7 @@ from models.transformer import progress as progress_lib
 from models.transformer import run_record
 from models.transformer import run_setup
 from models.transformer import spmd_evaluation
+from models.transformer import step_metrics
 from models.transformer import stop_signals
 from models.transformer import summaries
 from models.transformer import train_loop
@@ -212,7 +214,14 @@ class _Loop:
     """Steps from `step` to train_steps (or until `stop`, a GracefulStop, saw a signal
     in any process); returns [(step, loss)]."""
     writer = summaries.ScalarWriter(self.saver.model_dir) if self.is_chief else None
-    progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch())
+    impls = self.trainer.replicas.impls  # the profile: the chief's, into its model_dir
+    metrics = step_metrics.StepMetrics(
+        self.graph, impls[0], self.saver.model_dir if self.is_chief else None, impls)
+    if writer is not None:
+      writer.write(step, metrics.predicted)
+    progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch(),
+                                     metrics=metrics)
+    replica_step = self.trainer._steps[0]  # pylint: disable=protected-access
     progress.start(step)
     history, skipped = [], 0
     signum = 0
@@ -221,9 +230,12 @@ class _Loop:
           step + 1 == self.train_steps)
       rate = float(train_loop.current_learning_rate(self.optimizer)) if (
           reporting) else 0.0  # the rate this step uses
-      loss = self.trainer.step(run_setup.next_batch(iterator, "train"))
+      batch = run_setup.next_batch(iterator, "train")
+      metrics.before_step(step + 1)
+      loss = self.trainer.step(batch)
       self.saver.global_step.assign_add(1)
       step += 1
+      metrics.after_step(step, replica_step, batch)
       if not math.isfinite(loss):
         if not self.skip_nonfinite_updates:
           raise self._nonfinite_error(loss, step)
@@ -234,14 +246,15 @@ class _Loop:
         tokens_per_second = progress.report(step, loss, rate)
         history.append((step, loss))
         if writer is not None:
-          writer.write(step, {"loss": loss, "learning_rate": rate,
-                              "tokens_per_second": tokens_per_second})
+          writer.write(step, dict(progress.scalars, loss=loss, learning_rate=rate,
+                                  tokens_per_second=tokens_per_second))
       if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
         self.saver.save(step)
         if self.evaluator is not None:
           self._evaluate(step)
       # a signal to any process stops all of them after this same step
       signum = self.trainer.agree_max(stop.signum or 0)
+    metrics.close(step)
     if writer is not None:
       writer.close()
     if signum:

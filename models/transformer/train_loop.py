@@ -10,6 +10,10 @@ A run never loses a user's checkpoints: it holds model_dir's lock (model_dir_gua
 non-finite loss stops it before anything is saved (or, with skip_nonfinite_updates, that
 step's update is skipped), no checkpoint with NaN/Inf variables is written, and SIGTERM /
 Ctrl-C stop it after the current step with a checkpoint (stop_signals).
+
+Besides loss and tokens/s, the progress lines and TensorBoard show what step_metrics
+measures: MFU (FLOPs counted once in the traced step), peak memory, the cost model's
+compute/communication split (at start-up), and an opt-in profile of a few steps.
 """
 import math
 import numbers
@@ -24,6 +28,7 @@ from models.transformer import model_graph
 from models.transformer import progress as progress_lib
 from models.transformer import run_record
 from models.transformer import run_setup
+from models.transformer import step_metrics
 from models.transformer import stop_signals
 from models.transformer import summaries
 from models.transformer.context import ModeKeys
@@ -175,8 +180,10 @@ class Trainer:
             % (step, self.train_steps), flush=True)
       return []
     writer = summaries.ScalarWriter(self.model_dir)
+    metrics = step_metrics.StepMetrics(self.graph, self.mesh_impl, self.model_dir)
+    writer.write(step, metrics.predicted)
     progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch(),
-                                     stream=stream)
+                                     stream=stream, metrics=metrics)
     progress.start(step)
     started_at = step
     history = []
@@ -191,9 +198,11 @@ class Trainer:
                              "data empty?)" % self.graph.batch_size) from None
         except (mtf.MtfError, tf.errors.OpError) as e:  # e.g. a data file deleted
           raise self._data_error(e, step, started_at) from e
+        metrics.before_step(step + 1)
         loss, rate = self.train_step(batch)
         step += 1
         loss = float(loss)  # the step has run; reading its loss costs nothing more
+        metrics.after_step(step, self.train_step, batch)
         if not math.isfinite(loss):
           if not self.skip_nonfinite_updates:
             raise self._nonfinite_error(loss, step)
@@ -203,8 +212,8 @@ class Trainer:
         if step % self.iterations_per_loop == 0 or step == self.train_steps:
           rate = float(rate)
           tokens_per_second = progress.report(step, loss, rate)
-          writer.write(step, {"loss": loss, "learning_rate": rate,
-                              "tokens_per_second": tokens_per_second})
+          writer.write(step, dict(progress.scalars, loss=loss, learning_rate=rate,
+                                  tokens_per_second=tokens_per_second))
           history.append((step, loss))
         if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
           self._save(step)
@@ -212,6 +221,7 @@ class Trainer:
             results = evaluator.evaluate(eval_dataset, eval_steps)
             evaluation.write_eval_results(self.model_dir, step, results)
             print("eval at step %d: %s" % (step, evaluation.describe(results)), flush=True)
+      metrics.close(step)
       writer.close()
       if stop.requested:
         if self.manager.latest_checkpoint != self._prefix_at(step):
