@@ -4,10 +4,12 @@
     python tools/check_readme_train.py LOG_FILE   # checks a saved `make train` output
 
 The README's block after "prints the same numbers" lists eval lines and decodes of the
-seeded run; every one of them must appear in the output. Exits 1 naming the lines missing.
+seeded run, and its trainer section the FLOPs per step `make train` counts; every one of
+them must appear in the output. Exits 1 naming the lines missing.
 Run by hand before a release (about 4 minutes on 2 cores), not by the test suite.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,7 +37,9 @@ def train_output():
 
 def main(argv):
   with open(os.path.join(REPO, "README.md")) as f:
-    expected = quoted_lines(f.read())
+    readme = f.read()
+  expected = quoted_lines(readme) + [
+      "%s FLOPs per step" % m for m in re.findall(r"`(\S+) FLOPs per\s+step`", readme)]
   if len(argv) > 1:
     with open(argv[1]) as f:
       output = f.read()
