@@ -9,14 +9,21 @@ from mesh_tf.shapes import Shape
 
 def embedding_weights(mesh, vocab_dim, output_dim, variable_dtype, name="embedding",
                       ensemble_dim=None, initializer=None):
-  """The variable `name` of shape [ensemble_dim?, vocab_dim, output_dim].
+  """The variable `name` of shape [*ensemble_dim, vocab_dim, output_dim].
 
-  The default initializer is a unit normal.
+  ensemble_dim may be None, one Dimension or a list of Dimensions (all lead the shape). The
+  default initializer is TF1's unit normal, `tf.compat.v1.random_normal_initializer()`,
+  looked up when the variable is made (so a patched one is honoured).
   """
   if initializer is None:
-    # TF1's default stddev was 1.0; TF2's random_normal_initializer defaults to 0.05.
-    initializer = tf.random_normal_initializer(stddev=1.0)
-  dims = ([ensemble_dim] if ensemble_dim else []) + [vocab_dim, output_dim]
+    initializer = tf.compat.v1.random_normal_initializer()
+  if not ensemble_dim:
+    leading = []
+  elif isinstance(ensemble_dim, list):  # (a Dimension is itself a tuple)
+    leading = list(ensemble_dim)
+  else:
+    leading = [ensemble_dim]
+  dims = leading + [vocab_dim, output_dim]
   return get_variable(mesh, name, Shape(dims), dtype=variable_dtype,
                       initializer=initializer)
 

@@ -68,6 +68,11 @@ class Context:
       if name != "self":
         setattr(self, name, value)
     self.batch_dims = list(batch_dims)
+    # As the original: a context always collects the layer outputs (a fresh list when
+    # none is given).
+    if self.layer_outputs is None:
+      self.layer_outputs = []
+    self.layer_index = 0
     self.next_constant_state = 0
     self.next_states_index = 0
 

@@ -19,10 +19,14 @@ from models.transformer.transformer_layer import TransformerLayer
 
 
 def _mask_padding(context, x):
-  """x zeroed where context.inputs (token ids) is 0; x itself without inputs."""
-  if not isinstance(context.inputs, mtf.Tensor):
+  """x zeroed where context.inputs (token ids) is 0; x itself without inputs, or when the
+  inputs have dims x lacks (a whole sequence's ids given with one decoding step)."""
+  inputs = getattr(context, "inputs", None)
+  if not isinstance(inputs, mtf.Tensor):
     return x
-  return x * mtf.cast(mtf.not_equal(context.inputs, 0), x.dtype)
+  if any(d not in x.shape.dims for d in inputs.shape.dims):
+    return x
+  return x * mtf.cast(mtf.not_equal(inputs, 0), x.dtype)
 
 
 def _activate(output, activation, what):
@@ -66,28 +70,31 @@ class Conv1D(TransformerLayer):
     context.states; records and returns the new state."""
     state, = context.get_states(1)
     filter_dim = mtf.Dimension(length_dim_name, filter_size)
-    state = self.update_state(state, x, context.position, filter_dim,
-                              context.activation_dtype)
+    # The new input always goes to the last slot of the filter window.
+    last = mtf.constant(x.mesh, filter_size - 1, shape=mtf.Shape(x.shape.dims[:-1]),
+                        dtype=tf.int32)
+    state = self.update_state(state, x, last, filter_dim, context.activation_dtype)
     context.record_new_states([state])
     return state
 
   def update_state(self, old_state, x, position, filter_dim, dtype):
-    """[x(i-k), ..., x(i-1)] -> [x(i-k+1), ..., x(i)]: old_state shifted one step
-    back along filter_dim with x in the last slot."""
-    del position
+    """old_state shifted one step back along filter_dim, plus x added at slot
+    `position` ([batch...] ints; filter_size - 1 gives [x(i-k+1), ..., x(i)])."""
     shifted = mtf.shift(old_state, -1, filter_dim, wrap=False)
-    last = mtf.cast(mtf.equal(mtf.range(old_state.mesh, filter_dim, tf.int32),
-                              filter_dim.size - 1), dtype)
-    return shifted + mtf.cast(x, dtype) * last
+    slot = mtf.one_hot(position, filter_dim, dtype=dtype)
+    return shifted + slot * mtf.cast(x, dtype)
 
   def _prepare(self, context, x, filter_size):
     """The input of the convolution in this mode, and whether it is one decoding step
     (then x is the state: the last filter_size inputs). The states hold the inputs
-    masked at padding, as the whole-sequence convolution sees them."""
+    masked at padding, as the whole-sequence convolution sees them, so cached decoding
+    gives what recomputing the whole sequence gives (the original recorded the
+    first_part state before masking and did not mask decoding steps)."""
     x = _mask_padding(context, x)
-    if context.mode == "first_part":
+    mode = getattr(context, "mode", None)
+    if mode == "first_part":
       self.record_states_first_part_mode(context, x, filter_size)
-    if context.mode == "incremental":
+    if mode == "incremental":
       return self.record_states_incremental_mode(context, x, filter_size), True
     return x, False
 
@@ -126,8 +133,11 @@ class Conv1DLayer(Conv1D):
       output = mtf.layers.conv1d(
           x, mtf.Dimension(model_dim.name, self._output_size),
           filter_size=self.filter_size, padding="VALID" if one_step else "SAME",
-          filter_initializer=tf.keras.initializers.GlorotUniform(),
-          variable_dtype=context.variable_dtype, name="conv2d")  # one name on every call
+          # TF1's glorot-uniform, looked up now (a patched one is honoured); the
+          # variables take the layer input's dtype, as the original's did (it passed
+          # no variable_dtype), so a context needs no variable_dtype here.
+          filter_initializer=tf.compat.v1.glorot_uniform_initializer(),
+          variable_dtype=None, name="conv2d")  # one name on every call
       if one_step:  # one output position: drop the length dim of size 1
         output = mtf.reduce_sum(output, reduced_dim=output.shape.dims[-2])
       return _activate(output, self._activation, type(self).__name__)
@@ -148,22 +158,25 @@ def separable_conv1d(context, x, output_dim, min_relative_pos, max_relative_pos,
     raise ShapeError("separable_conv1d: %d kernel_depth_weights for a filter of %d" % (
         len(kernel_depth_weights), size), tensor=x.name, dim=length_dim.name)
   size_dim = mtf.Dimension("depthwise_filter_size", size)
+  del context  # Like the original's, these variables do not read context.variable_dtype:
+  # float32 master and slices, read in the input's dtype.
+  vdtype = mtf.VariableDType(tf.float32, tf.float32, x.dtype)
   with mtf.variable_scope("separable_conv1d"):
     if kernel_depth_weights is None:
       depthwise = mtf.get_variable(
           x.mesh, "depthwise_filter", mtf.Shape([size_dim, input_dim]),
           initializer=tf.random_normal_initializer(stddev=depthwise_scale * size ** -0.5),
-          dtype=context.variable_dtype)
+          dtype=vdtype)
       kernel_depth_weights = [mtf.slice(depthwise, k, 1, size_dim.name)
                               for k in range(size)]
     pointwise = mtf.get_variable(
         x.mesh, "pointwise_filter", mtf.Shape([input_dim, output_dim]),
         initializer=tf.random_normal_initializer(
             stddev=pointwise_scale * input_dim.size ** -0.5),
-        dtype=context.variable_dtype)
+        dtype=vdtype)
     bias = mtf.get_variable(x.mesh, "bias", mtf.Shape([output_dim]),
                             initializer=tf.zeros_initializer(),
-                            dtype=context.variable_dtype)
+                            dtype=vdtype)
   taps = []
   for k, weight in enumerate(kernel_depth_weights):
     shifted = mtf.shift(x, -(min_relative_pos + k), length_dim, wrap=False)

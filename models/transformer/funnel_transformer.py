@@ -3,19 +3,21 @@
 
 The stack's layers form n_blocks blocks: block i owns block_param_size[i] layers of
 n_submodules TransformerLayers each (so len(layers) = sum(block_param_size) *
-n_submodules) and runs them block_repeat_size[i] times with the same weights. Between
-blocks the length dim is pooled by pooling_size ("mean", "max" or "min" over windows of
-consecutive positions); the context follows (`update_context`): its length dim, and the
-sequence ids, positions and token ids of each window's first position. The output is
-pooled n_blocks - 1 times, so the stack serves as an encoder; `BitransformerFunnel`
-lets its decoder attend to the pooled encoder output.
+n_submodules) and runs them block_repeat_size[i] times with the same weights. As in the
+original, the submodules are renamed "funnel_block_<i>/param_idx_<j>/submodule_<k>" (the
+checkpoint names), and in every block after the first the output of the block's first
+attention submodule is pooled along the length by pooling_size ("mean", "max" or "min"
+over windows of consecutive positions); the context follows (`update_context`). The
+output is pooled n_blocks - 1 times, so the stack serves as an encoder;
+`BitransformerFunnel` lets its decoder attend to the pooled encoder output.
 """
 import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
 from models.transformer.context import ModeKeys
-from models.transformer.layer_stack import LayerStack, sublayer_mask_padding
+from models.transformer.layer_stack import (LayerStack, _record_output,
+                                            sublayer_mask_padding)
 from models.transformer.transformer import Bitransformer
 
 
@@ -108,42 +110,66 @@ class FunnelTransformerLayerStack(LayerStack):
     self._context = context
 
   def update_context(self, context, x, pool_dim_name):
-    """Pools the context's length dim, sequence ids, positions and inputs like x."""
-    del x
+    """After pooling x along pool_dim_name: the context's length dim takes x's pooled
+    size, positions keep their first entries (so pooled position i is i, as in the
+    original, not the position of window i), and the sequence ids -- with the
+    subsequence ids, token ids and priorities this port also keeps in the context --
+    take each window's first entry."""
     old = context.length_dim
     if old.name != pool_dim_name:
       raise mtf.ShapeError("FunnelTransformerLayerStack: pooling dim %r is not the "
                            "context's length dim %s" % (pool_dim_name, old))
+    pooled_size = x.shape.get_dim_by_name(pool_dim_name).size
     size = self._pooling_size
     for attr in ("sequence_id", "subsequence_id", "inputs", "read_priority",
                  "write_priority"):
       value = getattr(context, attr, None)
       if isinstance(value, mtf.Tensor) and old in value.shape.dims:
         setattr(context, attr, first_of_windows(value, old, size))
-    context.length_dim = _window_dims(old, size, "FunnelTransformerLayerStack")[0]
-    if context.position_is_default or not isinstance(context.position, mtf.Tensor):
-      context.position = mtf.range(context.mesh, context.length_dim, tf.int32)
+    position = None if context.position_is_default else context.position
+    context.length_dim = mtf.Dimension(pool_dim_name, pooled_size)
+    if isinstance(position, mtf.Tensor) and old in position.shape.dims:
+      context.position = mtf.slice(position, 0, pooled_size, pool_dim_name)
     else:
-      context.position = first_of_windows(context.position, old, size) // size
+      context.position = mtf.range(context.mesh, context.length_dim, tf.int32)
+
+  @staticmethod
+  def layer_name(block, param, submodule):
+    """The variable scope of a submodule, as the original names it (the names given to
+    the layers are replaced)."""
+    return "funnel_block_%03d/param_idx_%03d/submodule_%03d" % (block, param, submodule)
 
   def call(self, context, x):
-    """Runs the blocks, pooling the length between them."""
+    """Runs the blocks. In every block after the first, the output of the first
+    submodule (the attention) of the block's first layer is pooled along the length,
+    and the context follows; repeated layers of a block share their variables.
+    context.layer_outputs gets the input after the initial sublayers, every
+    submodule's output but the last, and the final output."""
     x = self._call_sublayers(self._sublayers_initial, x, context)
+    _record_output(context, x)
     context.layer_index = 0
-    layers = list(self._layers)
+    first = 0
+    n_calls = sum(p * r * self._n_submodules for p, r in zip(self._block_param_size,
+                                                              self._block_repeat_size))
     for block in range(self._n_blocks):
-      count = self._block_param_size[block] * self._n_submodules
-      block_layers, layers = layers[:count], layers[count:]
-      for repeat in range(self._block_repeat_size[block]):
-        for layer in block_layers:
-          with mtf.variable_scope(layer.name or "", reuse=True if repeat else None):
-            x = self._layer_fn(x, layer, context)
-          context.layer_index += 1
-      if block < self._n_blocks - 1:
-        x = pool_length(x, context.length_dim, self._pooling_size, self._pooling_type)
-        self.update_context(context, x, context.length_dim.name)
+      for param in range(self._block_param_size[block]):
+        for repeat in range(self._block_repeat_size[block]):
+          for sub in range(self._n_submodules):
+            layer = self._layers[first + param * self._n_submodules + sub]
+            layer.set_name(self.layer_name(block, param, sub))
+            with mtf.variable_scope(layer.name, reuse=True if repeat else None):
+              x = self._layer_fn(x, layer, context)
+            if block > 0 and param == 0 and repeat == 0 and sub == 0:
+              x = pool_length(x, context.length_dim, self._pooling_size,
+                              self._pooling_type)
+              self.update_context(context, x, context.length_dim.name)
+            if context.layer_index != n_calls - 1:
+              _record_output(context, x)
+            context.layer_index += 1
+      first += self._block_param_size[block] * self._n_submodules
     x = self._call_sublayers(self._sublayers_final, x, context)
     x = sublayer_mask_padding(x, self, context)
+    _record_output(context, x)
     self.set_context(context)
     return x
 

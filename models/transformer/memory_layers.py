@@ -1,15 +1,17 @@
 """Product-key memory (Lample et al. 2019): `ProductKeyValueMemory`.
 
 Each of n_heads heads turns a position's hidden state into two half-queries of
-key_size / 2 (a dense layer with bias, "query/kernel" [d_model, heads, 2, key_size / 2]
-and "query/bias", then layer norm over the key, "layer_prepostprocess/layer_norm/
-layer_norm_scale" and "..._bias": the original normalizes the queries so, in place of
-the paper's batch norm). Half-query h is scored against the n_keys sub-keys
-keys[:, h] ("keys", [heads, 2, n_keys, key_size / 2]). The knn best sub-keys of each
-half give knn**2 candidate keys (i, j) with score s1[i] + s2[j]; the knn best of those
-select memory slots i * n_keys + j of the value table ("values", [n_keys**2, d_model]).
-The output is the sum over heads of the softmax(score)-weighted values. The variable
-names and shapes are the original's.
+key_size // 2 (a dense layer with bias, "query/kernel" [d_model, n_heads, product_key=2,
+key] and "query/bias", then layer norm over the key dim, "layer_prepostprocess/
+layer_norm/layer_norm_scale" and "..._bias": the original normalizes the queries so, in
+place of the paper's batch norm). Half-query h is scored against the n_keys sub-keys
+keys[:, h] ("keys", [n_heads, product_key, n_keys, key], the default glorot
+initializer). The knn best sub-keys of each half give knn**2 candidate keys (i, j) with
+score s1[i] + s2[j]; the knn best of those select memory slots i * n_keys + j of the
+value table ("values", [n_values=n_keys**2, d_model], a unit normal as
+mtf.layers.embedding_weights makes it). The output is the softmax(score)-weighted sum of
+the selected values over heads and candidates. Dim names, variable names and shapes are
+the original's; an odd key_size uses key_size // 2 per half, as there.
 """
 import gin
 import tensorflow as tf
@@ -24,74 +26,76 @@ class ProductKeyValueMemory(TransformerLayer):
   """A product-key memory layer (see the module docstring).
 
   Args:
-    key_size: width of each head's query (even; each sub-key takes half).
+    key_size: width of each head's query; each half (sub-key) takes key_size // 2.
     n_keys: sub-keys per half; the memory holds n_keys**2 values.
     n_heads: independent query heads, whose read values are summed.
-    knn: candidates kept per half and values read per head.
+    knn: candidates kept per half and values read per head, at most n_keys (the
+      original's top_k failed on a larger one when called; here the constructor says so).
   """
 
   def __init__(self, key_size=gin.REQUIRED, n_keys=gin.REQUIRED, n_heads=gin.REQUIRED,
                knn=gin.REQUIRED):
-    if key_size % 2:
-      raise mtf.MtfError("ProductKeyValueMemory: key_size %d must be even (two halves)"
-                         % key_size)
     if knn > n_keys:
       raise mtf.MtfError("ProductKeyValueMemory: knn=%d exceeds n_keys=%d" % (knn, n_keys))
     self.key_size = key_size
     self.n_keys = n_keys
+    self.n_values = n_keys ** 2
     self.n_heads = n_heads
     self.knn = knn
-    self._heads_dim = mtf.Dimension("pkm_heads", n_heads)
-    self._key_dim = mtf.Dimension("pkm_key", key_size)
-    self._half_dim = mtf.Dimension("pkm_half_key", key_size // 2)
-    self._n_keys_dim = mtf.Dimension("pkm_keys", n_keys)
-    self._values_dim = mtf.Dimension("pkm_values", n_keys ** 2)
 
   def get_indices(self, keys, query):
-    """(scores, indices) of the knn sub-keys best matching query, along "pkm_knn".
+    """The knn best product keys of every query: (scores, memory slots), both
+    [query dims..., n_heads, knn].
 
-    keys: [heads, (product_key,) pkm_keys, pkm_half_key]; query: [..., heads,
-    (product_key,) pkm_half_key].
+    keys: [n_heads, product_key, n_keys, key]; query: [..., n_heads, product_key, key].
+    A candidate (i, j) pairs sub-key i of the first half with sub-key j of the second;
+    its score is the sum of the halves' scores and its slot i * n_keys + j.
     """
-    scores = mtf.einsum([query, keys], reduced_dims=[self._half_dim])
-    return mtf.top_k(scores, self._n_keys_dim, mtf.Dimension("pkm_knn", self.knn))
+    keys_dim = keys.shape.dims[2]
+    product_dim = query.shape.dims[-2]
+    knn_dim = mtf.Dimension("knn", self.knn)
+    half_scores = mtf.einsum(
+        [query, keys], output_shape=mtf.Shape(query.shape.dims[:-1] + [keys_dim]))
+    half_scores, half_ids = mtf.top_k(half_scores, keys_dim, knn_dim)
+    scores_1, scores_2 = mtf.unstack(half_scores, product_dim)
+    ids_1, ids_2 = mtf.unstack(half_ids, product_dim)
+    knn2_dim = mtf.Dimension("knn2", self.knn)
+    pair_dim = mtf.Dimension("knn_square_dim", self.knn ** 2)
+    pair_shape = mtf.Shape(scores_1.shape.dims + [knn2_dim])
+    flat = lambda t: mtf.replace_dimensions(t, [knn_dim, knn2_dim], pair_dim)
+    pair_scores = flat(mtf.add(scores_1, mtf.rename_dimension(scores_2, "knn", "knn2"),
+                               output_shape=pair_shape))
+    pair_slots = flat(mtf.add(ids_1 * self.n_keys,
+                              mtf.rename_dimension(ids_2, "knn", "knn2"),
+                              output_shape=pair_shape))
+    best_scores, best_pairs = mtf.top_k(pair_scores, pair_dim, knn_dim)
+    slots = mtf.reduce_sum(
+        mtf.one_hot(best_pairs, pair_dim, dtype=pair_slots.dtype) * pair_slots,
+        reduced_dim=pair_dim)
+    return best_scores, slots
 
   @incremental_aware
   def call(self, context, x):
     """Reads the memory at the best keys for every position of x (position-wise, so
-    cached decoding needs nothing)."""
-    model_dim = x.shape.dims[-1]
+    cached decoding needs nothing); the result has x's shape."""
+    value_dim = x.shape.dims[-1]
+    heads_dim = mtf.Dimension("n_heads", self.n_heads)
+    product_dim = mtf.Dimension("product_key", 2)
+    keys_dim = mtf.Dimension("n_keys", self.n_keys)
+    key_dim = mtf.Dimension("key", self.key_size // 2)
+    values_dim = mtf.Dimension("n_values", self.n_values)
     vdt = context.variable_dtype
-    product = mtf.Dimension("product_key", 2)
-    query = mtf.layers.dense(x, [self._heads_dim, product, self._half_dim], use_bias=True,
+    keys = mtf.get_variable(context.mesh, "keys",
+                            mtf.Shape([heads_dim, product_dim, keys_dim, key_dim]),
+                            dtype=vdt)
+    values = mtf.layers.embedding_weights(context.mesh, values_dim, value_dim, vdt,
+                                          name="values")
+    query = mtf.layers.dense(x, [heads_dim, product_dim, key_dim],
+                             reduced_dims=x.shape.dims[-1:], use_bias=True,
                              variable_dtype=vdt, name="query")
-    query = mtf.layers.layer_norm(query, self._half_dim)
-    keys = mtf.get_variable(
-        x.mesh, "keys",
-        mtf.Shape([self._heads_dim, product, self._n_keys_dim, self._half_dim]),
-        initializer=tf.random_normal_initializer(stddev=self._half_dim.size ** -0.5),
-        dtype=vdt)
-    values = mtf.get_variable(
-        x.mesh, "values", mtf.Shape([self._values_dim, model_dim]),
-        initializer=tf.random_normal_initializer(stddev=model_dim.size ** -0.5),
-        dtype=vdt)
-    one = mtf.Dimension(product.name, 1)
-    half = lambda t, i: mtf.reduce_sum(mtf.slice(t, i, 1, product.name), reduced_dim=one)
-    knn_1 = mtf.Dimension("pkm_knn_1", self.knn)
-    knn_2 = mtf.Dimension("pkm_knn_2", self.knn)
-    (s1, i1), (s2, i2) = [self.get_indices(half(keys, i), half(query, i)) for i in (0, 1)]
-    s1, i1 = [mtf.rename_dimension(t, "pkm_knn", knn_1.name) for t in (s1, i1)]
-    s2, i2 = [mtf.rename_dimension(t, "pkm_knn", knn_2.name) for t in (s2, i2)]
-    pair_scores = s1 + s2
-    pair_slots = i1 * self.n_keys + i2
-    pairs = mtf.Dimension("pkm_pairs", self.knn ** 2)
-    flat = pair_scores.shape.dims[:-2] + [pairs]
-    pair_scores = mtf.reshape(pair_scores, flat)
-    pair_slots = mtf.reshape(pair_slots, flat)
-    knn = mtf.Dimension("pkm_knn", self.knn)
-    best_scores, best_pairs = mtf.top_k(pair_scores, pairs, knn)
-    slots = mtf.reduce_sum(mtf.one_hot(best_pairs, pairs, dtype=tf.int32) * pair_slots,
-                           reduced_dim=pairs)
-    weights = mtf.softmax(best_scores, knn)
-    read = mtf.gather(values, slots, self._values_dim)
-    return mtf.einsum([weights, mtf.cast(read, weights.dtype)], output_shape=x.shape)
+    query = mtf.layers.layer_norm(query, query.shape.dims[-1])
+    scores, slots = self.get_indices(mtf.cast(keys, query.dtype), query)
+    weights = mtf.softmax(scores, reduced_dim=scores.shape.dims[-1])
+    read = mtf.gather(values, slots, values_dim)
+    return mtf.einsum([mtf.cast(read, weights.dtype), weights],
+                      reduced_dims=weights.shape.dims[-2:])

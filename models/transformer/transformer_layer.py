@@ -21,8 +21,10 @@ class TransformerLayer:
 
   @property
   def name(self):
-    """The variable-scope name, defaulting to the class name."""
-    return self._name or type(self).__name__
+    """The variable-scope name given by set_name, or None (as in the original: the
+    stack then opens no scope of its own, and the class-name scope of
+    sublayer_call_layer is the layer's only one)."""
+    return self._name
 
   def to_json(self):
     """A one-line description: class name and hyperparameters."""

@@ -496,7 +496,7 @@ def enc_dec_attention_bias(layer, context, heads_dims,
 
   def make():
     return mtf.get_variable(context.mesh, name, mtf.Shape(list(heads_dims) + [buckets_dim]),
-                            initializer=tf.random_normal_initializer(stddev=1.0),
+                            initializer=tf.compat.v1.random_normal_initializer(),
                             dtype=context.variable_dtype)
   table = _bias_table(layer, context, name, make)
   rel_bias = mtf.cast(relative_position.relative_position_bias(

@@ -12,6 +12,16 @@ import tensorflow as tf
 import mesh_tf as mtf
 
 
+def _random_normal(stddev=1.0):
+  """A TF1-style normal initializer, looked up on tf.compat.v1 when the variable is made.
+
+  The lookup happens at call time (not at import), so patching
+  `tensorflow.compat.v1.random_normal_initializer` changes the initial values, as it did
+  for the original's layers.
+  """
+  return tf.compat.v1.random_normal_initializer(stddev=stddev)
+
+
 def _check_ids(ids, vocab_dim, what):
   if not isinstance(ids, mtf.Tensor):
     raise mtf.ShapeError("%s: ids must be an mtf Tensor, got %r" % (what, ids))
@@ -46,7 +56,7 @@ class VocabEmbedding:
     stddev = output_dim.size ** -0.5 if self._scale_like_classifier else 1.0
     self._embedding_weights = mtf.layers.embedding_weights(
         mesh, vocab_dim, output_dim, variable_dtype, name, ensemble_dim=ensemble_dim,
-        initializer=tf.random_normal_initializer(stddev=stddev))
+        initializer=_random_normal(stddev))
 
   @property
   def embedding_weights(self):
@@ -90,13 +100,15 @@ class FactorizedVocabEmbedding:
     self._output_dim = output_dim
     self._inner_dim = mtf.Dimension("inner_vocab", inner_dimension_size)
     ensemble = [ensemble_dim] if ensemble_dim else []
+    # Both factors start with stddev inner**-0.25, so their product has unit variance
+    # per entry as an unfactored embedding would.
+    stddev = inner_dimension_size ** -0.25
     self._factor1 = mtf.get_variable(
         mesh, name, mtf.Shape(ensemble + [vocab_dim, self._inner_dim]),
-        initializer=tf.random_normal_initializer(), dtype=variable_dtype)
+        initializer=_random_normal(stddev), dtype=variable_dtype)
     self._factor2 = mtf.get_variable(
         mesh, "%s_projection" % name, mtf.Shape(ensemble + [self._inner_dim, output_dim]),
-        initializer=tf.random_normal_initializer(stddev=inner_dimension_size ** -0.5),
-        dtype=variable_dtype)
+        initializer=_random_normal(stddev), dtype=variable_dtype)
 
   def ids_to_embedding(self, ids, context):
     """Looks up the inner-dim rows and projects them to d_model."""
@@ -224,11 +236,9 @@ class MixtureOfSoftmaxes:
     self._mixture_weights = mtf.layers.embedding_weights(
         mesh, self._components_dim, output_dim, variable_dtype, name + "_mixture_weights",
         ensemble_dim=ensemble_dim)
-    self._context_weights = mtf.get_variable(
-        mesh, name + "_context_weights", mtf.Shape(
-            ensemble + [self._components_dim, self._copy_output_dim, output_dim]),
-        initializer=tf.random_normal_initializer(stddev=output_dim.size ** -0.5),
-        dtype=variable_dtype)
+    self._context_weights = mtf.layers.embedding_weights(
+        mesh, self._copy_output_dim, output_dim, variable_dtype,
+        name + "_context_weights", ensemble_dim=ensemble + [self._components_dim])
 
   def ids_to_embedding(self, ids, context):
     """The rows of the shared matrix at ids."""

@@ -63,25 +63,26 @@ class Mixtape:
                          "ids, extra_ids %d)" % (frequent_token_fraction, vocab_dim.size,
                                                  extra_ids))
 
-    def variable(suffix, dims, stddev=None):
-      init = (tf.zeros_initializer() if stddev is None else
-              tf.random_normal_initializer(stddev=stddev))
+    def variable(suffix, dims, random=True):
+      # As the original: biases start at zero, every other table at a unit normal from
+      # tf.compat.v1.random_normal_initializer, looked up now (a patched one is used).
+      init = (tf.compat.v1.random_normal_initializer() if random else
+              tf.compat.v1.zeros_initializer())
       return mtf.get_variable(mesh, name + suffix, mtf.Shape(dims), initializer=init,
                               dtype=variable_dtype)
-    d = output_dim.size
-    self._embedding = variable("_embedding_weights", [vocab_dim, output_dim], 1.0)
+    self._embedding = variable("_embedding_weights", [vocab_dim, output_dim])
     self._context = variable("_context_weights", [self._components_dim, self._copy_dim,
-                                                  output_dim], d ** -0.5)
+                                                  output_dim])
     self._context_bias = variable("_context_weights_bias",
-                                  [self._components_dim, output_dim])
+                                  [self._components_dim, output_dim], random=False)
     self._prior_weights = variable("_prior_weights", [self._gates_dim, gate_dim,
-                                                      self._copy_dim], d ** -0.5)
-    self._prior_weights_bias = variable("_prior_weights_bias", [self._gates_dim, gate_dim])
+                                                      self._copy_dim])
+    self._prior_weights_bias = variable("_prior_weights_bias", [self._gates_dim, gate_dim],
+                                        random=False)
     self._prior_vocab_vector = variable("_prior_vocab_vector", [self._frequent_dim,
-                                                                gate_dim],
-                                        gate_embedding_size ** -0.5)
+                                                                gate_dim])
     self._prior_gates_vector = variable("_prior_gates_vector",
-                                        [self._gates_dim, self._copy_dim], d ** -0.5)
+                                        [self._gates_dim, self._copy_dim])
     self._prior_bias = variable("_prior_bias", [self._frequent_dim, self._gates_dim])
 
   def ids_to_embedding(self, ids, context):

@@ -1,5 +1,5 @@
 """FunnelTransformerLayerStack and BitransformerFunnel: blocks with repeated (shared)
-layers and length pooling between them, forward and every gradient against plain TF
+layers and length pooling after the first attention of every later block, forward and every gradient against plain TF
 from the same weights (one device, dp+mp on placement and SIMD emulation); the pooled
 context; an encoder-decoder whose decoder attends to the pooled encoder output."""
 import collections
@@ -57,21 +57,23 @@ def attention(x, p, prefix):
   return tf.einsum("bhlk,hkd->bld", o, tf.reshape(p[prefix + "o"], [HEADS, D_KV, D]))
 
 
-def tf_block(x, p, block):
-  prefix = "encoder/block_%03d/" % block
-  x += attention(rms(x, p[prefix + "layer_000/rms_norm/scale"]), p,
-                 prefix + "layer_000/SelfAttention/")
-  h = rms(x, p[prefix + "layer_001/rms_norm/scale"])
-  ffn = prefix + "layer_001/DenseReluDense/"
+def tf_layer(x, p, block, submodule):
+  prefix = "encoder/%s/" % ft.FunnelTransformerLayerStack.layer_name(block, 0, submodule)
+  h = rms(x, p[prefix + "rms_norm/scale"])
+  if submodule == 0:
+    return x + attention(h, p, prefix + "SelfAttention/")
+  ffn = prefix + "DenseReluDense/"
   return x + tf.nn.relu(h @ p[ffn + "wi/kernel"]) @ p[ffn + "wo/kernel"]
 
 
 def tf_funnel(x, p, pool, repeats):
   for _ in range(repeats[0]):
-    x = tf_block(x, p, 0)
-  x = pool(tf.reshape(x, [2, 4, 2, D]), axis=2)
-  for _ in range(repeats[1]):
-    x = tf_block(x, p, 1)
+    x = tf_layer(tf_layer(x, p, 0, 0), p, 0, 1)
+  for r in range(repeats[1]):
+    x = tf_layer(x, p, 1, 0)
+    if r == 0:  # as the original: pooled after the block's first attention
+      x = pool(tf.reshape(x, [2, 4, 2, D]), axis=2)
+    x = tf_layer(x, p, 1, 1)
   return rms(x, p["encoder/rms_norm/scale"])
 
 
@@ -99,7 +101,7 @@ def test_funnel_stack_matches_tf(case):
   assert context.length_dim == mtf.Dimension("length", 4)
   assert context.position.shape.dims == [mtf.Dimension("length", 4)]
   # Block 0 ran twice with one set of weights: q, k, v, o, wi, wo and two norms.
-  assert sum(n.startswith("encoder/block_000/") for n in params) == 8, sorted(params)
+  assert sum(n.startswith("encoder/funnel_block_000/") for n in params) == 8, sorted(params)
 
 
 def test_funnel_max_pooling_matches_tf():
