@@ -8,6 +8,7 @@ export_model. An `input_fn(params)` returns a tf.data.Dataset of int32 feature d
 batched to the estimator's batch size, as the original's did.
 """
 import functools
+import os
 
 import gin
 import numpy as np
@@ -180,28 +181,112 @@ def decode_from_file(estimator, vocabulary, model_type, batch_size, sequence_len
   return decodes
 
 
+def _eval_datasets(dataset_fn, sequence_length, vocabulary, dataset_split, caller):
+  """(eval_datasets, is_list): what dataset_fn(sequence_length, vocabulary,
+  dataset_split) returns as a list of EvalDatasets. The original's list (T5's
+  mesh_eval_dataset_fn and mesh_inference_dataset_fn return one) is kept as it is
+  (is_list True); the port's single tf.data.Dataset becomes one EvalDataset named
+  "dataset" (is_list False)."""
+  from models.transformer import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
+  if dataset_fn is None:
+    raise MtfError("%s: no dataset function given" % caller)
+  data = dataset_fn(sequence_length=sequence_length, vocabulary=vocabulary,
+                    dataset_split=dataset_split)
+  if isinstance(data, tf.data.Dataset):
+    return [dataset_lib.EvalDataset("dataset", lambda: data, None, [])], False
+  items = list(data)
+  for item in items:
+    if not _is_eval_dataset(item):
+      raise MtfError("%s: the dataset function returned %r: expected a tf.data.Dataset "
+                     "or a list of EvalDatasets" % (caller, item))
+  if not items:
+    raise MtfError("%s: the dataset function returned no datasets for split %r"
+                   % (caller, dataset_split))
+  return items, True
+
+
+def _model_examples(eval_dataset, sequence_length):
+  """An EvalDataset's examples with only the model's int32 features, each padded or
+  trimmed to its length (strings such as "inputs_pretokenized" are dropped)."""
+  return run_setup.example_stream(lambda **unused: eval_dataset.dataset_fn(),
+                                  sequence_length, None, None, repeat=False)
+
+
+def _padded_batches(examples, batch_size):
+  """examples in batches of batch_size; the last batch is filled up with all-zero
+  examples (whose results the callers drop)."""
+  def fill(batch):
+    out = {}
+    for key, value in batch.items():
+      value = tf.pad(value, [[0, batch_size - tf.shape(value)[0]], [0, 0]])
+      value.set_shape([batch_size, batch[key].shape[1]])
+      out[key] = value
+    return out
+  return examples.batch(batch_size).map(fill)
+
+
+def _combined_input_fn(eval_datasets, sequence_length, batch_size):
+  """input_fn(params) over the examples of all eval_datasets, one after another."""
+  def input_fn(params):
+    del params
+    combined = None
+    for item in eval_datasets:
+      examples = _model_examples(item, sequence_length)
+      combined = examples if combined is None else combined.concatenate(examples)
+    return _padded_batches(combined, batch_size)
+  return input_fn
+
+
+def _example_text(example, key, vocabulary):
+  """The text of an example's feature: its "<key>_pretokenized" string if it has one,
+  else its ids decoded."""
+  text = example.get(key + "_pretokenized")
+  if text is None:
+    return decode_io.ids_to_text(example[key], _vocab(vocabulary, key))
+  return text.decode("utf-8") if isinstance(text, bytes) else str(text)
+
+
 @gin.configurable(module="utils")
 def decode_from_dataset(estimator, vocabulary, model_type, batch_size, sequence_length,
                         checkpoint_path=None, infer_dataset_fn=gin.REQUIRED,
                         dataset_split="validation", decode_output_dir=gin.REQUIRED):
-  """Decodes the "inputs" of infer_dataset_fn's examples; writes the decodes, inputs
-  and targets texts under decode_output_dir; returns the decodes."""
+  """Decodes the "inputs" of infer_dataset_fn's examples and writes what it decoded.
+
+  infer_dataset_fn(sequence_length, vocabulary, dataset_split) returns, as in the
+  original, a list of EvalDatasets (e.g. T5's mesh_inference_dataset_fn): for each,
+  <name>_<step>_predictions, <name>_targets (postprocessed) and <name>_inputs are
+  written to decode_output_dir. It may also return one tf.data.Dataset: then
+  decodes-<step>, inputs-<step> and targets-<step> are written. Returns the decodes
+  (all datasets' in order).
+  """
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
   del model_type
-  dataset = run_setup.batched_dataset(infer_dataset_fn, sequence_length, vocabulary,
-                                      dataset_split, batch_size, repeat=False)
-  batches = list(dataset.as_numpy_iterator())
-  decodes = decode(estimator, lambda params: tf.data.Dataset.from_tensor_slices(
-      {"inputs": np.concatenate([b["inputs"] for b in batches])}).batch(batch_size),
-                   vocabulary, checkpoint_path=checkpoint_path)
-  step = mtf.checkpoint.step_from_prefix(checkpoint_path or estimator.latest_checkpoint())
-  def texts(key):
-    vocab = _vocab(vocabulary, key)
-    return [decode_io.ids_to_text(row, vocab) for b in batches for row in b[key]]
-  for key, lines in (("decodes", decodes), ("inputs", texts("inputs")),
-                     ("targets", texts("targets"))):
-    utils.write_lines_to_file(lines, "%s/%s-%d" % (decode_output_dir, key, step or 0))
-  return decodes
+  data, is_list = _eval_datasets(infer_dataset_fn, sequence_length, vocabulary,
+                                 dataset_split, "decode_from_dataset")
+  checkpoint_path = checkpoint_path or estimator.latest_checkpoint()
+  step = mtf.checkpoint.step_from_prefix(checkpoint_path or "") or 0
+  all_decodes = decode(estimator, _combined_input_fn(data, sequence_length, batch_size),
+                       vocabulary, checkpoint_path=checkpoint_path)
+  start = 0
+  for item in data:
+    examples = list(item.dataset_fn().as_numpy_iterator())
+    decodes = all_decodes[start:start + len(examples)]
+    start += len(examples)
+    inputs = [_example_text(e, "inputs", vocabulary) if "inputs" in e else ""
+              for e in examples]
+    targets = [_example_text(e, "targets", vocabulary) if "targets" in e else ""
+               for e in examples]
+    if item.postprocess_fn:
+      targets = [item.postprocess_fn(t) for t in targets]
+    if is_list:
+      names = ("%s_%d_predictions" % (item.name, step), "%s_inputs" % item.name,
+               "%s_targets" % item.name)
+    else:
+      names = ("decodes-%d" % step, "inputs-%d" % step, "targets-%d" % step)
+    for name, lines in zip(names, (decodes, inputs, targets)):
+      utils.write_lines_to_file([" ".join(str(x).splitlines()) for x in lines],
+                                "%s/%s" % (decode_output_dir, name))
+  return all_decodes[:start]
 
 
 @gin.configurable(module="utils")
@@ -219,43 +304,71 @@ def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
   return [row["scores"] for row in estimator.score(input_fn, checkpoint_path)]
 
 
+def _texts(results, key, vocabulary):
+  """The text of each result's feature key (see _example_text)."""
+  return [_example_text(r, key, vocabulary) for r in results]
+
+
+def _unpadded_length(ids):
+  """The position of the first padding id (0) in ids, or their length if none."""
+  pads = np.flatnonzero(np.asarray(ids) == 0)
+  return int(pads[0]) if pads.size else len(ids)
+
+
 @gin.configurable(module="utils")
 def save_scores(results, vocabulary, scores_filename=None, save_example_text=True):
-  """Returns the scores of results (from the estimator's scoring); with a
-  scores_filename, writes them (one per line) and, with save_example_text, the inputs
-  and targets texts to <scores_filename>.inputs / .targets."""
+  """The scores of results (the estimator's scoring rows), as the original returns
+  them: the list of scores, or with save_example_text (the default) the tuple
+  (scores, inputs, targets) of texts ((scores, targets) when results have no inputs).
+
+  With a scores_filename, writes <scores_filename>.scores (one per line) and, with
+  save_example_text, .targets, .lengths (each target's ids before its first padding)
+  and .inputs.
+  """
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  if not results:
+    raise ValueError("No examples were scored.")
   scores = [float(r["scores"]) for r in results]
-  if scores_filename:
+  if scores_filename is not None:
     utils.write_lines_to_file(["%.9g" % s for s in scores], scores_filename + ".scores")
-    if save_example_text:
-      for key in ("inputs", "targets"):
-        if results and key in results[0]:
-          vocab = _vocab(vocabulary, key)
-          utils.write_lines_to_file([decode_io.ids_to_text(r[key], vocab) for r in results],
-                                    "%s.%s" % (scores_filename, key))
-  return scores
+  if not save_example_text:
+    return scores
+  targets = _texts(results, "targets", vocabulary)
+  lengths = [_unpadded_length(r["targets"]) for r in results]
+  inputs = _texts(results, "inputs", vocabulary) if "inputs" in results[0] else None
+  if scores_filename is not None:
+    utils.write_lines_to_file(targets, scores_filename + ".targets")
+    utils.write_lines_to_file(lengths, scores_filename + ".lengths")
+    if inputs is not None:
+      utils.write_lines_to_file(inputs, scores_filename + ".inputs")
+  return (scores, targets) if inputs is None else (scores, inputs, targets)
 
 
 @gin.configurable(module="utils")
 def save_scores_to_tfrecords(results, vocabulary, scores_filename, shard_idx=0,
                              save_ids_only=False):
-  """Writes results as tf.train.Examples ("scores", and the inputs/targets ids, or
-  their texts unless save_ids_only) to <scores_filename>-<shard_idx>.tfrecord."""
-  path = "%s-%05d.tfrecord" % (scores_filename, shard_idx)
-  tf.io.gfile.makedirs(path.rsplit("/", 1)[0] if "/" in path else ".")
+  """Writes results to <scores_filename>_<shard_idx>.tfrecord, one tf.train.Example
+  per result with the original's features: "input" and "target" (texts, bytes) and
+  "score" (float). With save_ids_only, "input" keeps only the input text up to its
+  first space (an example id prepended to the inputs). Returns the file's path."""
+  path = "%s_%d.tfrecord" % (scores_filename, shard_idx)
+  directory = os.path.dirname(path)
+  if directory:
+    tf.io.gfile.makedirs(directory)
+  targets = _texts(results, "targets", vocabulary)
+  inputs = [_example_text(r, "inputs", vocabulary) if "inputs" in r else ""
+            for r in results]
+  if save_ids_only:
+    inputs = [text.split(" ", 1)[0] for text in inputs]
   with tf.io.TFRecordWriter(path) as writer:
-    for r in results:
-      feature = {"scores": tf.train.Feature(float_list=tf.train.FloatList(
-          value=[float(r["scores"])]))}
-      for key in ("inputs", "targets"):
-        if key not in r:
-          continue
-        ids = [int(i) for i in np.asarray(r[key]) if i]
-        feature[key + "_ids"] = tf.train.Feature(int64_list=tf.train.Int64List(value=ids))
-        if not save_ids_only:
-          feature[key + "_text"] = tf.train.Feature(bytes_list=tf.train.BytesList(
-              value=[decode_io.ids_to_text(ids, _vocab(vocabulary, key)).encode("utf-8")]))
+    for result, input_text, target_text in zip(results, inputs, targets):
+      feature = {
+          "input": tf.train.Feature(bytes_list=tf.train.BytesList(
+              value=[input_text.encode("utf-8")])),
+          "target": tf.train.Feature(bytes_list=tf.train.BytesList(
+              value=[target_text.encode("utf-8")])),
+          "score": tf.train.Feature(float_list=tf.train.FloatList(
+              value=[float(result.get("scores", 0.0))]))}
       writer.write(tf.train.Example(features=tf.train.Features(
           feature=feature)).SerializeToString())
   return path
@@ -265,10 +378,15 @@ def save_scores_to_tfrecords(results, vocabulary, scores_filename, shard_idx=0,
 def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir, vocabulary,
                          score_postprocess_fn=save_scores, num_examples=None):
   """Scores input_fn's examples with the eval_checkpoint_step checkpoint; returns
-  score_postprocess_fn(results, vocabulary)."""
+  score_postprocess_fn(results, vocabulary). num_examples None drops the trailing
+  results whose targets are all padding (the rows that fill the last batch)."""
   path = _checkpoints(eval_checkpoint_step, model_dir)[0]
   results = list(estimator.score(input_fn, path))
-  if num_examples is not None:
+  if num_examples is None:
+    # The padding examples that fill the last batch have all-zero targets.
+    while results and not np.any(results[-1]["targets"]):
+      results.pop()
+  else:
     results = results[:num_examples]
   return score_postprocess_fn(results, vocabulary)
 
@@ -389,11 +507,21 @@ def score_from_dataset(estimator, vocabulary, batch_size, sequence_length, model
                        eval_checkpoint_step, dataset_split, score_dataset_fn=None,
                        score_postprocess_fn=gin.REQUIRED,
                        score_with_estimator_fn=score_with_estimator):
-  """Log-likelihoods of the targets of score_dataset_fn's (unpacked) examples."""
-  dataset = run_setup.batched_dataset(score_dataset_fn, sequence_length, vocabulary,
-                                      dataset_split, batch_size, repeat=False)
-  return score_with_estimator_fn(estimator, lambda params: dataset, eval_checkpoint_step,
-                                 model_dir, vocabulary, score_postprocess_fn)
+  """Log-likelihoods of the targets of score_dataset_fn's examples.
+
+  score_dataset_fn(sequence_length, vocabulary, dataset_split) returns, as in the
+  original, a list of EvalDatasets (T5's MtfModel.score passes
+  functools.partial(mesh_eval_dataset_fn, mixture_or_task_name=...)): their examples
+  are scored one dataset after another. It may also return a single tf.data.Dataset.
+  Only the model's features are read; the last batch is filled with all-zero examples,
+  which score_with_estimator drops. Returns score_with_estimator_fn's result (with
+  save_scores: scores, or (scores, [inputs,] targets)).
+  """
+  data, _ = _eval_datasets(score_dataset_fn, sequence_length, vocabulary,
+                           dataset_split, "score_from_dataset")
+  return score_with_estimator_fn(
+      estimator, _combined_input_fn(data, sequence_length, batch_size),
+      eval_checkpoint_step, model_dir, vocabulary, score_postprocess_fn)
 
 
 def export_model(estimator, export_dir, vocabulary, sequence_length, model_type,

@@ -2,9 +2,9 @@
 
 The decoding graph is lowered on one device; its variables are held by a tf.Module
 and the traced decoding function is plain TF, so `tf.saved_model.load` needs only
-TensorFlow. Signatures: "serving_default" takes int32 ids [n, length] (n up to the
-batch size) and returns {"outputs": decoded ids}; "text" (when the vocabulary has
-encode_tf/decode_tf) takes a string vector and returns {"outputs": decoded text}.
+TensorFlow. Signatures (see build_module): "serving_default" takes a string vector
+`input` and returns strings {"inputs", "outputs"}, as the original's export did;
+"ids" takes int32 prompt ids and returns {"outputs": decoded ids}.
 """
 import tensorflow as tf
 
@@ -43,9 +43,31 @@ def _decode_in_batches(decode_fn, ids, batch_size, length):
   return tf.reshape(outputs, [batches * batch_size, length])[:n]
 
 
+_PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+
+
+def _calls_python(concrete_function):
+  """Whether a traced function (or a function it calls, e.g. a map_fn body) runs
+  Python through tf.numpy_function / tf.py_function."""
+  graph_def = concrete_function.graph.as_graph_def()
+  ops = [node.op for node in graph_def.node]
+  for function in graph_def.library.function:
+    ops += [node.op for node in function.node_def]
+  return any(op in _PYTHON_OPS for op in ops)
+
+
 def build_module(decode_fn, vocabulary, batch_size, length):
   """A tf.Module with the decoding signatures, tracking the variables they read.
 
+  Signatures (as the original's export, whose serving input was a batch of strings
+  with the vocabulary in the graph):
+    "serving_default": input = tf.string [n] (the original's key, "input") ->
+      {"inputs": the prompts as the model saw them, "outputs": the decoded text};
+      when the vocabulary has encode_tf and decode_tf made of TF ops (not Python
+      called through tf.numpy_function, which a loaded SavedModel cannot run).
+    "ids": ids = int32 [n, m] prompt ids -> {"outputs": int32 [n, length] decoded
+      ids, zero after the first EOS}. Without such a vocabulary it is also the
+      "serving_default".
   Any number of prompts is decoded (in batches of batch_size); a prompt longer than
   length - 1 ids, or an id outside the vocabulary, is refused with an error.
   """
@@ -60,25 +82,37 @@ def build_module(decode_fn, vocabulary, batch_size, length):
     return {"outputs": tf.where(tf.equal(ends, 0), outputs, 0)}
 
   module.decode_ids = decode_ids
-  signatures = {"serving_default": decode_ids.get_concrete_function()}
+  ids_signature = decode_ids.get_concrete_function()
+  signatures = {"serving_default": ids_signature, "ids": ids_signature}
   if hasattr(vocabulary, "encode_tf") and hasattr(vocabulary, "decode_tf"):
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-    def decode_text(texts):
-      def encode_one(text):
-        ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
-        check = tf.debugging.assert_less_equal(
-            tf.shape(ids)[0], length - 1, message="a prompt is longer than this export "
-            "allows (%d tokens: the exported length %d less one for the output)"
-            % (length - 1, length))
-        # The check must run before the pad, which fails on its own on a long prompt.
-        with tf.control_dependencies([check]):
-          return tf.pad(ids[:length - 1], [[0, length - 1 - tf.shape(ids)[0]]])
-      ids = tf.map_fn(encode_one, texts, fn_output_signature=tf.TensorSpec(
+    def encode_one(text):
+      ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
+      check = tf.debugging.assert_less_equal(
+          tf.shape(ids)[0], length - 1, message="a prompt is longer than this export "
+          "allows (%d tokens: the exported length %d less one for the output)"
+          % (length - 1, length))
+      # The check must run before the pad, which fails on its own on a long prompt.
+      with tf.control_dependencies([check]):
+        return tf.pad(ids[:length - 1], [[0, length - 1 - tf.shape(ids)[0]]])
+
+    # The spec's name is the signature's input key: "input", as the original's (its
+    # serving receiver was a single string tensor, which Estimator names so).
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="input")])
+    def decode_text(input):  # pylint: disable=redefined-builtin
+      ids = tf.map_fn(encode_one, input, fn_output_signature=tf.TensorSpec(
           [length - 1], tf.int32))
-      ids = decode_ids(ids)["outputs"]
-      return {"outputs": vocabulary.decode_tf(ids)}
+      outputs = decode_ids(ids)["outputs"]
+      return {"inputs": vocabulary.decode_tf(ids),
+              "outputs": vocabulary.decode_tf(outputs)}
     module.decode_text = decode_text
-    signatures["text"] = decode_text.get_concrete_function()
+    text_signature = decode_text.get_concrete_function()
+    if _calls_python(text_signature):
+      print("export: the vocabulary's encode_tf/decode_tf run Python "
+            "(tf.numpy_function), which a loaded SavedModel cannot call; "
+            "\"serving_default\" takes ids (use a vocabulary made of TF ops, e.g. "
+            "ByteVocabulary, to serve strings)", flush=True)
+    else:
+      signatures["serving_default"] = text_signature
   # The variables the traced functions read, so the SavedModel stores them.
   module.tracked_variables = list({id(v): v for f in signatures.values()
                                    for v in f.variables}.values())

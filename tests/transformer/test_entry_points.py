@@ -1,6 +1,7 @@
 """The original's call sequence on the TF 2 trainer: get_estimator -> train_model ->
 eval_model -> infer_model / score_from_strings / compute_log_likelihoods ->
 export_model, on the byte LM and on the reverse-tokens encoder-decoder (toy sizes)."""
+import functools
 import os
 
 import gin
@@ -9,6 +10,8 @@ import pytest
 import tensorflow as tf
 
 import trainer_helpers
+from decode_checks import assert_greedy_lm_continuations
+from decode_checks import teacher_forced_log_probs
 from mesh_tf.errors import MtfError
 from models.transformer import dataset as dataset_lib
 from models.transformer import gin_setup
@@ -70,24 +73,39 @@ def test_lm_call_sequence(tiny_gin, tmp_path):
   written = (tmp_path / "out-6").read_text().split("\n")[:-1]
   assert written == [" ".join(d.splitlines()) for d in outputs[0]]
 
-  # Scores: an LM scores the target after "input EOS"; scoring the whole sequence
-  # (input, EOS, target) gives less.
-  scores = utils.score_from_strings(
+  # Scores: an LM scores the target after "input EOS"; each equals the sum of the
+  # log-softmax of the logits at the target positions, computed here in numpy.
+  scores, targets = utils.score_from_strings(
       estimator, vocab, "lm", 4, 16, str(model_dir), None, inputs=["the", "a"],
       targets=[" cat", " dog sat"], score_postprocess_fn=utils.save_scores)
-  assert len(scores) == 2 and all(s < 0 for s in scores)
   ids, weights = utils.encode_delimited_lm(["the", "a"], [" cat", " dog sat"], vocab, 4,
                                            16)
   assert weights[0].sum() == len(" cat") + 1 and weights[1].sum() == len(" dog sat") + 1
+  assert targets == ["the", "a"]  # the texts of the scored rows, up to their first EOS
+  np.testing.assert_allclose(
+      scores, teacher_forced_log_probs(estimator, {"targets": ids}, weights)[:2],
+      rtol=1e-4)
   full = utils.compute_log_likelihoods(
       estimator, lambda params: tf.data.Dataset.from_tensor_slices(
           {"targets": ids}).batch(4))
-  assert len(full) == 4 and all(f < s for f, s in zip(full, scores))
+  np.testing.assert_allclose(
+      full, teacher_forced_log_probs(estimator, {"targets": ids}, ids != 0), rtol=1e-4)
 
+  # The export's default signature takes strings (the original's key "input") and
+  # returns strings; it decodes what decode_from_file decoded for the same prompts.
   exported = utils.export_model(estimator, str(tmp_path / "export"), vocab, 16, "lm")
   loaded = tf.saved_model.load(exported)
-  out = loaded.signatures["text"](tf.constant(["the cat"]))["outputs"].numpy()
-  assert out.shape == (1,)
+  served = loaded.signatures["serving_default"](input=tf.constant(["the cat", "the dog"]))
+  assert [t.decode() for t in served["inputs"].numpy()] == ["the cat", "the dog"]
+  assert [t.decode("utf-8", "ignore") for t in served["outputs"].numpy()] == outputs[0]
+  prompt_ids = utils.encode_inputs(["the cat", "the dog"], vocab, "lm", 2, 16)
+  by_ids = loaded.signatures["ids"](ids=tf.constant(prompt_ids))["outputs"].numpy()
+  assert [vocab.decode(row) for row in by_ids] == outputs[0]
+  assert any(outputs[0])  # something was decoded
+  # ... and that is the greedy continuation under the model's own logits.
+  assert_greedy_lm_continuations(estimator, [vocab.encode(p) for p in ("the cat",
+                                                                       "the dog")],
+                                 by_ids, vocab.vocab_size)
 
 
 def test_scores_equal_the_teacher_forced_loss_on_two_layouts(tiny_gin, tmp_path):
@@ -136,3 +154,165 @@ def test_flexible_mapping_and_microbatches():
   # next divisor of 16 at or above ceil(1024 / 300) = 4).
   assert utils.serialize_num_microbatches(batch, 64, "b:2", "batch:b", 300) == 4
   assert utils.serialize_num_microbatches(batch, 64, "b:2", "batch:b", 200) == 8
+
+
+# --- Scoring and decoding from T5-style datasets (lists of EvalDatasets) -------------
+
+_PAIRS = [("abc", "cba"), ("hello", "olleh"), ("xy", "yx"), ("mesh", "hsem"),
+          ("tf two", "owt ft")]
+_BI_LENGTHS = {"inputs": 8, "targets": 8}
+
+
+def _reverse_fn(sequence_length, vocabulary, dataset_split):
+  return synthetic_tasks.synthetic_reverse_dataset(sequence_length, vocabulary,
+                                                   dataset_split, num_tokens=6)
+
+
+def _ids(text, length=8):
+  ids = ByteVocabulary().encode(text) + [1]
+  return ids + [0] * (length - len(ids))
+
+
+def t5_style_dataset_fn(sequence_length, vocabulary, dataset_split, pairs=None,
+                        name="reverse", postprocess_fn=None):
+  """What T5's mesh_eval_dataset_fn returns: a list of EvalDatasets whose dataset_fn
+  yields padded int features plus the "*_pretokenized" strings."""
+  del vocabulary, dataset_split
+  pairs = pairs or _PAIRS
+
+  def dataset_fn():
+    return tf.data.Dataset.from_tensor_slices({
+        "inputs": np.array([_ids(i, sequence_length["inputs"]) for i, _ in pairs],
+                           np.int64),
+        "targets": np.array([_ids(t, sequence_length["targets"]) for _, t in pairs],
+                            np.int64),
+        "inputs_pretokenized": [i for i, _ in pairs],
+        "targets_pretokenized": [t for _, t in pairs]})
+  return [dataset_lib.EvalDataset(name, dataset_fn, postprocess_fn, [])]
+
+
+@pytest.fixture(scope="module")
+def trained_bi(tmp_path_factory):
+  gin.clear_config()
+  gin_setup.parse_gin([], TINY)
+  model_dir = tmp_path_factory.mktemp("bi_scored")
+  estimator = _estimator("bitransformer", model_dir, _BI_LENGTHS)
+  utils.train_model(estimator, ByteVocabulary(), _BI_LENGTHS, 4, _reverse_fn, 3, None)
+  yield estimator
+  gin.clear_config()
+
+
+@pytest.fixture
+def bi(trained_bi):
+  gin.clear_config()  # other tests of this file clear gin; the model needs TINY's
+  gin_setup.parse_gin([], TINY)
+  yield trained_bi
+  gin.clear_config()
+
+
+def _pair_features(pairs, batch_size=4):
+  """{"inputs", "targets"} int32 arrays of pairs, padded with zero rows to batches."""
+  rows = len(pairs) + (-len(pairs) % batch_size)
+  out = {k: np.zeros([rows, 8], np.int32) for k in ("inputs", "targets")}
+  for n, (i, t) in enumerate(pairs):
+    out["inputs"][n], out["targets"][n] = _ids(i), _ids(t)
+  return out
+
+
+def test_score_from_dataset_takes_what_t5_passes(bi, tmp_path):
+  # T5's MtfModel.score(mixture_or_task_name=...) passes
+  # functools.partial(mesh_eval_dataset_fn, mixture_or_task_name=...), which returns a
+  # list of EvalDatasets, and save_scores with a scores_filename.
+  vocab = ByteVocabulary()
+  scores_file = str(tmp_path / "scores")
+  scores, inputs, targets = utils.score_from_dataset(
+      bi, vocab, 4, _BI_LENGTHS, bi.model_dir, None, "validation",
+      score_dataset_fn=t5_style_dataset_fn,
+      score_postprocess_fn=functools.partial(utils.save_scores,
+                                             scores_filename=scores_file))
+  assert inputs == [i for i, _ in _PAIRS] and targets == [t for _, t in _PAIRS]
+  features = _pair_features(_PAIRS)
+  expected = teacher_forced_log_probs(bi, features, features["targets"] != 0)
+  np.testing.assert_allclose(scores, expected[:len(_PAIRS)], rtol=1e-4)
+  assert len(set(np.round(scores, 4))) == len(_PAIRS)  # distinct: really per example
+  written = [float(x) for x in open(scores_file + ".scores").read().split()]
+  np.testing.assert_allclose(written, scores, rtol=1e-6)
+  assert open(scores_file + ".lengths").read().split() == [
+      str(len(t) + 1) for _, t in _PAIRS]
+  # Two datasets are scored one after the other, as the original concatenates them.
+  two = utils.score_from_dataset(
+      bi, vocab, 4, _BI_LENGTHS, bi.model_dir, None, "validation",
+      score_dataset_fn=lambda **kw: (t5_style_dataset_fn(**kw, pairs=_PAIRS[:2])
+                                     + t5_style_dataset_fn(**kw, pairs=_PAIRS[3:])),
+      score_postprocess_fn=functools.partial(utils.save_scores,
+                                             save_example_text=False))
+  np.testing.assert_allclose(two, scores[:2] + scores[3:], rtol=1e-5)
+
+
+def test_score_with_estimator_lazy_writes_tfrecord_shards(bi, tmp_path):
+  vocab = ByteVocabulary()
+  features = _pair_features(_PAIRS)
+  input_fn = lambda params: tf.data.Dataset.from_tensor_slices(features).batch(4)
+  eager = utils.score_with_estimator(bi, input_fn, None, bi.model_dir, vocab,
+                                     utils.save_scores)
+  prefix = str(tmp_path / "lazy" / "scores")
+  paths = utils.score_with_estimator_lazy(
+      bi, input_fn, None, bi.model_dir, vocab,
+      score_postprocess_fn=functools.partial(utils.save_scores_to_tfrecords,
+                                             scores_filename=prefix),
+      num_examples=len(_PAIRS), num_examples_per_shard=2)
+  assert paths == ["%s_%d.tfrecord" % (prefix, i) for i in range(3)]
+  records = []
+  for path in paths:
+    for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+      example = tf.train.Example.FromString(raw).features.feature
+      records.append((example["input"].bytes_list.value[0].decode(),
+                      example["target"].bytes_list.value[0].decode(),
+                      example["score"].float_list.value[0]))
+  assert [r[:2] for r in records] == _PAIRS
+  scores, inputs, targets = eager
+  assert inputs == [i for i, _ in _PAIRS] and targets == [t for _, t in _PAIRS]
+  np.testing.assert_allclose([r[2] for r in records], scores, rtol=1e-6)
+
+
+def test_save_scores_to_tfrecords_save_ids_only(tmp_path):
+  vocab = ByteVocabulary()
+  results = [{"inputs": np.array(_ids("ex7 abc", 12)), "targets": np.array(_ids("cba")),
+              "scores": -1.25},
+             {"targets": np.array(_ids("zz")), "scores": -2.5}]
+  path = utils.save_scores_to_tfrecords(results, vocab, str(tmp_path / "s"), shard_idx=4,
+                                        save_ids_only=True)
+  assert path == str(tmp_path / "s_4.tfrecord")
+  got = []
+  for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+    feature = tf.train.Example.FromString(raw).features.feature
+    got.append((feature["input"].bytes_list.value[0], feature["target"].bytes_list.value[0],
+                feature["score"].float_list.value[0]))
+  assert got == [(b"ex7", b"cba", -1.25), (b"", b"zz", -2.5)]
+
+
+def test_decode_from_dataset_writes_what_decode_from_file_decodes(bi, tmp_path):
+  vocab = ByteVocabulary()
+  out_dir = tmp_path / "decoded"
+  decodes = utils.decode_from_dataset(
+      bi, vocab, "bitransformer", 4, _BI_LENGTHS,
+      infer_dataset_fn=lambda **kw: (
+          t5_style_dataset_fn(**kw, pairs=_PAIRS[:3], name="first")
+          + t5_style_dataset_fn(**kw, pairs=_PAIRS[3:], name="second",
+                                postprocess_fn=str.upper)),
+      dataset_split="validation", decode_output_dir=str(out_dir))
+  prompts = tmp_path / "prompts.txt"
+  prompts.write_text("".join(i + "\n" for i, _ in _PAIRS))
+  expected = utils.decode_from_file(bi, vocab, "bitransformer", 4, _BI_LENGTHS,
+                                    input_filename=str(prompts),
+                                    output_filename=str(tmp_path / "file"))
+  assert decodes == expected and len(decodes) == len(_PAIRS)
+  step = int(bi.latest_checkpoint().rsplit("-", 1)[1])
+
+  def lines(name):
+    return (out_dir / name).read_text().split("\n")[:-1]
+  assert lines("first_%d_predictions" % step) == expected[:3]
+  assert lines("second_%d_predictions" % step) == expected[3:]
+  assert lines("first_inputs") == [i for i, _ in _PAIRS[:3]]
+  assert lines("first_targets") == [t for _, t in _PAIRS[:3]]
+  assert lines("second_targets") == [t.upper() for _, t in _PAIRS[3:]]

@@ -44,11 +44,13 @@ _LOADER = """
 import json, sys
 import tensorflow as tf
 loaded = tf.saved_model.load(sys.argv[1])
-ids = loaded.signatures["serving_default"](tf.constant([[5, 6, 7], [9, 0, 0]], tf.int32))
-text = loaded.signatures["text"](tf.constant(["abc", "HAL"]))
+ids = loaded.signatures["ids"](ids=tf.constant([[5, 6, 7], [9, 0, 0]], tf.int32))
+text = loaded.signatures["serving_default"](input=tf.constant(["abc", "HAL"]))
 assert "mesh_tf" not in sys.modules, sorted(m for m in sys.modules if "mesh" in m)
 print(json.dumps({"ids": ids["outputs"].numpy().tolist(),
-                  "text": [t.decode() for t in text["outputs"].numpy()]}))
+                  "text": [t.decode() for t in text["outputs"].numpy()],
+                  "inputs": [t.decode() for t in text["inputs"].numpy()],
+                  "keys": sorted(loaded.signatures.keys())}))
 """
 
 
@@ -61,6 +63,8 @@ def test_saved_model_loads_without_mesh_tf(tmp_path):
   np.testing.assert_array_equal(out["ids"], [[6, 7, 8, 0, 0, 0, 0, 0],
                                              [10, 0, 0, 0, 0, 0, 0, 0]])
   assert out["text"] == ["bcd", "IBM"]
+  assert out["inputs"] == ["abc", "HAL"]
+  assert out["keys"] == ["ids", "serving_default"]
 
 
 def test_export_decodes_more_prompts_than_its_batch_and_refuses_bad_prompts():

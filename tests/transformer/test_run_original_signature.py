@@ -1,5 +1,7 @@
 """utils.run with the original's parameters: its defaults apply where gin binds nothing,
 and its options this trainer does not offer are refused by name."""
+import re
+
 import gin
 import pytest
 
@@ -32,6 +34,11 @@ def test_train_steps_from_auto_train_steps(tmp_path, capsys):
   params = [p for p in trainer_helpers.tiny_lm_bindings(tmp_path / "m", corpus)
             if not p.startswith("utils.run.train_steps")]
   # 8 sequences x 16 tokens a step: 256 tokens make 2 steps.
-  trainer_helpers.run_with(params + ["utils.run.train_steps = @utils.auto_train_steps",
-                                     "auto_train_steps.train_tokens = 256"])
-  assert "to step 2" in capsys.readouterr().out
+  history = trainer_helpers.run_with(params + [
+      "utils.run.train_steps = @utils.auto_train_steps",
+      "auto_train_steps.train_tokens = 256"])
+  # The announced target is step 2 exactly (not 20, 200, ...), and training stopped there.
+  assert re.search(r"\bto step 2$", capsys.readouterr().out, re.M)
+  assert history[-1][0] == 2
+  assert (tmp_path / "m" / "model.ckpt-2.index").exists()
+  assert not (tmp_path / "m" / "model.ckpt-4.index").exists()

@@ -7,14 +7,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import decode_checks
 import mesh_tf as mtf
 import mtf_testing
 import trainer_helpers
 from mesh_tf.errors import MtfError
+from models.transformer import dataset as dataset_lib
 from models.transformer import evaluation
 from models.transformer import gin_setup
+from models.transformer import run_setup
 from models.transformer import summaries
 from models.transformer import utils
+from models.transformer.vocabulary import ByteVocabulary
 
 EXAMPLE_FILES = ["models/bi_cpu_small.gin", "problems/reverse_tokens.gin",
                  "examples/reverse_tokens_cpu.gin"]
@@ -120,14 +124,35 @@ def lm_params(tmp_path_factory):
   params = trainer_helpers.tiny_lm_bindings(root / "m", corpus, train_steps=2,
                                             save_every=2)
   trainer_helpers.run_with(params + ["utils.run.eval_steps = 1"])
-  return {"params": params, "model_dir": str(root / "m")}
+  return {"params": params, "model_dir": str(root / "m"), "corpus": corpus}
 
 
 def test_periodic_eval_reports_token_accuracy(lm_params):
   scalars = summaries.read_scalars(os.path.join(lm_params["model_dir"], "eval"))
   [(step, accuracy)] = scalars["eval/token_accuracy"]
-  assert step == 2 and 0.0 <= accuracy <= 1.0
+  assert step == 2
   assert "eval/sequence_accuracy" not in scalars  # eval_decode_batches = 0
+  # The accuracy of the first validation batch (eval_steps = 1), recomputed from the
+  # step-2 checkpoint's logits in numpy: argmax over the real ids == target, over the
+  # non-padding targets.
+  vocab = ByteVocabulary()
+  gin.clear_config()
+  try:
+    gin_setup.parse_gin([], lm_params["params"])
+    batch = next(run_setup.batched_dataset(
+        lambda **kw: dataset_lib.text_corpus_dataset(
+            **kw, glob=lm_params["corpus"], validation_fraction=0.3),
+        16, vocab, "validation", 8, repeat=False).as_numpy_iterator())
+    estimator = utils.get_estimator(
+        "lm", vocab, "", "", lm_params["model_dir"], 8, 16, True, 0.01, 2, 2, None,
+        None, None, None, False, None, 2, None)
+    logits = decode_checks.model_logits(estimator, batch)[..., :vocab.vocab_size]
+  finally:
+    gin.clear_config()
+  weights = batch["targets"] != 0
+  correct = (logits.argmax(-1) == batch["targets"]) & weights
+  assert accuracy == pytest.approx(correct.sum() / weights.sum(), abs=1e-6)
+  assert correct.any(), "an all-wrong batch would not tell the counts apart"
 
 
 def test_sequence_accuracy_of_a_language_model_is_an_error(lm_params):
