@@ -1,32 +1,56 @@
 # Two commands on a fresh machine:  make train  |  make test
-# Each creates .venv (once) and installs the package with the CPU TensorFlow wheel.
+# Each creates .venv (once) and installs the package with the CPU TensorFlow wheel:
+# `make train` only what training needs (.[cpu]), `make test` adds the test extra
+# (.[cpu,test]). Editing setup.py re-installs on the next run.
 # make train: trains the README LM (gin_configs/readme_lm.gin) on an emulated 8-core mesh,
 # then decodes a few prompts. Run again, it resumes from the last checkpoint in MODEL_DIR.
+# PYTHON picks the interpreter the venv is built from (make PYTHON=python3.10 train);
+# TRAIN_FLAGS is appended to both trainer commands, e.g.
+#   make train TRAIN_FLAGS="--gin_param=utils.run.train_steps=40"
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# One stamp per install level: .[cpu] for train, .[cpu,test] for test. The test stamp
+# implies the train one, so `make train` after `make test` installs nothing.
+STAMP_TRAIN := $(VENV)/.installed-cpu
+STAMP_TEST  := $(VENV)/.installed-cpu-test
 MODEL_DIR ?= /tmp/mesh_tf_readme_lm
+TRAIN_FLAGS ?=
+PIP_FLAGS ?= --quiet
+TEST_ARGS ?= -n 2 --dist loadfile tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
           --gin_file=layouts/2x2_dp_mp.gin --gin_file=readme_lm.gin
 
-.PHONY: train test venv clean
+.PHONY: train test venv venv-test clean
 
-$(STAMP): setup.py
+$(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[cpu,test]"
-	touch $(STAMP)
 
-venv: $(STAMP)
+$(STAMP_TRAIN): setup.py | $(PY)
+	@if [ -f $(STAMP_TEST) ] && [ ! $(STAMP_TEST) -ot setup.py ]; then \
+	  echo "$(VENV) already has .[cpu,test]"; \
+	else \
+	  echo "$(PY) -m pip install -e .[cpu]"; \
+	  $(PY) -m pip install $(PIP_FLAGS) -e ".[cpu]" || exit 1; \
+	fi
+	touch $(STAMP_TRAIN)
 
-train: $(STAMP)
-	$(MAIN) --mode=train
-	$(MAIN) --mode=decode
+$(STAMP_TEST): setup.py | $(PY)
+	$(PY) -m pip install $(PIP_FLAGS) -e ".[cpu,test]"
+	touch $(STAMP_TEST) $(STAMP_TRAIN)
 
-test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile tests
+venv: $(STAMP_TRAIN)
+
+venv-test: $(STAMP_TEST)
+
+train: $(STAMP_TRAIN)
+	$(MAIN) --mode=train $(TRAIN_FLAGS)
+	$(MAIN) --mode=decode $(TRAIN_FLAGS)
+
+test: $(STAMP_TEST)
+	$(PY) -m pytest -q $(TEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

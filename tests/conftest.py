@@ -13,6 +13,13 @@ from mesh_tf import utils  # pylint: disable=g-import-not-at-top,wrong-import-po
 utils.configure_virtual_cpus(NUM_VIRTUAL_DEVICES)
 
 
+def pytest_configure(config):
+  # Tests that run XLA's SPMD partitioner through jax/jaxlib (the test extra installs
+  # them on Python >= 3.11 only; such modules skip below 3.11). `-m "not jax"` leaves
+  # them out.
+  config.addinivalue_line("markers", "jax: needs jax/jaxlib (Python >= 3.11)")
+
+
 # ---------------------------------------------------- shared mesh/layout test matrix
 import collections  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -5,6 +5,8 @@ says the same thing as a tile assignment over a device mesh (an array of device 
 the mesh's shape). The device mesh carries the logical-to-physical core map: processor
 `pnum` of the mtf mesh (row-major) runs on device `device_mesh.flat[pnum]`.
 """
+import warnings
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.ops import gen_xla_ops
@@ -105,6 +107,24 @@ def resource_variables(variable):
   return [leaf for part in parts for leaf in resource_variables(part)]
 
 
+_warned_no_variable_sharding = []
+
+
+def _xla_sharding_for_resource_variables_enabled():
+  """context.xla_sharding_for_resource_variables_enabled(), or False (with one warning)
+  on a TF without it: then only the reads the backend annotates carry the sharding,
+  which is what the default (disabled) gives on every TF."""
+  enabled = getattr(context, "xla_sharding_for_resource_variables_enabled", None)
+  if enabled is None:
+    if not _warned_no_variable_sharding:
+      _warned_no_variable_sharding.append(True)
+      warnings.warn("TensorFlow %s has no sharded resource variables "
+                    "(context.xla_sharding_for_resource_variables_enabled); GSPMD "
+                    "annotates variable reads only" % tf.__version__, RuntimeWarning)
+    return False
+  return enabled()
+
+
 def annotate_variable(variable, proto):
   """Stores proto on the resource variables behind `variable` where TF supports sharded
   resource variables (`context.enable_xla_sharding_for_resource_variables()`).
@@ -113,7 +133,7 @@ def annotate_variable(variable, proto):
   annotates carry the sharding. Objects without the hook (other variable types) are left
   as they are. Returns the number of resource variables annotated.
   """
-  if not context.xla_sharding_for_resource_variables_enabled():
+  if not _xla_sharding_for_resource_variables_enabled():
     return 0
   annotated = 0
   for leaf in resource_variables(variable):

@@ -98,10 +98,12 @@ def test_mesh_uses_every_core(cores, mesh):
     tpu_detection.mesh_shape_for_cores(0)
 
 
-def _first_code_cell():
+def _branch_cell():
+  """The notebook's code cell that picks the branch (after the install cell)."""
   with open(NOTEBOOK) as f:
     cells = json.load(f)["cells"]
-  return "".join(next(c for c in cells if c["cell_type"] == "code")["source"])
+  return next("".join(c["source"]) for c in cells
+              if c["cell_type"] == "code" and "find_tpu()" in "".join(c["source"]))
 
 
 @pytest.mark.parametrize("environ,device_exists,branch,why", [
@@ -126,7 +128,7 @@ def test_notebook_cell_prints_its_branch(monkeypatch, capsys, tmp_path, environ,
   monkeypatch.setattr(tf.config, "experimental_connect_to_cluster", fake.connect)
   monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system", fake.initialize)
   namespace = {}
-  exec(compile(_first_code_cell(), NOTEBOOK, "exec"), namespace)  # pylint: disable=exec-used
+  exec(compile(_branch_cell(), NOTEBOOK, "exec"), namespace)  # pylint: disable=exec-used
   printed = capsys.readouterr().out
   assert namespace["ON_TPU"] is (branch == "tpu")
   assert "branch: %s, because %s" % (branch, why.replace("/dev/accel0", str(device))) in printed
