@@ -15,12 +15,12 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MARKER = "prints the same numbers"
+MARKER = re.compile(r"prints\s+the\s+same\s+numbers")
 
 
 def quoted_lines(readme_text):
   """The lines of the first fenced block after MARKER."""
-  rest = readme_text[readme_text.index(MARKER):]
+  rest = readme_text[MARKER.search(readme_text).start():]
   start = rest.index("```\n") + 4
   return [line for line in rest[start:rest.index("```", start)].splitlines() if line.strip()]
 
