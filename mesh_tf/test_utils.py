@@ -68,6 +68,12 @@ class NumpyConverter:
     return lowering, lowering.export_to_tf_tensor(mtf_tensor)
 
   def convert_mtf_tensor_to_np_array(self, x_mtf):
-    """The value of mtf Tensor x_mtf as a numpy array."""
+    """The value of mtf Tensor x_mtf as a numpy array (also under a tf.compat.v1
+    Graph: then a Session on that graph initializes its variables and evaluates it,
+    as the original did)."""
     _, x_tf = self.convert_mtf_tensor_to_tf_tensor(x_mtf)
-    return self._session.run(x_tf)
+    if tf.executing_eagerly():
+      return self._session.run(x_tf)
+    with tf.compat.v1.Session(graph=x_tf.graph) as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      return session.run(x_tf)

@@ -7,8 +7,9 @@ analysis. For a group of n processors, each holding a slice of B bytes:
   allconcat   (n-1) B       (every slice reaches the n-1 others)
   alltoall    (n-1)/n B     (keeps 1/n of its slice, sends the rest)
   receive     B             (one neighbour's slice; upper bound at unwrapped edges)
+  reducescatter (n-1)/n B   (sums partial sums, keeping 1/n of the result)
 
-Each processor receives as many bytes as it sends in all four, so one number is reported.
+Each processor receives as many bytes as it sends in all five, so one number is reported.
 """
 import collections
 
@@ -17,6 +18,7 @@ _FACTORS = {
     "allconcat": lambda n: float(n - 1),
     "alltoall": lambda n: float(n - 1) / n,
     "receive": lambda n: 1.0,
+    "reducescatter": lambda n: float(n - 1) / n,
 }
 
 

@@ -101,11 +101,14 @@ def estimate_cost(graph, mesh_shape, layout_rules, fetches=None):
       continue
     activation_bytes += sum(_nbytes(layout, t) for t in op.outputs)
     owed_in = None
-    if isinstance(op, elementwise_ops.AddNOperation):
+    if (isinstance(op, elementwise_ops.AddNOperation) or
+        getattr(op, "reads_owed_sums", False)):
       owed_in = [pending[x].mesh_axes if x in pending else None for x in op.inputs]
     new, owed, f = plan_cost(layout, op, owed_in)
     flops += f
-    if not (owed_in and owed[0] is not None):  # every input is read: owed ones are paid
+    # an op reading partial sums (add_n, a reduce-scattering reshape) leaves them owed
+    reads_partial = owed_in is not None and op.plan(layout, owed_in).reads_partial_sums
+    if not reads_partial:  # every input is read: owed ones are paid
       for x in op.inputs:
         if x in pending:
           records.append(pending.pop(x))

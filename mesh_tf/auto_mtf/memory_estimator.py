@@ -99,7 +99,17 @@ class PeakMemoryModel(object):
     return int(np.max(self._held @ elements))
 
 
+# scheduler_alg of mtf.analysis's calibrated model (dataflow lifetimes, kernel scratch).
+DATAFLOW = "DATAFLOW"
+
+
 def estimator_peak_model(memory_estimator, scheduler_alg="LIST"):
-  """The PeakMemoryModel of a MemoryEstimator's graph under the given scheduler."""
+  """The PeakMemoryModel of a MemoryEstimator's graph under the given scheduler; with
+  scheduler_alg DATAFLOW, mtf.analysis's TrainStepMemory (same peak_bytes interface),
+  the model calibrated against TensorFlow's allocator."""
+  if scheduler_alg == DATAFLOW:
+    from mesh_tf.analysis import memory_model  # pylint: disable=g-import-not-at-top
+    return memory_model.TrainStepMemory(memory_estimator.mtf_graph,
+                                        memory_estimator.mtf_outputs or None)
   graph = memory_estimator.get_graph_interface()
   return PeakMemoryModel(graph, scheduler.minimize_peak_memory(graph, scheduler_alg))

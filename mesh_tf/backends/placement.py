@@ -376,6 +376,11 @@ class PlacementMeshImpl(MeshImpl):
     return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.alltoall_pointtwise(
         xs, ds, split_axis, concat_axis))
 
+  def reduce_scatter(self, x, mesh_axis, split_axis):
+    self._record(x, "reducescatter", [mesh_axis])
+    return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.reduce_scatter(
+        xs, ds, split_axis))
+
   def receive(self, x, mesh_axis, source_pcoord):
     self._record(x, "receive", [mesh_axis])
     out = []

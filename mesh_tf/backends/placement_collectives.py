@@ -210,6 +210,20 @@ def alltoall_pointtwise(xs, devices, split_axis, concat_axis):
                             concat_axis)
 
 
+def reduce_scatter(xs, devices, split_axis):
+  """SUM of xs where device j keeps only piece j of split_axis: each device splits its
+  partial sum, and device j adds the n pieces j (n AddNs of 1/n of the tensor each)."""
+  n = len(xs)
+  if n == 1:
+    return list(xs)
+  pieces = _split_on_devices(xs, devices, n, split_axis)
+  out = []
+  for j, device in enumerate(devices):
+    with device_scope(device):
+      out.append(direct_ops.add_n([pieces[i][j] for i in range(n)]))
+  return out
+
+
 def alltoall_ring(xs, devices, split_axis, concat_axis):
   """All-to-all where every piece moves hop by hop around the ring to its target."""
   n = len(xs)

@@ -34,6 +34,11 @@ class LazyAllreduceSum:
   def slice_shape(self):
     return self.laid_out.slice_shape
 
+  @property
+  def forced(self):
+    """Whether the allreduce has been emitted (a reader paid for it)."""
+    return self._result is not None
+
   def force(self):
     """The allreduced value (emitted on first call, then reused)."""
     if self._result is None:

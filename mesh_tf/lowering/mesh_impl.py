@@ -181,7 +181,7 @@ class MeshImpl:
     trace), so a traced step's log is that step's communication.
 
     Args:
-      kind: "allreduce", "allconcat", "alltoall" or "receive".
+      kind: "allreduce", "allconcat", "alltoall", "receive" or "reducescatter".
       mesh_axes: the mesh axes (ints) the collective runs over.
       slice_shape: the per-processor input slice shape (list of ints).
       dtype: its tf.DType.
@@ -361,6 +361,19 @@ class MeshImpl:
     return self.receive(x, mesh_axis, list(
         plan_rules.shift_sources(self._shape[mesh_axis].size, offset, wrap)))
 
+  def reduce_scatter(self, x, mesh_axis, split_axis):
+    """SUMs partial sums x over mesh_axis; each processor keeps its piece of split_axis.
+
+    Accounted as one reduce-scatter. This default runs the SUM allreduce (its own record
+    dropped) and cuts locally; placement overrides it with a native one (each device
+    adds only its piece).
+    """
+    self.record_collective("reducescatter", [mesh_axis], x.slice_shape, x.one_slice.dtype)
+    logged = len(self.comm_log)
+    summed = self.allreduce(x, [mesh_axis], "SUM")
+    del self.comm_log[logged:]
+    return self.allsplit(summed, mesh_axis, split_axis)
+
   def run_step(self, step, x, shape):
     """Runs one plan step (mesh_tf/plans/steps.py) on laid-out value x of mtf `shape`."""
     index = convert_to_shape(shape).dimension_names.index
@@ -374,6 +387,8 @@ class MeshImpl:
       return self.allreduce(x, list(step.mesh_axes), step.reduction)
     if step.kind == "receive":
       return self.receive(x, step.mesh_axis, list(step.sources))
+    if step.kind == "reducescatter":
+      return self.reduce_scatter(x, step.mesh_axis, index(step.dim))
     raise ValueError("unknown plan step %r" % (step,))
 
   # Whether a local einsum is emitted as transposes + matmul (lowering/local_einsum.py);

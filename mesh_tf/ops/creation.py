@@ -7,6 +7,13 @@ from mesh_tf.graph import Operation
 from mesh_tf.shapes import convert_to_shape
 
 
+def _python_value_dtype(value):
+  """The dtype tf.convert_to_tensor gives a Python value (a number or nested lists), as
+  the original's import took it: int32 for ints, bool for bools, else float32."""
+  kind = np.asarray(value).dtype.kind
+  return {"i": tf.int32, "u": tf.int32, "b": tf.bool}.get(kind, tf.float32)
+
+
 class ImportOperation(Operation):
   """Brings a TF value onto the mesh, laid out by the layout rules.
 
@@ -28,7 +35,8 @@ class ImportOperation(Operation):
                        % (self.name, static, shape), op=self.name)
     self._tf_value = tf_value
     dtype = getattr(tf_value, "dtype", None)
-    self._add_output(shape, tf.as_dtype(dtype) if dtype is not None else tf.float32)
+    self._add_output(shape, tf.as_dtype(dtype) if dtype is not None else
+                     _python_value_dtype(tf_value))
 
   @property
   def has_gradient(self):

@@ -7,6 +7,8 @@ in a `CustomGradientOperation`, whose gradient is whatever grad_fn builds (mtf o
 """
 import copy
 
+import tensorflow as tf
+
 from mesh_tf.autodiff.gradients import gradients
 from mesh_tf.errors import MtfError, ShapeError
 from mesh_tf.graph import Operation, Tensor
@@ -126,22 +128,73 @@ def custom_gradient(fn, grad_fn, explicit_inputs):
   return tuple(op.outputs) if returns_tuple else op.outputs[0]
 
 
+def _compiled_by_xla(impl):
+  """Whether impl's program is compiled by XLA (GSPMD, or SIMD on real TPU cores)."""
+  return impl.needs_xla or getattr(impl, "is_emulated", True) is False
+
+
+class RecomputeInput(Operation):
+  """x again, as a new value that exists only once the tensors in `ready` do.
+
+  The recomputation of `recompute_grad` reads these copies, so it runs in the backward
+  pass and cannot be merged back into the forward pass. Outside XLA a control
+  dependency on `ready` does it: TensorFlow's graph optimizer (grappler) keeps the
+  copies apart from the forward ops, as the measured memory shows. XLA drops control
+  dependencies and merges equal computations (its CSE), which silently undid the saving
+  on GSPMD; there the copy is x + 0 * sum(first ready tensor) behind an optimization
+  barrier: a value the forward pass lacks, that waits for the gradient by data flow
+  (XLA's CPU pipeline removes barriers, and the order they gave, before its last CSE).
+  """
+
+  def __init__(self, x, ready, name=None):
+    super().__init__([x] + list(ready), name=name or "recompute_input")
+    self._add_output(x.shape, x.dtype)
+
+  def gradient(self, grad_ys):
+    return list(grad_ys) + [None] * (len(self.inputs) - 1)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    x = lowering.tensors[self.inputs[0]]
+    if tf.executing_eagerly():  # eager ops run in order; there is nothing to merge
+      lowering.set_tensor_lowering(self.outputs[0], x)
+      return
+    ready = [t for y in self.inputs[1:] for t in impl.control_tensors(lowering.tensors[y])]
+    if _compiled_by_xla(impl):
+      from tensorflow.compiler.tf2xla.ops import gen_xla_ops  # pylint: disable=g-import-not-at-top
+
+      def fn(t):
+        t, first_ready = gen_xla_ops.xla_optimization_barrier([t] + ready)[:2]
+        if not t.dtype.is_floating:
+          return t
+        # XLA's CPU pipeline drops barriers (and with them the order) before its last
+        # CSE pass. t + 0 * sum(first_ready) equals t (for finite gradients), waits for
+        # the gradient by data flow, and is no value of the forward pass: XLA does not
+        # fold 0 * y for floats, since y may be NaN.
+        zero = tf.cast(tf.reduce_sum(first_ready), t.dtype) * tf.constant(0, t.dtype)
+        return t + zero
+    else:
+      def fn(t):
+        with tf.control_dependencies(ready):
+          return tf.identity(t)
+    lowering.set_tensor_lowering(self.outputs[0], impl.slicewise(fn, x))
+
+
 def recompute_grad(fn, explicit_inputs, control_dependencies=True):
   """fn(*explicit_inputs), whose forward ops are recomputed in the backward pass.
 
   The gradient equals fn's ordinary gradient; random ops and variables inside fn are
   not re-drawn or re-read differently, since clone_operations shares them. With
   control_dependencies, the recomputation waits for the output gradients, so it runs
-  late in the backward pass rather than right after the forward pass.
+  late in the backward pass rather than right after the forward pass (and, under XLA,
+  is not merged with the forward pass: see RecomputeInput).
   """
-  from mesh_tf.ops.assign import depend  # pylint: disable=g-import-not-at-top
-
   def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs, output_grads):
     del explicit_inputs
     graph = all_inputs[0].graph
     ready = [g for g in output_grads if g is not None]
-    sources = [depend(x, ready) if control_dependencies and ready else x
-               for x in all_inputs]
+    sources = [RecomputeInput(x, ready).outputs[0] if control_dependencies and ready
+               else x for x in all_inputs]
     mapping, recompute_ops = graph.capture_operations(lambda: clone_operations(
         graph, forward_operations, dict(zip(all_inputs, sources))))
     live = [(mapping.get(y, y), g) for y, g in zip(outputs, output_grads) if g is not None]

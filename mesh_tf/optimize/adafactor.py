@@ -28,6 +28,7 @@ from mesh_tf.ops.assign import assign, assign_sub
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import reduce as reduce_ops
 from mesh_tf.optimize import lowering_time
+from mesh_tf.optimize import sharded_state
 from mesh_tf.optimize.base import Optimizer, make_slot, name_matches
 from mesh_tf.optimize.global_step import step_num
 from mesh_tf.shapes import Shape
@@ -108,12 +109,15 @@ class AdafactorOptimizer(Optimizer):
       computed for each index of them separately.
     exclude_from_parameter_scale: regular expressions; matching variable names
       (re.search) are not scaled by their rms.
+    shard_optimizer_state: split the slots over the data-parallel mesh axes (see
+      `sharded_state`); a factored slot is split where the dim it keeps is.
   """
 
   def __init__(self, multiply_by_parameter_scale=True, learning_rate=None,
                decay_rate=None, beta1=0.0, clipping_threshold=1.0, factored=True,
                epsilon1=1e-30, epsilon2=1e-3, min_dim_size_to_factor=128,
-               stacked_dim_names=None, exclude_from_parameter_scale=None):
+               stacked_dim_names=None, exclude_from_parameter_scale=None,
+               shard_optimizer_state=False):
     self._multiply_by_parameter_scale = multiply_by_parameter_scale
     if learning_rate is None:
       learning_rate = _default_learning_rate(multiply_by_parameter_scale)
@@ -135,6 +139,8 @@ class AdafactorOptimizer(Optimizer):
     self._min_dim_size_to_factor = min_dim_size_to_factor
     self._stacked_dim_names = list(stacked_dim_names or [])
     self._exclude_from_parameter_scale = list(exclude_from_parameter_scale or [])
+    self.shard_optimizer_state = sharded_state.check_flag(
+        shard_optimizer_state, type(self).__name__)
 
   @property
   def learning_rate(self):
@@ -163,26 +169,27 @@ class AdafactorOptimizer(Optimizer):
       return None
     return by_size[:2]
 
-  def _per_stack_rms(self, x):
+  def _per_stack_rms(self, x, view):
     """rms of x over all dims but the stacked ones (a scalar if there are none)."""
-    keep = Shape([d for d in x.shape.dims if d.name in self._stacked_dim_names])
+    keep = Shape([d for d in x.shape.dims
+                  if view.base_name(d) in self._stacked_dim_names])
     return ew.sqrt(reduce_ops.reduce_mean(ew.square(x), output_shape=keep))
 
-  def _parameter_scale(self, value):
+  def _parameter_scale(self, value, view):
     """max(rms(value), epsilon2): the scale of the variable's current values."""
-    return ew.maximum(self._per_stack_rms(value), self._epsilon2)
+    return ew.maximum(self._per_stack_rms(value, view), self._epsilon2)
 
-  def _second_moment_step(self, var, grad, decay):
+  def _second_moment_step(self, var, grad, decay, view):
     """(slot assignments, grad divided by the sqrt of the new second-moment estimate)."""
     grad_squared = ew.square(grad) + self._epsilon1
     mixing = 1.0 - decay
     factored = self._factored_dims(var.shape)
     if factored is None:
-      v = make_slot(var, "_slot_v")
+      v = make_slot(var, "_slot_v", view.shape)
       new_v = v * decay + grad_squared * mixing
       return [assign(v, new_v)], grad * ew.rsqrt(new_v)
-    d0, d1 = factored
-    vr_shape, vc_shape = var.shape - d0, var.shape - d1
+    d0, d1 = view.dim(factored[0]), view.dim(factored[1])
+    vr_shape, vc_shape = view.shape - d0, view.shape - d1
     vr = make_slot(var, "_slot_vr", vr_shape)
     vc = make_slot(var, "_slot_vc", vc_shape)
     new_vr = vr * decay + reduce_ops.reduce_mean(grad_squared, output_shape=vr_shape) * mixing
@@ -195,23 +202,24 @@ class AdafactorOptimizer(Optimizer):
 
   def apply_grad(self, grad, var):
     mesh = var.mesh
-    grad = ew.to_float(grad)
+    view = sharded_state.ShardView(var, self.shard_optimizer_state)
+    grad = ew.to_float(view.to_shard(grad))
     decay = self._scalar(mesh, self._decay_rate, tf.float32, "decay_rate")
-    updates, x = self._second_moment_step(var, grad, decay)
+    updates, x = self._second_moment_step(var, grad, decay, view)
     if self._clipping_threshold is not None:
-      x = x / ew.maximum(self._per_stack_rms(x) / self._clipping_threshold, 1.0)
+      x = x / ew.maximum(self._per_stack_rms(x, view) / self._clipping_threshold, 1.0)
     lr = self._scalar(mesh, self._learning_rate_for(var), tf.float32, "learning_rate")
     if (self._multiply_by_parameter_scale and
         not name_matches(var.name, self._exclude_from_parameter_scale)):
-      step = x * (self._parameter_scale(ew.to_float(var.value)) * lr)
+      step = x * (self._parameter_scale(view.to_shard(ew.to_float(var.value)), view) * lr)
     else:
       step = x * lr
     if _is_on(self._beta1):
-      m = make_slot(var, "_slot_m")
+      m = make_slot(var, "_slot_m", view.shape)
       beta1 = self._scalar(mesh, self._beta1, tf.float32, "beta1")
       step = m * beta1 + step * (1.0 - beta1)
       updates.append(assign(m, step))
-    updates.append(assign_sub(var, step))
+    updates.append(assign_sub(var, view.from_shard(step)))
     return updates
 
 

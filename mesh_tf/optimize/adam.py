@@ -5,6 +5,7 @@ import tensorflow as tf
 from mesh_tf.ops.assign import assign, assign_sub
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.optimize import lowering_time
+from mesh_tf.optimize import sharded_state
 from mesh_tf.optimize.base import Optimizer, make_slot, name_matches
 
 
@@ -18,10 +19,12 @@ class AdamWeightDecayOptimizer(Optimizer):
   The decay term is skipped for variables whose name matches a regular expression in
   exclude_from_weight_decay (re.search). Slots are float32 variables `<var>/adam_m`
   and `<var>/adam_v`, the original's names; the update is computed in float32.
+  With shard_optimizer_state=True the slots are split over the data-parallel mesh axes
+  (see `sharded_state`).
   """
 
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,
-               epsilon=1e-6, exclude_from_weight_decay=None):
+               epsilon=1e-6, exclude_from_weight_decay=None, shard_optimizer_state=False):
     for what, value in (("learning_rate", learning_rate),
                         ("weight_decay_rate", weight_decay_rate), ("beta_1", beta_1),
                         ("beta_2", beta_2), ("epsilon", epsilon)):
@@ -32,6 +35,8 @@ class AdamWeightDecayOptimizer(Optimizer):
     self.beta_2 = beta_2
     self.epsilon = epsilon
     self.exclude_from_weight_decay = exclude_from_weight_decay
+    self.shard_optimizer_state = sharded_state.check_flag(
+        shard_optimizer_state, type(self).__name__)
 
   def _do_use_weight_decay(self, param_name):
     """Whether the variable called param_name gets the weight-decay term."""
@@ -46,9 +51,10 @@ class AdamWeightDecayOptimizer(Optimizer):
 
   def apply_grad(self, grad, var):
     mesh = var.mesh
-    grad = ew.to_float(grad)
-    m = make_slot(var, "/adam_m")
-    v = make_slot(var, "/adam_v")
+    view = sharded_state.ShardView(var, self.shard_optimizer_state)
+    grad = ew.to_float(view.to_shard(grad))
+    m = make_slot(var, "/adam_m", view.shape)
+    v = make_slot(var, "/adam_v", view.shape)
     beta_1 = self._scalar(mesh, self.beta_1, tf.float32, "beta_1")
     beta_2 = self._scalar(mesh, self.beta_2, tf.float32, "beta_2")
     next_m = m * beta_1 + grad * (1.0 - beta_1)
@@ -57,8 +63,8 @@ class AdamWeightDecayOptimizer(Optimizer):
                                                       "epsilon"))
     if self._do_use_weight_decay(var.name):
       decay = self._scalar(mesh, self.weight_decay_rate, tf.float32, "weight_decay_rate")
-      update += ew.to_float(var.value) * decay
+      update += view.to_shard(ew.to_float(var.value)) * decay
     lr = self._scalar(mesh, self._learning_rate_for(var), tf.float32, "learning_rate")
-    return [assign_sub(var, update * lr),
+    return [assign_sub(var, view.from_shard(update * lr)),
             assign(m, next_m),
             assign(v, next_v)]

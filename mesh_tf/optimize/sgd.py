@@ -4,6 +4,7 @@ import gin
 from mesh_tf.ops.assign import assign, assign_sub
 from mesh_tf.ops.variables import VariableDType
 from mesh_tf.optimize import lowering_time
+from mesh_tf.optimize import sharded_state
 from mesh_tf.optimize.base import Optimizer, cast_to, make_slot
 
 
@@ -13,10 +14,14 @@ class SgdOptimizer(Optimizer):
 
   The update is written with assign_sub, so a variable kept in bfloat16 slices gets
   the (small) difference added instead of being rounded from a recomputed full value.
+  It keeps no state, so shard_optimizer_state=True is an error (use MomentumOptimizer).
   """
 
-  def __init__(self, learning_rate):
+  def __init__(self, learning_rate, shard_optimizer_state=False):
     lowering_time.check_rate(learning_rate, "SgdOptimizer.learning_rate")
+    sharded_state.reject_stateless(
+        shard_optimizer_state, "SgdOptimizer",
+        "use MomentumOptimizer or an Adam/Adafactor optimizer to shard state")
     self._lr = learning_rate
 
   @property
@@ -38,14 +43,18 @@ class MomentumOptimizer(Optimizer):
   The velocity slot is `<var>_momentum_v`, created with the variable's own
   VariableDType (the original's name and dtype as far as we know them; a checkpoint
   of the original's momentum runs would confirm it). The step subtracts the *new*
-  velocity, as tf.compat.v1.train.MomentumOptimizer does.
+  velocity, as tf.compat.v1.train.MomentumOptimizer does. With
+  shard_optimizer_state=True the velocity is split over the data-parallel mesh axes
+  (see `sharded_state`).
   """
 
-  def __init__(self, learning_rate, momentum):
+  def __init__(self, learning_rate, momentum, shard_optimizer_state=False):
     lowering_time.check_rate(learning_rate, "MomentumOptimizer.learning_rate")
     lowering_time.check_rate(momentum, "MomentumOptimizer.momentum")
     self._lr = learning_rate
     self._momentum = momentum
+    self.shard_optimizer_state = sharded_state.check_flag(
+        shard_optimizer_state, type(self).__name__)
 
   @property
   def lr(self):
@@ -60,11 +69,12 @@ class MomentumOptimizer(Optimizer):
     return self._momentum
 
   def apply_grad(self, grad, var):
-    velocity = make_slot(var, "_momentum_v", dtype=VariableDType(
+    view = sharded_state.ShardView(var, self.shard_optimizer_state)
+    velocity = make_slot(var, "_momentum_v", view.shape, dtype=VariableDType(
         var.master_dtype, var.slice_dtype, var.activation_dtype))
     dtype = velocity.dtype
     lr = self._scalar(var.mesh, self._lr, dtype, "learning_rate")
     momentum = self._scalar(var.mesh, self._momentum, dtype, "momentum")
-    new_velocity = velocity * momentum + cast_to(grad, dtype) * lr
+    new_velocity = velocity * momentum + cast_to(view.to_shard(grad), dtype) * lr
     return [assign(velocity, new_velocity),
-            assign_sub(var, new_velocity)]
+            assign_sub(var, view.from_shard(new_velocity))]

@@ -5,7 +5,7 @@ method; the lowering runs the plan and the cost model sums its records.
 """
 from mesh_tf.errors import LayoutError
 from mesh_tf.plans.steps import (Allconcat, Allreduce, Allsplit, Alltoall, Middle,
-                                 OpPlan, Operand, Receive)
+                                 OpPlan, Operand, Receive, ReduceScatter)
 from mesh_tf.shapes.dimension import Dimension
 from mesh_tf.shapes.shape import Shape, list_product
 
@@ -172,6 +172,22 @@ def reshape_plan(layout, old_shape, new_shape):
   cuts = [Allsplit(d.name, new_split[d.name]) for d in new_shape.dims
           if d.name in new_split and new_split[d.name] not in kept]
   return OpPlan([Operand(0, moves + gathers)], [cuts], 0.0)
+
+
+def reduce_scatter_reshape_plan(layout, old_shape, new_shape, owed_axes):
+  """reshape_plan for an input still owing a SUM over owed_axes (or None). When the
+  reshape only cuts (nothing gathered or moved) and cuts a dim on every owed axis, the
+  partial sums are reshaped locally and those cuts become reduce-scatters: half an
+  allreduce's bytes, and no whole sum is made. Otherwise the input's SUM is paid first
+  (the plan does not read partial sums) and the reshape is planned as usual."""
+  plan = reshape_plan(layout, old_shape, new_shape)
+  cuts = plan.outputs[0]
+  cut_axes = {s.mesh_axis for s in cuts}
+  if not owed_axes or plan.operands[0].steps or not set(owed_axes) <= cut_axes:
+    return plan
+  steps = [ReduceScatter(s.dim, s.mesh_axis) if s.mesh_axis in owed_axes else s
+           for s in cuts]
+  return OpPlan([Operand(0, [])], [steps], 0.0, reads_partial_sums=True)
 
 
 # ---- shifts ----

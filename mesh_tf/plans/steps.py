@@ -81,6 +81,16 @@ class Allreduce(_Step, collections.namedtuple("Allreduce", ["mesh_axes", "reduct
     return list(self.mesh_axes)
 
 
+class ReduceScatter(_Step, collections.namedtuple("ReduceScatter", ["dim",
+                                                                    "mesh_axis"])):
+  """SUMs partial sums over mesh_axis, leaving each processor its piece of whole dim
+  `dim` (the first half of an allreduce)."""
+  kind = "reducescatter"
+
+  def after(self, split):
+    return dict(split, **{self.dim: self.mesh_axis})
+
+
 class Receive(_Step, collections.namedtuple("Receive", ["mesh_axis", "sources"])):
   """Each processor takes the slice of processor sources[own coordinate] on mesh_axis
   (None: zeros), as a new value."""
@@ -97,8 +107,8 @@ candidates): its mtf shape, its split state {dim name: mesh axis}, and bytes per
 
 def output_start(layout, shape, out_steps):
   """Split state of a local result before its output steps: the layout's, less the dims
-  its Allsplit steps cut."""
-  cut = {s.dim for s in out_steps if isinstance(s, Allsplit)}
+  its Allsplit and ReduceScatter steps cut."""
+  cut = {s.dim for s in out_steps if isinstance(s, (Allsplit, ReduceScatter))}
   return {d: a for d, a in layout.split_axes(shape).items() if d not in cut}
 
 

@@ -5,7 +5,8 @@ Backends (MeshImpl), plans, the cost model, models, the trainer and auto layout 
 layout from a MeshLayout, so nothing restates "which mesh axis splits this dim".
 """
 
-from mesh_tf.shapes.layout import convert_to_layout_rules
+from mesh_tf.shapes import optimizer_shard
+from mesh_tf.shapes.layout import TensorLayout, convert_to_layout_rules
 from mesh_tf.shapes.mesh_geometry import (pnum_to_processor_coordinates,
                                           processor_groups)
 from mesh_tf.shapes.shape import convert_to_shape, list_product
@@ -93,6 +94,9 @@ class MeshLayout(object):
   # ---- tensors ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):
     """The mesh axis that splits a tensor dim (Dimension or name), or None."""
+    name = getattr(tensor_dimension, "name", tensor_dimension)
+    if isinstance(name, str) and optimizer_shard.is_shard_dim(name):
+      return optimizer_shard.mesh_axis(self._rules, self._shape, name)
     return self._rules.tensor_dimension_to_mesh_axis(tensor_dimension, self._shape)
 
   def tensor_layout(self, arg, tensor_name=None):
@@ -104,7 +108,12 @@ class MeshLayout(object):
     # Keyed by shape alone: the name only words the error, and illegal layouts raise.
     layout = self._cache.get(shape)
     if layout is None:
-      layout = self._rules.tensor_layout(shape, self._shape, tensor_name=tensor_name)
+      if any(optimizer_shard.is_shard_dim(d.name) for d in shape.dims):
+        # Slots of a sharded optimizer: see shapes/optimizer_shard.py.
+        layout = TensorLayout(optimizer_shard.tensor_layout_axes(
+            self._rules, self._shape, shape, tensor_name=tensor_name))
+      else:
+        layout = self._rules.tensor_layout(shape, self._shape, tensor_name=tensor_name)
       self._cache[shape] = layout
     return layout
 

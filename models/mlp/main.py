@@ -64,7 +64,6 @@ def main(argv):
   mesh_layout = mtf.shapes.MeshLayout(FLAGS.mesh_shape, FLAGS.layout)  # converted once
   mesh_size = mesh_layout.size
   devices = mtf.utils.configure_virtual_cpus(mesh_size)
-  model_dir = FLAGS.model_dir or tempfile.mkdtemp(prefix="mtf_mlp_")
   batch = FLAGS.batch_size
   images, labels = synthetic_digits(batch * FLAGS.train_steps, seed=0)
   eval_images, eval_labels = synthetic_digits(batch, seed=1)
@@ -74,6 +73,7 @@ def main(argv):
   if FLAGS.mode == "layout_report":
     print_layout_report(model, mesh_layout)
     return
+  model_dir = FLAGS.model_dir or tempfile.mkdtemp(prefix="mtf_mlp_")
   gin.parse_config_files_and_bindings([], FLAGS.gin_param)
   backend = {} if FLAGS.backend is None else {"backend": FLAGS.backend}
   mesh_impl = mtf.make_mesh_impl(mesh_shape=mesh_layout.shape, devices=devices,

@@ -6,12 +6,17 @@ slots). The mesh shape may be a device count (e.g. 8, or "8"): then mesh shapes 
 dims are searched too. The hardware profile is gin's `auto_mtf.choose_layout.profile`
 when bound, else this host's ("cpu_host", or "gpu_h100" when GPUs are visible). The
 choice is printed with its report and appended to operative_config.gin as bindings, so
-re-running that file reproduces it without a search.
+re-running that file reproduces it without a search. Layouts are priced by
+mtf.analysis's calibrated memory model (predict_memory's per-device peak) against
+`auto_mtf.choose_layout.memory_cap`; when none fits, a one-line SolverError names the
+budget and the least memory found.
 """
 import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
+from mesh_tf.auto_mtf import memory_estimator
+from mesh_tf.auto_mtf.layout_optimizer import SolverError
 from mesh_tf.shapes import MeshLayout
 from models.transformer import model_graph
 from models.transformer import run_setup
@@ -35,14 +40,30 @@ def _profile():
             else "cpu_host"}
 
 
+def _memory_model():
+  """The calibrated peak-memory model (mtf.analysis.predict_memory's) unless gin binds
+  auto_mtf.choose_layout.scheduler_alg."""
+  try:
+    gin.query_parameter("auto_mtf.choose_layout.scheduler_alg")
+    return {}
+  except ValueError:
+    return {"scheduler_alg": memory_estimator.DATAFLOW}
+
+
 def choose(model_fn, mesh_shape, batch_size, sequence_length, variable_dtype, optimizer):
   """(MeshLayout, report) for the train step of model_fn's model."""
   graph = model_graph.ModelGraph(
       model_fn(), batch_size, sequence_length, ["inputs", "targets"], ModeKeys.TRAIN,
       variable_dtype, optimizer=train_loop.make_optimizer(optimizer, None))
   devices_or_shape = run_setup.device_count(mesh_shape) or mesh_shape
-  chosen_shape, rules, report = mtf.auto_mtf.choose_layout(
-      graph.graph, [graph.loss] + graph.update_ops, devices_or_shape, **_profile())
+  try:
+    chosen_shape, rules, report = mtf.auto_mtf.choose_layout(
+        graph.graph, [graph.loss] + graph.update_ops, devices_or_shape,
+        **_profile(), **_memory_model())
+  except SolverError as e:
+    raise SolverError("utils.run.layout_rules = 'auto': %s (the budget is gin's "
+                      "auto_mtf.choose_layout.memory_cap, default the hardware profile's "
+                      "memory)" % str(e).splitlines()[0]) from None  # gin adds lines
   print("auto layout (utils.run.layout_rules = 'auto'):", flush=True)
   for line in report.summary_lines():
     print("  " + line, flush=True)

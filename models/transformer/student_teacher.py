@@ -10,8 +10,10 @@ with hard_loss the student's own loss, soft_loss the cross-entropy of the studen
 logits / temperature against softmax(teacher logits / temperature) (summed over real
 target tokens, divided by the student's loss denominator), and f = fraction_soft once
 the global step exceeds distill_start_step (0 before). No gradient reaches the teacher.
-`initialize(target)` loads the teacher's weights from teacher_checkpoint (a checkpoint of
-the teacher trained alone, names without the "teacher/" prefix).
+With teacher_checkpoint set (a checkpoint of the teacher trained alone, names without
+the "teacher/" prefix), the teacher's variables start from it wherever they are created
+(so the trainer's model_type "bi_student_teacher" distils from the trained teacher);
+`initialize(target)` loads it into variables that already exist.
 """
 import gin
 import tensorflow as tf
@@ -46,6 +48,15 @@ def _strip(names_to_states, prefix):
           if name.startswith(prefix)}
 
 
+def _checkpoint_value(reader, key):
+  """An initializer returning checkpoint entry `key` (read when the variable is made)."""
+  def initializer(shape, dtype=None):
+    del shape  # the caller checks the value's shape
+    value = tf.constant(reader.get_tensor(key))
+    return value if dtype is None else tf.cast(value, dtype)
+  return initializer
+
+
 @gin.configurable(module="transformer")
 class StudentTeacher:
   """A student model trained to match a fixed teacher (knowledge distillation).
@@ -55,7 +66,8 @@ class StudentTeacher:
     temperature: the softmax temperature of the soft targets (needed for a loss).
     fraction_soft: the weight in [0, 1] of the soft loss (needed for a loss).
     distill_start_step: the soft loss counts only after this global step.
-    teacher_checkpoint: the teacher's checkpoint, read by `initialize`.
+    teacher_checkpoint: the teacher's checkpoint: the teacher's initial values, and
+      what `initialize` loads.
     initialize_student_weights: `initialize` also sets each student weight whose name
       and shape match a teacher checkpoint entry.
   """
@@ -131,6 +143,7 @@ class StudentTeacher:
       teacher_logits, _ = self.teacher.call_simple(
           inputs, targets, compute_loss=True, variable_dtype=variable_dtype,
           num_microbatches=num_microbatches, **kargs)
+    self._initialize_from_teacher_checkpoint(inputs.mesh.graph)
     vocab_dim = self.student.output_vocab_dim
     if teacher_logits.shape != student_logits.shape:
       raise mtf.ShapeError("StudentTeacher: teacher logits %s and student logits %s "
@@ -148,6 +161,32 @@ class StudentTeacher:
     loss = ((1.0 - fraction) * hard_loss +
             self.temperature ** 2 * fraction * soft_loss)
     return student_logits, loss
+
+  def _initialize_from_teacher_checkpoint(self, graph):
+    """Makes the teacher's variables (and, with initialize_student_weights, each
+    student variable the checkpoint has by name and shape) start from
+    teacher_checkpoint, as the original's init_from_checkpoint did: their initializers
+    read the checkpoint, so a trainer that creates them (model_type
+    "bi_student_teacher") starts from the trained teacher, and a restored run keeps its
+    own values. Nothing happens without a teacher_checkpoint or with fraction_soft 0."""
+    if not self.teacher_checkpoint or self.fraction_soft == 0.0:
+      return
+    reader = tf.train.load_checkpoint(discovery.resolve_prefix(self.teacher_checkpoint))
+    shapes = reader.get_variable_to_shape_map()
+    prefixes = ["teacher/"] + (["student/"] if self.initialize_student_weights else [])
+    for var in graph.all_variables:
+      prefix = next((p for p in prefixes if var.name.startswith(p)), None)
+      if prefix is None:
+        continue
+      key = var.name[len(prefix):]
+      if key not in shapes or list(shapes[key]) != var.shape.to_integer_list:
+        if prefix == "teacher/":
+          raise mtf.MtfError(
+              "StudentTeacher: teacher variable %r is not in teacher_checkpoint %r as %r "
+              "with shape %s" % (var.name, self.teacher_checkpoint, key,
+                                 var.shape.to_integer_list))
+        continue
+      var._initializer = _checkpoint_value(reader, key)  # pylint: disable=protected-access
 
   def decode(self, *args, **kargs):
     """Decodes with the student (its variables under "student/")."""

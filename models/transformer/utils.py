@@ -43,7 +43,9 @@ def get_variable_dtype(master_dtype=tf.bfloat16, slice_dtype=tf.float32,
 @gin.configurable(module="utils")
 def build_model(model_type="bitransformer", input_vocab_size=gin.REQUIRED,
                 output_vocab_size=gin.REQUIRED, layout_rules=None, mesh_shape=None):
-  """A Unitransformer LM (model_type "lm") or a Bitransformer ("bitransformer")."""
+  """A Unitransformer LM (model_type "lm"), a Bitransformer ("bitransformer") or a
+  StudentTeacher of two Bitransformers ("bi_student_teacher", gin scopes "student/"
+  and "teacher/", see make_bi_student_teacher)."""
   from models.transformer import transformer  # pylint: disable=g-import-not-at-top
   if model_type == "lm":
     return transformer.Unitransformer(
@@ -54,7 +56,12 @@ def build_model(model_type="bitransformer", input_vocab_size=gin.REQUIRED,
     return transformer.make_bitransformer(
         input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
         layout=layout_rules, mesh_shape=mesh_shape)
-  raise MtfError("unknown model_type %r; use 'lm' or 'bitransformer'" % (model_type,))
+  if model_type == "bi_student_teacher":
+    return transformer.make_bi_student_teacher(
+        input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
+        layout=layout_rules, mesh_shape=mesh_shape)
+  raise MtfError("unknown model_type %r (utils.run.model_type); use 'lm', "
+                 "'bitransformer' or 'bi_student_teacher'" % (model_type,))
 
 
 def _max_length(sequence_length):
@@ -189,7 +196,8 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
       and unused (nothing to connect to, no variable stacking in TF 2).
     tpu: must be None: a TPU runs the library under TPUStrategy (README).
     model_dir: checkpoints, summaries, eval results, operative_config.gin.
-    model_type: "lm" (decoder-only Unitransformer) or "bitransformer".
+    model_type: "lm" (decoder-only Unitransformer), "bitransformer" or
+      "bi_student_teacher" (distillation; see student_teacher.py).
     vocabulary: a vocabulary object (default ByteVocabulary).
     train_dataset_fn, eval_dataset_fn: fn(sequence_length, vocabulary, dataset_split)
       -> unbatched tf.data.Dataset of int32 feature dicts.

@@ -90,8 +90,9 @@ def get_vocab_embedding_cls(cls=VocabEmbedding):
 class FactorizedVocabEmbedding:
   """A low-rank embedding: [vocab, inner] times [inner, d_model] (ALBERT-style).
 
-  Variables "<name>" ([vocab, inner_dimension_size]) and "<name>_projection"
-  ([inner, d_model]) in the enclosing scope.
+  Variables "<name>1" ([vocab, inner_dimension_size]) and "<name>2" ([inner,
+  d_model]) in the enclosing scope, as the original named them (it made both with
+  mtf.layers.embedding_weights).
   """
 
   def __init__(self, mesh, vocab_dim, output_dim, variable_dtype, name, ensemble_dim,
@@ -104,10 +105,10 @@ class FactorizedVocabEmbedding:
     # per entry as an unfactored embedding would.
     stddev = inner_dimension_size ** -0.25
     self._factor1 = mtf.get_variable(
-        mesh, name, mtf.Shape(ensemble + [vocab_dim, self._inner_dim]),
+        mesh, "%s1" % name, mtf.Shape(ensemble + [vocab_dim, self._inner_dim]),
         initializer=_random_normal(stddev), dtype=variable_dtype)
     self._factor2 = mtf.get_variable(
-        mesh, "%s_projection" % name, mtf.Shape(ensemble + [self._inner_dim, output_dim]),
+        mesh, "%s2" % name, mtf.Shape(ensemble + [self._inner_dim, output_dim]),
         initializer=_random_normal(stddev), dtype=variable_dtype)
 
   def ids_to_embedding(self, ids, context):

@@ -34,6 +34,8 @@ RUN_FILES = {
                       "layouts/2x2_dp_mp.gin"],
     "examples/reverse_tokens_cpu.gin": ["models/bi_cpu_small.gin",
                                         "problems/reverse_tokens.gin"],
+    "bf16.gin": ["models/lm_cpu_small.gin", "problems/pydoc_lm.gin",
+                 "layouts/2x2_dp_mp.gin", "readme_lm.gin"],
 }
 LARGE_LAYOUTS = ["layouts/4x4_m4.gin", "layouts/8x8_m4.gin", "layouts/16x16_m8.gin"]
 

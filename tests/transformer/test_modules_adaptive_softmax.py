@@ -30,8 +30,8 @@ CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
 def tf_log_probs(hidden, p):
   h = hidden * D ** -0.5
   # The head's matrix has its 8 tokens' rows, then one row per tail cluster.
-  tables = [p["embedding_0"][:8], p["embedding_1"] @ p["embedding_1_projection"],
-            p["embedding_2"] @ p["embedding_2_projection"]]
+  tables = [p["embedding_0"][:8], p["embedding_11"] @ p["embedding_12"],
+            p["embedding_21"] @ p["embedding_22"]]
   head = h @ tf.transpose(tables[0])
   clusters = h @ tf.transpose(p["embedding_0"][8:])
   norm = tf.reduce_logsumexp(tf.concat([head, clusters], -1), -1, keepdims=True)
@@ -59,9 +59,9 @@ def test_adaptive_softmax_matches_tf(case):
           clusters=CLUSTERS)
       context = Context(decoder, ids.mesh, [BATCH], LENGTH,
                         mtf.VariableDType(tf.float32), mode="eval")
-      return [embedding.ids_to_embedding(ids, context),
-              embedding.hidden_to_logits(hidden, context),
-              embedding.compute_loss(decoder, hidden, ids, context)]
+      log_probs = embedding.hidden_to_logits(hidden, context)
+      return [embedding.ids_to_embedding(ids, context), log_probs,
+              embedding.compute_loss(decoder, log_probs, ids, context)]
 
   def reference(xs, p):
     p = {k[len("decoder/"):]: v for k, v in p.items()}
@@ -76,17 +76,17 @@ def test_adaptive_softmax_matches_tf(case):
       reference, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-5)
   assert {k: v.shape for k, v in params.items()} == {
-      "decoder/embedding_0": (8 + 2, D), "decoder/embedding_1": (4, 4),
-      "decoder/embedding_1_projection": (4, D), "decoder/embedding_2": (4, 2),
-      "decoder/embedding_2_projection": (2, D)}
+      "decoder/embedding_0": (8 + 2, D), "decoder/embedding_11": (4, 4),
+      "decoder/embedding_12": (4, D), "decoder/embedding_21": (4, 2),
+      "decoder/embedding_22": (2, D)}
 
 
 def test_errors_name_the_clusters():
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "m")
-  with pytest.raises(mtf.MtfError, match="at least two clusters"):
+  with pytest.raises(mtf.MtfError, match="non-empty list"):
     asm.AdaptiveSoftmaxVocabEmbedding(mesh, VOCAB_DIM, D_DIM, mtf.VariableDType(),
-                                      "embedding", None, clusters=CLUSTERS[:1])
+                                      "embedding", None, clusters=[])
   with pytest.raises(mtf.ShapeError, match="sum to 12"):
     asm.AdaptiveSoftmaxVocabEmbedding(mesh, VOCAB_DIM, D_DIM, mtf.VariableDType(),
                                       "embedding", None, clusters=CLUSTERS[:2])
@@ -125,7 +125,6 @@ def test_unitransformer_trains_with_the_adaptive_softmax_loss_fn():
     losses.append(float(lowering.export_to_tf_tensor(loss).numpy()))
     for op in updates:
       lowering.lowered_operation(op)
-    if len(losses) == 1:
-      picked = np.take_along_axis(got_logits, targets[..., None], -1)[..., 0]
-      np.testing.assert_allclose(losses[0], -picked.sum() / targets.size, rtol=1e-5)
+    if len(losses) == 1:  # in training the "logits" are the hidden states
+      assert got_logits.shape == (2, 4, D)
   assert losses[-1] < losses[0], losses

@@ -54,17 +54,17 @@ CLUSTERS = [{"token_count": 8, "embedding_size": D}, {"token_count": 4,
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_adaptive_vocab_embedding_matches_tf(case):
   def reference(ids, hidden, p):
-    tables = [p["embedding_0"], p["embedding_1"] @ p["embedding_1_projection"],
-              p["embedding_2"] @ p["embedding_2_projection"]]
+    tables = [p["embedding_0"], p["embedding_11"] @ p["embedding_12"],
+              p["embedding_21"] @ p["embedding_22"]]
     full = tf.concat(tables, 0)
     return tf.gather(full, ids), _plain_logits(hidden, full)
   params = _check(case, lambda mesh: ve.AdaptiveVocabEmbedding(
       mesh, VOCAB_DIM, D_DIM, mtf.VariableDType(tf.float32), "embedding", None,
       clusters=CLUSTERS), reference)
   assert {k: v.shape for k, v in params.items()} == {
-      "decoder/embedding_0": (8, D), "decoder/embedding_1": (4, 4),
-      "decoder/embedding_1_projection": (4, D), "decoder/embedding_2": (4, 2),
-      "decoder/embedding_2_projection": (2, D)}
+      "decoder/embedding_0": (8, D), "decoder/embedding_11": (4, 4),
+      "decoder/embedding_12": (4, D), "decoder/embedding_21": (4, 2),
+      "decoder/embedding_22": (2, D)}
 
 
 def test_adaptive_clusters_must_cover_the_vocab():

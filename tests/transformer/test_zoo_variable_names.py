@@ -171,8 +171,8 @@ def test_experts_attention_names():
 
 @pytest.mark.parametrize("name,embedding", [
     # The head cluster's matrix has a row per tail cluster after its 8 tokens.
-    ("adaptive_softmax", {"embedding_0": (9, 8), "embedding_1": (8, 4),
-                          "embedding_1_projection": (4, 8)}),
+    ("adaptive_softmax", {"embedding_0": (9, 8), "embedding_11": (8, 4),
+                          "embedding_12": (4, 8)}),
     # 1 frequent id (a tenth of 16): the frequent tables have one row.
     ("mixtape", {"embedding_context_weights": (4, 8, 8),
                  "embedding_context_weights_bias": (4, 8),

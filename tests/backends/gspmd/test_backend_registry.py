@@ -60,9 +60,10 @@ def test_gin_switches_the_lowering_of_one_model(clean_gin):
                                err_msg=backend)
 
 
-def test_mlp_trainer_runs_with_the_gspmd_backend():
+def test_mlp_trainer_runs_with_the_gspmd_backend(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "models.mlp.main", "--backend=gspmd", "--train_steps=2",
+       "--model_dir=%s" % tmp_path,
        "--log_every=1", "--hidden_size=16", "--batch_size=16"],
       cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))

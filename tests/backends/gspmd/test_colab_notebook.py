@@ -17,9 +17,10 @@ def _outputs_text(cell):
   return "".join(o.get("text", "") for o in cell.get("outputs", []))
 
 
-def test_notebook_runs_on_cpu_emulation():
+def test_notebook_runs_on_cpu_emulation(tmp_path, monkeypatch):
   notebook = nbformat.read(NOTEBOOK, as_version=4)
-  os.environ.pop("COLAB_TPU_ADDR", None)
+  monkeypatch.delenv("COLAB_TPU_ADDR", raising=False)
+  monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's model_dir lands here
   client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                                    resources={"metadata": {"path": REPO}})
   client.execute()

@@ -61,6 +61,19 @@ def test_alltoall(fn, split_axis, concat_axis):
     np.testing.assert_array_equal(o.numpy(), np.concatenate(pieces, axis=concat_axis))
 
 
+@pytest.mark.parametrize("n", [1, 2, 4])
+@pytest.mark.parametrize("split_axis", [0, 1])
+def test_reduce_scatter_keeps_each_devices_piece_of_the_sum(n, split_axis):
+  from mesh_tf.backends import placement_collectives  # pylint: disable=g-import-not-at-top
+  values, xs = _inputs(n, [8, 4])
+  out = placement_collectives.reduce_scatter(xs, DEVICES[:n], split_axis)
+  _assert_on_devices(out, DEVICES[:n])
+  total = np.sum(np.stack(values), axis=0)
+  for j, o in enumerate(out):
+    np.testing.assert_allclose(o.numpy(), np.split(total, n, axis=split_axis)[j],
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_unknown_reduction_is_named():
   _, xs = _inputs(2, [2])
   with pytest.raises(ValueError, match="'PROD'.*MAX.*MIN.*SUM"):

@@ -1,0 +1,304 @@
+"""Measured memory of a train step per layout, beside mtf.analysis's prediction.
+
+The model is the benchmarks' peer LM (benchmarks/step_time.py's sizes: vocab 2048,
+d_model 256, d_ff 1024, 8 heads x d_kv 32, sequence 128, batch 32) built as the
+library's gin-configured Transformer (models/transformer, as benchmarks/overhead.py
+builds it) and trained with Adam, at 2 layers ("peer") and 8 layers ("deep"). Each
+(model, backend, layout) runs in its own subprocess, with TF_CPU_ALLOCATOR_USE_BFC=true
+set before TensorFlow starts, on 8 virtual CPUs; it trains two steps, resets the
+allocator's statistics and reports the peak of a third. Columns:
+
+- weights/slots per device: counted from the TF variables themselves (each
+  processor's slice variable); "predicted" is mtf.analysis.predict_memory's per-device
+  figure. They are equal by construction of the layout, and are what each device
+  would hold on separate accelerators.
+- held in process: the bytes of the distinct TF variables (replicas of a replicated
+  slice share one variable on these CPU backends).
+- measured peak: the allocator's peak during one step. All virtual CPU devices of a
+  process share ONE allocator, so this is the whole process, and it counts each
+  distinct buffer once: it is compared with the model's per-process peak
+  (process_peak_bytes), not with 8 x the per-device peak.
+
+  python -m benchmarks.memory [--models peer,deep --backends placement,simd]
+
+`--budget_search` adds issue 31's item 5: the largest LM whose predicted per-device
+peak fits --budget_mib per device, for each layout, with and without
+rematerialization, each confirmed by running one step of the found model.
+"""
+import json
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+from benchmarks import common
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("models", ["peer", "deep"], "Models (see MODELS).")
+flags.DEFINE_list("backends", ["placement", "simd"], "mesh_tf backends.")
+flags.DEFINE_list("layouts", ["single", "dp", "mp", "dp+mp"], "Layouts (see LAYOUTS).")
+flags.DEFINE_bool("budget_search", False, "Also run the item-5 budget search.")
+flags.DEFINE_integer("budget_mib", 512, "Per-device budget of the search (MiB).")
+flags.DEFINE_string("budget_backend", "simd", "Backend of the confirming runs.")
+flags.DEFINE_bool("confirm", True, "Run one step of each model the search found.")
+flags.DEFINE_integer("max_width", 4096, "Widest d_model the search tries.")
+flags.DEFINE_string("worker", None, "Internal: JSON of one measurement to run.")
+
+MODELS = {
+    "peer": dict(batch=32, length=128, vocab=2048, num_layers=2, d_model=256,
+                 d_ff=1024, num_heads=8, d_kv=32),
+    "deep": dict(batch=32, length=128, vocab=2048, num_layers=8, d_model=256,
+                 d_ff=1024, num_heads=8, d_kv=32),
+    # for tests: small, yet its activations (MiBs) dwarf the allocator's fixed costs
+    "toy": dict(batch=16, length=64, vocab=256, num_layers=1, d_model=64, d_ff=256,
+                num_heads=8, d_kv=8),
+}
+
+LAYOUTS = {
+    "single": ("", ""),
+    "dp": ("batch:8", "batch:batch"),
+    "mp": ("model:8", "d_ff:model;heads:model;vocab:model"),
+    "dp+mp": ("batch:2;model:4", "batch:batch;d_ff:model;heads:model;vocab:model"),
+}
+
+WARMUP_STEPS = 2
+LEARNING_RATE = 0.001
+
+
+def size_bindings(s, recompute_grads=False):
+  """gin bindings of a Transformer LM of sizes s (a MODELS entry)."""
+  out = ["num_layers = %d" % s["num_layers"], "d_model = %d" % s["d_model"],
+         "d_ff = %d" % s["d_ff"], "num_heads = %d" % s["num_heads"],
+         "d_kv = %d" % s["d_kv"], "dropout_rate = 0.0",
+         "Unitransformer.max_length = %d" % s["length"]]
+  if recompute_grads:
+    out.append("transformer.LayerStack.recompute_grads = True")
+  return out
+
+
+def build_lm(s, recompute_grads=False, shard_optimizer_state=False, bf16=False):
+  """The train-mode ModelGraph (Adam) of the Transformer LM of sizes s; optionally with
+  rematerialization, Adam's state split over the data-parallel mesh dims, and
+  gin_configs/bf16.gin's bfloat16 activations."""
+  import gin  # pylint: disable=g-import-not-at-top
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  from models.transformer import gin_setup, model_graph, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  try:
+    gin_setup.parse_gin(["models/lm_cpu_small.gin"] + (["bf16.gin"] if bf16 else []),
+                        size_bindings(s, recompute_grads))
+    model = utils.build_model(model_type="lm", input_vocab_size=s["vocab"],
+                              output_vocab_size=s["vocab"])
+    optimizer = mtf.optimize.AdamWeightDecayOptimizer(
+        learning_rate=LEARNING_RATE, shard_optimizer_state=shard_optimizer_state)
+    return model_graph.ModelGraph(model, s["batch"], s["length"], ["targets"],
+                                  ModeKeys.TRAIN, utils.get_variable_dtype(), optimizer)
+  finally:
+    gin.clear_config()
+
+
+def parameter_count(graph):
+  """Trainable parameters of a ModelGraph."""
+  return sum(v.shape.size for v in graph.graph.trainable_variables)
+
+
+def fetches(graph):
+  """The tensors and ops of one train step."""
+  return [graph.loss] + graph.update_ops
+
+
+def variable_bytes(mesh_impl, trainable_names):
+  """Bytes of the TF variables of a mesh: ([weights, slots] each processor's slice
+  variables hold, [weights, slots] of the distinct TF variables of the process)."""
+  per_device, held = [0, 0], [0, 0]
+  for name, lv in mesh_impl.variable_store.items():
+    kind = 0 if name in trainable_names else 1
+    if hasattr(lv, "slice_variables"):  # placement: one per processor, replicas shared
+      distinct = {id(v): v for v in lv.slice_variables}.values()
+      per_device[kind] += _nbytes(lv.slice_variables[0])
+      held[kind] += sum(_nbytes(v) for v in distinct)
+    else:  # SIMD emulation: one variable of the distinct slices, [extents..., slice]
+      k = len(lv.extents)
+      slice_elements = 1
+      for d in lv.variable.shape.as_list()[k:]:
+        slice_elements *= d
+      per_device[kind] += slice_elements * lv.variable.dtype.size
+      held[kind] += _nbytes(lv.variable)
+  return per_device, held
+
+
+def _nbytes(v):
+  return v.shape.num_elements() * v.dtype.size
+
+
+def run_worker(spec):
+  """Trains in this process (the env var set) and returns the measured figures."""
+  devices = common.set_up_virtual_cpus(8)
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  from models import train_steps  # pylint: disable=g-import-not-at-top
+  s = spec["sizes"]
+  graph = build_lm(s, spec.get("recompute_grads", False))
+  mesh_shape, rules = spec["mesh_shape"], spec["rules"]
+  n = mtf.convert_to_shape(mesh_shape).size
+  impl = mtf.make_mesh_impl(spec["backend"], mesh_shape, rules, devices[:max(n, 1)])
+  targets = np.random.RandomState(0).randint(1, s["vocab"], size=(s["batch"], s["length"]))
+  targets = tf.constant(targets.astype(np.int32))
+  graph.lowering(impl)  # variables, eagerly
+
+  @tf.function
+  def step(t):
+    return train_steps.lower_train_step(graph.lowering(impl, {"targets": t}),
+                                        graph.loss, graph.update_ops)
+  for _ in range(spec.get("warmup", WARMUP_STEPS)):
+    loss = float(step(targets))
+  before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+  tf.config.experimental.reset_memory_stats("CPU:0")
+  loss = float(step(targets))
+  peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+  names = {v.name for v in graph.graph.trainable_variables}
+  per_device, held = variable_bytes(impl, names)
+  return dict(peak=peak, current=before, loss=loss, weights=per_device[0],
+              slots=per_device[1], held_weights=held[0], held_slots=held[1])
+
+
+def measure(sizes, backend, layout, recompute_grads=False, timeout=1800,
+            warmup=WARMUP_STEPS):
+  """Runs run_worker in a fresh subprocess with the BFC allocator; returns its dict
+  (peak and current bytes, the loss, and variable_bytes's figures)."""
+  mesh_shape, rules = LAYOUTS[layout] if isinstance(layout, str) else layout
+  spec = dict(sizes=sizes, backend=backend, mesh_shape=mesh_shape, rules=rules,
+              recompute_grads=recompute_grads, warmup=warmup)
+  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPP_MIN_LOG_LEVEL="2")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  result = subprocess.run(
+      [sys.executable, "-m", "benchmarks.memory", "--worker", json.dumps(spec)],
+      capture_output=True, text=True, timeout=timeout, env=env, cwd=root)
+  if result.returncode != 0:
+    raise RuntimeError("memory worker failed (%s %s %s): %s" % (
+        backend, mesh_shape, rules, result.stderr[-3000:]))
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def predict(graph, layout):
+  """mtf.analysis's MemoryPrediction of the step of graph under a LAYOUTS entry."""
+  from mesh_tf import analysis  # pylint: disable=g-import-not-at-top
+  mesh_shape, rules = LAYOUTS[layout] if isinstance(layout, str) else layout
+  return analysis.predict_memory(graph.graph, mesh_shape, rules, fetches=fetches(graph))
+
+
+def _mib(x):
+  return "%.1f" % (x / 2.0 ** 20)
+
+
+def measured_rows(models, backends, layouts):
+  """Table rows (header first) of measured vs predicted memory; also returns the
+  largest |measured/predicted - 1| of the process peaks."""
+  rows = [["model", "params", "backend", "layout", "weights/dev MiB", "pred",
+           "slots/dev MiB", "pred", "held in process MiB", "pred", "measured peak MiB",
+           "pred process peak MiB", "ratio", "pred peak/dev MiB"]]
+  worst = 0.0
+  for model in models:
+    graph = build_lm(MODELS[model])
+    params = parameter_count(graph)
+    for layout in layouts:
+      p = predict(graph, layout)
+      for backend in backends:
+        m = measure(MODELS[model], backend, layout)
+        ratio = m["peak"] / p.process_peak_bytes
+        worst = max(worst, abs(ratio - 1))
+        rows.append([model, "%.2fM" % (params / 1e6), backend, layout,
+                     _mib(m["weights"]), _mib(p.weight_bytes), _mib(m["slots"]),
+                     _mib(p.slot_bytes), _mib(m["held_weights"] + m["held_slots"]),
+                     _mib(p.process_weight_bytes + p.process_slot_bytes),
+                     _mib(m["peak"]), _mib(p.process_peak_bytes), "%.3f" % ratio,
+                     _mib(p.peak_bytes)])
+        print("  " + " | ".join(rows[-1]), flush=True)
+  return rows, worst
+
+
+# The budget search's family: batch 8 x 128 tokens, 4 layers, 8 heads, d_ff = 4 d_model.
+def family_sizes(d_model):
+  """Sizes of the budget search's LM of width d_model (a multiple of 64)."""
+  return dict(batch=8, length=128, vocab=2048, num_layers=4, d_model=d_model,
+              d_ff=4 * d_model, num_heads=8, d_kv=d_model // 8)
+
+
+def largest_fitting(budget, layout, recompute_grads, cache, max_width=4096, **variant):
+  """(d_model, ModelGraph, MemoryPrediction) of the widest family LM whose predicted
+  per-device peak fits budget bytes under layout (bisection over multiples of 64; the
+  peak grows with the width), or None when even the narrowest does not fit."""
+  def fits(width):
+    key = (width, recompute_grads, tuple(sorted(variant.items())))
+    if key not in cache:
+      cache[key] = build_lm(family_sizes(width), recompute_grads, **variant)
+    p = predict(cache[key], layout)
+    return p.peak_bytes <= budget, p
+  lo, hi = 0, max_width // 64  # in units of 64: lo fits (0: none yet), hi + 1 does not
+  while lo < hi:
+    mid = (lo + hi + 1) // 2
+    if fits(64 * mid)[0]:
+      lo = mid
+    else:
+      hi = mid - 1
+  if lo == 0:
+    return None
+  return 64 * lo, cache[(64 * lo, recompute_grads, tuple(sorted(variant.items())))], \
+      fits(64 * lo)[1]
+
+
+def print_budget_search(budget, backend, confirm):
+  """Prints the largest LM per layout (with and without rematerialization) whose
+  predicted per-device peak fits budget, and the measured peak of one step of it."""
+  print("\nLargest LM whose train step fits %d MiB per device (%d MiB over 8 devices): "
+        "4 layers, 8 heads, d_ff = 4 d_model, vocab 2048, batch 8 x 128, Adam; "
+        "searched with mtf.analysis.predict_memory, confirmed by one step on %s"
+        % (budget >> 20, 8 * budget >> 20, backend))
+  rows = [["layout", "remat", "d_model", "params", "pred peak/dev MiB",
+           "pred process MiB", "measured process MiB", "ratio",
+           "params, sharded Adam (pred)", "params, bf16 act. (pred)"]]
+  cache = {}
+  for remat in (False, True):
+    for layout in FLAGS.layouts:
+      found = largest_fitting(budget, layout, remat, cache, FLAGS.max_width)
+      extra = []
+      for variant in (dict(shard_optimizer_state=True), dict(bf16=True)):
+        other = largest_fitting(budget, layout, remat, cache, FLAGS.max_width, **variant)
+        extra.append("%.1fM" % (parameter_count(other[1]) / 1e6) if other else "-")
+      if found is None:
+        rows.append([layout, "yes" if remat else "no", "-", "-", "-", "-", "-", "-"]
+                    + extra)
+        continue
+      width, graph, p = found
+      measured, ratio = "-", "-"
+      if confirm:
+        m = measure(family_sizes(width), backend, layout, remat, warmup=1)
+        measured, ratio = _mib(m["peak"]), "%.3f" % (m["peak"] / p.process_peak_bytes)
+      rows.append([layout, "yes" if remat else "no", str(width),
+                   "%.1fM" % (parameter_count(graph) / 1e6), _mib(p.peak_bytes),
+                   _mib(p.process_peak_bytes), measured, ratio] + extra)
+      print("  " + " | ".join(rows[-1]), flush=True)
+  common.print_table(rows)
+
+
+def main(_):
+  if FLAGS.worker:
+    print(json.dumps(run_worker(json.loads(FLAGS.worker))))
+    return
+  print(common.machine_line())
+  print("Transformer LM + Adam, 8 virtual CPUs, one subprocess per row; peak of step %d"
+        % (WARMUP_STEPS + 1))
+  if FLAGS.models:
+    rows, worst = measured_rows(FLAGS.models, FLAGS.backends, FLAGS.layouts)
+    common.print_table(rows)
+    print("largest |measured / predicted - 1| of the process peaks: %.3f" % worst)
+  if FLAGS.budget_search:
+    print_budget_search(FLAGS.budget_mib << 20, FLAGS.budget_backend, FLAGS.confirm)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,220 @@
+"""Peak memory of one step of an mtf program (a train step: loss, gradients, updates).
+
+`cost_model.estimate_cost` counts every activation as live at once, an upper bound.
+This model follows lifetimes instead, the way TensorFlow's dataflow executor runs a
+traced step: an op runs as soon as its inputs exist (its level is one more than its
+latest input's), so work that needs only the weights and slots (e.g. Adam's decayed
+moments) runs at the start of the step and is held until its reader runs; a tensor is
+held from its op's level to the level of its last reader (an output nobody reads only
+at its own level). While a contraction or fused op runs, its kernels also hold
+temporaries (operands transposed for a batch matmul, the result before its final
+transpose, a fused softmax's intermediates): SCRATCH_FACTOR times its outputs' bytes,
+at its level only (calibrated against TensorFlow's allocator in benchmarks/memory.py);
+elementwise kernels write their outputs directly. The peak is
+
+  weights + optimizer slots (held throughout) + the largest sum of held tensors,
+
+each tensor costing its slice bytes. Two figures come out:
+  - per device: what each processor of the mesh would hold on its own accelerator;
+  - per process: the sum over the devices of one process, as one shared allocator sees
+    it, where each distinct slice is held once (the CPU backends keep one buffer for
+    all replicas of a replicated value and compute replicated work once), so a tensor
+    costs its slice bytes times its number of distinct slices; partial sums that owe an
+    allreduce are distinct on every processor of the reduced mesh axes until reduced.
+
+`TrainStepMemory(graph, fetches)` does the layout-independent work once (levels and
+lifetimes) and then prices any layout; `predict_memory` is the one-call form.
+"""
+import collections
+
+import numpy as np
+
+from mesh_tf.analysis import cost_model
+from mesh_tf.ops import elementwise as elementwise_ops
+from mesh_tf.ops import fused_attention
+from mesh_tf.ops import fused_cross_entropy
+from mesh_tf.ops import fused_softmax
+from mesh_tf.ops.einsum import EinsumOperation
+from mesh_tf.ops.variables import Variable
+from mesh_tf.shapes import convert_to_shape
+from mesh_tf.shapes.mesh_layout import MeshLayout
+
+# Kernel temporaries of a running op, in units of its outputs' bytes (see above).
+SCRATCH_FACTOR = 2
+SCRATCH_OPS = (EinsumOperation, fused_attention.DotProductAttentionOperation,
+               fused_attention.AttentionGradOperation,
+               fused_cross_entropy.OneHotCrossEntropyOperation,
+               fused_softmax.FusedSoftmaxOperation)
+
+
+class MemoryPrediction(collections.namedtuple("MemoryPrediction", [
+    "weight_bytes", "slot_bytes", "activation_bytes", "peak_bytes",
+    "process_weight_bytes", "process_slot_bytes", "process_activation_bytes",
+    "process_peak_bytes"])):
+  """Predicted bytes of one step (see the module docstring).
+
+  weight_bytes, slot_bytes: trainable and other variables (optimizer slots, step
+  counters) on each device; activation_bytes: the largest sum of a step's tensors held
+  at once on each device; peak_bytes: their sum. The process_* fields are the same
+  summed over the devices of one process where each distinct slice is held once.
+  """
+
+
+def _distinct_slices(layout, shape):
+  """Number of distinct slices of a tensor of `shape` (processors holding different
+  parts of it); the replicas along the other mesh axes share them."""
+  n = 1
+  for axis in layout.tensor_layout(shape):
+    if axis is not None:
+      n *= layout.axis_size(axis)
+  return n
+
+
+class TrainStepMemory:
+  """Lifetimes of the tensors of one step, priced under any layout.
+
+  Args:
+    graph: an mtf Graph.
+    fetches: the tensors and ops one step computes (e.g. [loss] + update_ops); None
+      for the whole graph.
+  """
+
+  def __init__(self, graph, fetches=None):
+    self.graph = graph
+    self.fetches = list(fetches or ())
+    self.operations = (cost_model.operations_needed(graph, self.fetches)
+                       if self.fetches else list(graph.operations))
+    self.variables = [op for op in self.operations if isinstance(op, Variable)]
+    level = {}
+    for op in self.operations:
+      if isinstance(op, Variable):
+        level[op] = 0
+        continue
+      deps = [level[x.operation] for x in op.inputs]
+      deps += [level[c] for c in getattr(op, "control_inputs", ()) if c in level]
+      level[op] = 1 + max(deps, default=0)
+    last_read = {}
+    for op in self.operations:
+      for x in op.inputs:
+        last_read[x] = max(last_read.get(x, 0), level[op])
+    fetched = {f for f in self.fetches if hasattr(f, "operation")}
+    end = max(level.values(), default=0) + 1
+    # (tensor, first level, last level, scratch factor) of every non-variable output
+    self.lifetimes = []
+    for op in self.operations:
+      if isinstance(op, Variable):
+        continue
+      scratch = SCRATCH_FACTOR if isinstance(op, SCRATCH_OPS) else 0
+      for t in op.outputs:
+        last = end if t in fetched else last_read.get(t, level[op])
+        self.lifetimes.append((t, level[op], last, scratch))
+    self.num_levels = end + 1
+    self._columns = None
+
+  # ---- per device, for searches over many layouts ----
+  def _shape_columns(self):
+    """(held matrix [levels x shapes] of bytes per element, shape keys, variable
+    bytes-per-element per shape key): one layout then costs one matrix-vector product."""
+    if self._columns is None:
+      keys = {}
+      held = []
+      for t, start, last, scratch in self.lifetimes:
+        key = tuple((d.name, d.size) for d in t.shape.dims)
+        col = keys.setdefault(key, len(keys))
+        held.append((start, last, col, t.dtype.size, scratch))
+      var_cols = {}
+      for op in self.variables:
+        key = tuple((d.name, d.size) for d in op.shape.dims)
+        col = keys.setdefault(key, len(keys))
+        var_cols[col] = var_cols.get(col, 0) + op.slice_dtype.size
+      m = np.zeros((self.num_levels + 1, max(len(keys), 1)))
+      for start, last, col, size, scratch in held:
+        m[start, col] += (1 + scratch) * size
+        m[start + 1, col] -= scratch * size
+        m[last + 1, col] -= size
+      var_row = np.zeros(max(len(keys), 1))
+      for col, size in var_cols.items():
+        var_row[col] = size
+      self._columns = (np.cumsum(m, axis=0)[:-1], list(keys), var_row)
+    return self._columns
+
+  def peak_bytes(self, mesh_dimension_to_size, assignment):
+    """Peak bytes per device (weights + slots + held tensors) of a layout given as
+    {tensor dim name: mesh dim name} over mesh dims {name: size} (the interface of
+    auto_mtf's memory_estimator.PeakMemoryModel)."""
+    held, keys, var_row = self._shape_columns()
+    elements = np.ones(max(len(keys), 1))
+    for i, dims in enumerate(keys):
+      n = 1
+      for name, size in dims:
+        m = assignment.get(name)
+        n *= -(-size // mesh_dimension_to_size[m]) if m is not None else size
+      elements[i] = n
+    transient = float(np.max(held @ elements)) if len(held) else 0.0
+    return int(transient + var_row @ elements)
+
+  # ---- one layout, per device and per process ----
+  def predict(self, mesh_shape, layout_rules):
+    """MemoryPrediction of the step under mesh_shape and layout_rules."""
+    layout = MeshLayout(convert_to_shape(mesh_shape), layout_rules)
+    weights = slots = p_weights = p_slots = 0
+    for op in self.variables:
+      nbytes = layout.slice_size(op.shape) * op.slice_dtype.size
+      distinct = nbytes * _distinct_slices(layout, op.shape)
+      if op.trainable:
+        weights, p_weights = weights + nbytes, p_weights + distinct
+      else:
+        slots, p_slots = slots + nbytes, p_slots + distinct
+    partials = self._partial_sum_copies(layout)
+    device = np.zeros(self.num_levels + 1)
+    process = np.zeros(self.num_levels + 1)
+    for t, start, last, scratch in self.lifetimes:
+      nbytes = layout.slice_size(t.shape) * t.dtype.size
+      device[start] += (1 + scratch) * nbytes
+      device[start + 1] -= scratch * nbytes
+      device[last + 1] -= nbytes
+      distinct = nbytes * _distinct_slices(layout, t.shape)
+      copies = partials.get(t, 1)
+      if copies > 1:  # every processor's partial sum, until the allreduce just after
+        process[start] += distinct * copies
+        process[start + 1] -= distinct * copies
+        start = min(start + 1, last)
+      process[start] += (1 + scratch) * distinct
+      process[start + 1] -= scratch * distinct
+      process[last + 1] -= distinct
+    act = int(np.max(np.cumsum(device))) if self.lifetimes else 0
+    p_act = int(np.max(np.cumsum(process))) if self.lifetimes else 0
+    return MemoryPrediction(weights, slots, act, weights + slots + act,
+                            p_weights, p_slots, p_act, p_weights + p_slots + p_act)
+
+  def _partial_sum_copies(self, layout):
+    """{tensor: processors holding distinct partial sums of each of its slices} for the
+    outputs that owe an allreduce (as the cost model's plans say)."""
+    copies, owed = {}, {}
+    for op in self.operations:
+      if isinstance(op, Variable):
+        continue
+      owed_in = None
+      if isinstance(op, elementwise_ops.AddNOperation):
+        owed_in = [owed[x].mesh_axes if x in owed else None for x in op.inputs]
+      _, out_owed, _ = cost_model.plan_cost(layout, op, owed_in)
+      for y, r in zip(op.outputs, out_owed):
+        if r is not None:
+          owed[y] = r
+          copies[y] = layout.axes_size(r.mesh_axes)
+    return copies
+
+
+def predict_memory(graph, mesh_shape, layout_rules, fetches=None):
+  """Predicts the peak memory of computing `fetches` (see the module docstring).
+
+  Args:
+    graph: an mtf Graph.
+    mesh_shape: mesh shape (e.g. "batch:2;model:4").
+    layout_rules: layout rules (e.g. "batch:batch;d_ff:model").
+    fetches: the step's tensors and ops, e.g. [loss] + update_ops (None: every op).
+
+  Returns:
+    a MemoryPrediction (bytes per device and summed over one process's devices).
+  """
+  return TrainStepMemory(graph, fetches).predict(mesh_shape, layout_rules)

@@ -1,0 +1,65 @@
+"""mtf.analysis.predict_memory against what TensorFlow really holds (issue 31, item 1).
+
+Per device, the variables and optimizer slots are counted from the TF variables each
+backend made (each processor's slice variable); per process, the BFC allocator's peak of
+one train step, measured in a subprocess (the allocator statistics need
+TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts; all virtual CPUs of a process
+share that one allocator, so it is compared with the per-process prediction).
+"""
+import pytest
+
+import mesh_tf as mtf
+from benchmarks import memory
+from mesh_tf import analysis
+from tests import mtf_testing
+
+TOY = memory.MODELS["toy"]
+
+
+@pytest.fixture(scope="module")
+def toy():
+  return memory.build_lm(TOY)
+
+
+@pytest.mark.parametrize("backend", ["placement", "simd"])
+@pytest.mark.parametrize("layout", ["dp", "mp", "dp+mp"])
+def test_variable_and_slot_bytes_per_device_equal_the_prediction(toy, backend, layout):
+  mesh_shape, rules = memory.LAYOUTS[layout]
+  impl = mtf_testing.backend_mesh_impl(backend, mesh_shape, rules)
+  toy.lowering(impl)  # creates the variables
+  names = {v.name for v in toy.graph.trainable_variables}
+  (weights, slots), (held_w, held_s) = memory.variable_bytes(impl, names)
+  p = analysis.predict_memory(toy.graph, mesh_shape, rules, fetches=memory.fetches(toy))
+  assert (weights, slots) == (p.weight_bytes, p.slot_bytes)
+  # Adam: two slots per weight, plus its step counter
+  assert p.slot_bytes >= 2 * p.weight_bytes
+  # the process holds each distinct slice once (replicas share a variable)
+  assert (held_w, held_s) == (p.process_weight_bytes, p.process_slot_bytes)
+  single = analysis.predict_memory(toy.graph, "", "", fetches=memory.fetches(toy))
+  assert p.process_weight_bytes == single.weight_bytes
+  if layout == "mp":
+    assert p.weight_bytes < single.weight_bytes / 2
+
+
+def test_measured_peak_of_a_train_step_within_15_percent_of_the_prediction(toy):
+  p = memory.predict(toy, "dp+mp")
+  m = memory.measure(TOY, "simd", "dp+mp", timeout=300, warmup=1)
+  # the step's tensors are most of the peak, so the agreement tests the liveness model
+  assert p.process_activation_bytes > 2 * (p.process_weight_bytes + p.process_slot_bytes)
+  assert abs(m["peak"] / p.process_peak_bytes - 1) < 0.15, (m, p)
+
+
+def test_liveness_peak_is_below_the_all_live_bound(toy):
+  fetches = memory.fetches(toy)
+  p = analysis.predict_memory(toy.graph, "batch:2;model:4",
+                              memory.LAYOUTS["dp+mp"][1], fetches=fetches)
+  bound = analysis.estimate_cost(toy.graph, "batch:2;model:4", memory.LAYOUTS["dp+mp"][1],
+                                 fetches=fetches)
+  assert p.weight_bytes == bound.variable_bytes_per_processor
+  assert p.slot_bytes == bound.optimizer_bytes_per_processor
+  assert 0 < p.activation_bytes < bound.activation_bytes_per_processor
+  # the search's per-layout form gives the same per-device peak
+  step = analysis.TrainStepMemory(toy.graph, fetches)
+  assert step.peak_bytes({"batch": 2, "model": 4},
+                         {"batch": "batch", "d_ff": "model", "heads": "model",
+                          "vocab": "model"}) == p.peak_bytes
