@@ -13,3 +13,13 @@ def test_library_modules_stay_small(capsys):
     print("\nlargest modules:", ", ".join("%s (%d)" % (n, c) for c, n in sizes[:5]))
   too_big = [(n, c) for c, n in sizes if c > LIMIT]
   assert not too_big, "split these modules by responsibility: %s" % too_big
+
+
+def test_the_heavy_files_scheduled_first_exist():
+  """tests/conftest.py's HEAVY_FILES names real files (a renamed one would silently lose
+  its early slot)."""
+  import conftest  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(__file__).resolve().parent.parent
+  missing = [p for p in conftest.HEAVY_FILES if not (root / p).is_file()]
+  assert not missing, missing
+  assert len(set(conftest.HEAVY_FILES)) == len(conftest.HEAVY_FILES)
