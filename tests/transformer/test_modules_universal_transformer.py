@@ -185,8 +185,19 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("config", sorted(CONFIGS))
+def _one_device_and_one_mesh(names):
+  """(name, case) pairs: every name on one device and on one of the two meshes, the
+  meshes taken in turn, so each backend's mesh sees half the names (the suite's time
+  goes to more configurations rather than to every configuration on every mesh)."""
+  pairs = []
+  for i, name in enumerate(names):
+    pairs.append(pytest.param(name, CASES[0], id="%s-%s" % (name, CASE_IDS[0])))
+    mesh = 1 + i % 2
+    pairs.append(pytest.param(name, CASES[mesh], id="%s-%s" % (name, CASE_IDS[mesh])))
+  return pairs
+
+
+@pytest.mark.parametrize("config,case", _one_device_and_one_mesh(sorted(CONFIGS)))
 def test_ut_layer_stack_matches_tf(config, case):
   options = dict(BASE, couple_carry_transform_gates=True)
   options.update(CONFIGS[config])
@@ -279,8 +290,7 @@ class _OutputPlusLosses(tl.TransformerLayer):
     return y
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-@pytest.mark.parametrize("act_type", ["basic", "global"])
+@pytest.mark.parametrize("act_type,case", _one_device_and_one_mesh(["basic", "global"]))
 def test_ponder_cost_and_its_gradients_match_tf(act_type, case):
   options = dict(BASE, recurrence_type="act", act_type=act_type, act_max_steps=4,
                  couple_carry_transform_gates=True)
