@@ -42,7 +42,7 @@ setuptools.setup(
         "text": ["sentencepiece"],
         # nbclient/nbformat/ipykernel execute colab/ notebooks; matplotlib draws their
         # training curves.
-        "test": ["pytest", "pytest-xdist", "hypothesis",
+        "test": ["pytest", "pytest-xdist>=3.8", "hypothesis",
                  "jax==0.10.2" + JAX_MARKER, "jaxlib==0.10.2" + JAX_MARKER,
                  "nbclient", "nbformat", "ipykernel", "matplotlib",
                  "sentencepiece"] + TFDS,

@@ -15,7 +15,9 @@ utils.configure_virtual_cpus(NUM_VIRTUAL_DEVICES)
 
 # The slowest test files (--durations of a full run, 2026-12-04), dearest first. They are
 # collected first so that `--dist loadfile` hands them out early and the two workers end
-# together, instead of one worker starting a long file while the other is idle.
+# together, instead of one worker starting a long file while the other is idle. The
+# Makefile passes --no-loadscope-reorder: xdist otherwise sorts files by their number of
+# tests, which put the few-test, slow cluster files last.
 HEAVY_FILES = [
     "tests/transformer/test_cached_decoding.py",
     "tests/cluster/test_spmd_peer_faults.py",
