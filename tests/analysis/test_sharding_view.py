@@ -198,7 +198,7 @@ def test_picture_matches_the_xla_sharding_gspmd_attaches():
 
 
 def _pyplot():
-  matplotlib = pytest.importorskip("matplotlib")
+  import matplotlib  # the test extra installs it; pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   return plt

@@ -121,3 +121,20 @@ def bytes_per_device(impl, names):
       for core in range(impl.size):
         out[core] = out.get(core, 0) + _nbytes(shard, v.variable.dtype)
   return out
+
+
+def adam(shard):
+  """A factory of the toy runs' Adam optimizer, with or without split state."""
+  return lambda: mtf.optimize.AdamWeightDecayOptimizer(
+      0.05, weight_decay_rate=0.01, shard_optimizer_state=shard)
+
+
+def assert_same(got, want, tol, what):
+  """Two (losses, {variable: value}) results of ToyModel.train agree within tol."""
+  (losses, values), (ref_losses, ref_values) = got, want
+  np.testing.assert_allclose(losses, ref_losses, rtol=tol, atol=tol,
+                             err_msg="%s: losses" % what)
+  assert sorted(values) == sorted(ref_values)
+  for name in values:
+    np.testing.assert_allclose(values[name], ref_values[name], rtol=tol, atol=tol,
+                               err_msg="%s: variable %s" % (what, name))

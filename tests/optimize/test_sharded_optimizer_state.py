@@ -8,34 +8,16 @@ divisible dim, and unchanged where no dim divides.
 """
 import collections
 
-import numpy as np
 import pytest
-
-import mesh_tf as mtf
 
 import sharded_state_testing as st
 
 BACKENDS = ["placement", "simd", "gspmd"]
 
 
-def _adam(shard):
-  return lambda: mtf.optimize.AdamWeightDecayOptimizer(
-      0.05, weight_decay_rate=0.01, shard_optimizer_state=shard)
-
-
-def _assert_same(got, want, tol, what):
-  (losses, values), (ref_losses, ref_values) = got, want
-  np.testing.assert_allclose(losses, ref_losses, rtol=tol, atol=tol,
-                             err_msg="%s: losses" % what)
-  assert sorted(values) == sorted(ref_values)
-  for name in values:
-    np.testing.assert_allclose(values[name], ref_values[name], rtol=tol, atol=tol,
-                               err_msg="%s: variable %s" % (what, name))
-
-
 @pytest.fixture(scope="module")
 def single_device():
-  return st.ToyModel(_adam(False)).train(st.make_impl("placement", ""), steps=2)
+  return st.ToyModel(st.adam(False)).train(st.make_impl("placement", ""), steps=2)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +29,7 @@ def runs():
 def _run(runs, backend, layout, shard):
   key = (backend, layout, shard)
   if key not in runs:
-    model = st.ToyModel(_adam(shard))
+    model = st.ToyModel(st.adam(shard))
     impl = st.make_impl(backend, layout)
     result = model.train(impl, steps=2)
     slot_bytes = {n: st.bytes_per_device(impl, [n]) for n in model.slot_names}
@@ -60,9 +42,9 @@ def _run(runs, backend, layout, shard):
 def test_same_numbers_as_unsharded(runs, single_device, backend, layout):
   sharded, _ = _run(runs, backend, layout, True)
   unsharded, _ = _run(runs, backend, layout, False)
-  _assert_same(sharded, unsharded, 1e-6, "%s %s sharded vs unsharded" % (backend, layout))
+  st.assert_same(sharded, unsharded, 1e-6, "%s %s sharded vs unsharded" % (backend, layout))
   # and both train as on one device (a split contraction sums in another order)
-  _assert_same(sharded, single_device, 2e-5, "%s %s vs one device" % (backend, layout))
+  st.assert_same(sharded, single_device, 2e-5, "%s %s vs one device" % (backend, layout))
   assert sharded[0][-1] < sharded[0][0] * 0.75  # it trains
 
 

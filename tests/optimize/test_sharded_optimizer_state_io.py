@@ -12,26 +12,11 @@ from mesh_tf import analysis
 import sharded_state_testing as st
 
 
-def _adam(shard):
-  return lambda: mtf.optimize.AdamWeightDecayOptimizer(
-      0.05, weight_decay_rate=0.01, shard_optimizer_state=shard)
-
-
-def _assert_same(got, want, tol, what):
-  (losses, values), (ref_losses, ref_values) = got, want
-  np.testing.assert_allclose(losses, ref_losses, rtol=tol, atol=tol,
-                             err_msg="%s: losses" % what)
-  assert sorted(values) == sorted(ref_values)
-  for name in values:
-    np.testing.assert_allclose(values[name], ref_values[name], rtol=tol, atol=tol,
-                               err_msg="%s: variable %s" % (what, name))
-
-
 def test_slot_bytes_numbers():
   """The totals for the toy model: 2 Adam slots of w1 (8x16), b1 (16), w2 (16x8) and
   odd (5) in float32 = 2216 bytes; 8-way data parallel, each processor owns
   2 * (64 + 8 + 64 + 20) = 312 (the cost model's figure per processor)."""
-  model = st.ToyModel(_adam(True))
+  model = st.ToyModel(st.adam(True))
   impl = st.make_impl("placement", "dp")
   mtf.Lowering(model.graph, {model.mesh: impl})
   per_device = st.bytes_per_device(impl, model.slot_names)
@@ -40,7 +25,7 @@ def test_slot_bytes_numbers():
   assert per_device == dict({"/device:CPU:%d" % i: 2 * (64 + 8 + 64) for i in range(8)},
                             **{"/device:CPU:0": 312})
   assert analysis.estimate_cost(model.graph, *st.LAYOUTS["dp"]).optimizer_bytes_per_processor == 312
-  model = st.ToyModel(_adam(False))
+  model = st.ToyModel(st.adam(False))
   impl = st.make_impl("placement", "dp")
   mtf.Lowering(model.graph, {model.mesh: impl})
   assert max(st.bytes_per_device(impl, model.slot_names).values()) == 2216
@@ -59,7 +44,7 @@ def test_other_optimizers(make):
   sharded_impl = impl()
   sharded = sharded_model.train(sharded_impl)
   unsharded = st.ToyModel(lambda: make(False)).train(impl())
-  _assert_same(sharded, unsharded, 1e-6, "sharded vs unsharded")
+  st.assert_same(sharded, unsharded, 1e-6, "sharded vs unsharded")
   # the full-size slots of w1 are halved on each device (2-way data parallel)
   for name in sharded_model.slot_names:
     if name.startswith("w1") and sharded[1][name].shape == (8, 16):
@@ -70,8 +55,8 @@ def test_other_optimizers(make):
 def test_layout_independent_graph_and_no_data_parallel_axis():
   """One graph lowers under a layout without a batch rule (model parallel only): the
   slots are laid out like their variables and nothing extra is communicated."""
-  model = st.ToyModel(_adam(True))
-  unsharded = st.ToyModel(_adam(False))
+  model = st.ToyModel(st.adam(True))
+  unsharded = st.ToyModel(st.adam(False))
   mesh_shape, rules = "all:8", "hidden:all"
   a = analysis.estimate_cost(model.graph, mesh_shape, rules)
   b = analysis.estimate_cost(unsharded.graph, mesh_shape, rules)
@@ -97,7 +82,7 @@ def _traced_records(model, impl):
 @pytest.mark.parametrize("layout", list(st.LAYOUTS))
 def test_communication_equals_prediction(layout):
   key = lambda r: (r.op, r.kind, r.mesh_axes, r.group_size, r.slice_bytes)
-  model = st.ToyModel(_adam(True))
+  model = st.ToyModel(st.adam(True))
   measured = _traced_records(model, st.make_impl("placement", layout))
   predicted = analysis.estimate_cost(model.graph, *st.LAYOUTS[layout],
                                      fetches=[model.loss] + model.update_ops)
@@ -116,7 +101,7 @@ def test_communication_equals_prediction(layout):
   # so the step sends what the unsharded one does (reduce-scatter + all-gather = one
   # allreduce), except on dp for b1, whose gradient (a reduce_sum) is allreduced whole
   # and then also gathered: 7 x 8 bytes (b1 [16] float32 in 8 pieces)
-  unsharded = st.ToyModel(_adam(False))
+  unsharded = st.ToyModel(st.adam(False))
   before = analysis.total_bytes_per_processor(
       _traced_records(unsharded, st.make_impl("placement", layout)))
   extra = 7 * 8 if layout == "dp" else 0
@@ -125,7 +110,7 @@ def test_communication_equals_prediction(layout):
 
 def test_checkpoints_move_between_sharded_and_unsharded(tmp_path):
   for save_shard, save_layout, load_layout in [(True, "dp+mp", "dp"), (False, "dp", "dp+mp")]:
-    model = st.ToyModel(_adam(save_shard))
+    model = st.ToyModel(st.adam(save_shard))
     impl = st.make_impl("placement", save_layout)
     model.train(impl, steps=2)
     saved = {n: v.read_full().numpy() for n, v in impl.variable_store.items()}
@@ -133,14 +118,14 @@ def test_checkpoints_move_between_sharded_and_unsharded(tmp_path):
     prefix = mtf.save_checkpoint(str(tmp_path / str(save_shard)), lowering, global_step=2)
     after = model.train(impl, steps=1)
 
-    other = st.ToyModel(_adam(not save_shard))
+    other = st.ToyModel(st.adam(not save_shard))
     other_impl = st.make_impl("placement", load_layout)
     mtf.Lowering(other.graph, {other.mesh: other_impl})
     result = mtf.restore_checkpoint(prefix, other_impl)
     assert sorted(result.names) == sorted(saved)
     for name, v in other_impl.variable_store.items():
       np.testing.assert_array_equal(v.read_full().numpy(), saved[name], err_msg=name)
-    _assert_same(other.train(other_impl, steps=1), after, 1e-6,
+    st.assert_same(other.train(other_impl, steps=1), after, 1e-6,
                  "step after restoring (saved sharded=%s)" % save_shard)
 
 

@@ -97,45 +97,46 @@ def test_training_loss_matches_tf(case):
               build, reference, rtol=1e-5, atol=1e-5)
 
 
-def test_without_projection_or_z_loss_training_loss_is_the_eval_nll():
-  clusters = [dict(c, length_projection_factor=1) for c in CLUSTERS]
-  hidden = np.random.RandomState(2).normal(size=(2, 8, D)).astype(np.float32)
-  decoder = _decoder(z_loss=0.0)
-  graph = mtf.Graph()
-  mesh = mtf.Mesh(graph, "m")
+def _embedding_on_hidden(seed, clusters):
+  """(mesh, TARGETS, random hidden states (numpy), the same imported, an adaptive
+  embedding) in a new graph."""
+  hidden = np.random.RandomState(seed).normal(size=(2, 8, D)).astype(np.float32)
+  mesh = mtf.Mesh(mtf.Graph(), "m")
   ids = mtf.import_tf_tensor(mesh, TARGETS, [BATCH, LENGTH])
   h = mtf.import_tf_tensor(mesh, hidden, [BATCH, LENGTH, D_DIM])
   embedding = asm.AdaptiveSoftmaxVocabEmbedding(
       mesh, VOCAB_DIM, D_DIM, mtf.VariableDType(tf.float32), "embedding", None,
       clusters=clusters)
+  return mesh, ids, hidden, h, embedding
+
+
+def test_without_projection_or_z_loss_training_loss_is_the_eval_nll():
+  clusters = [dict(c, length_projection_factor=1) for c in CLUSTERS]
+  decoder = _decoder(z_loss=0.0)
+  mesh, ids, _, h, embedding = _embedding_on_hidden(2, clusters)
   losses = []
   for mode in ("train", "eval"):
     context = Context(decoder, mesh, [BATCH], LENGTH, mtf.VariableDType(tf.float32),
                       mode=mode)
     logits = embedding.hidden_to_logits(h, context)
     losses.append(asm.adaptive_softmax_loss_fn(decoder, context, logits, ids, VOCAB_DIM))
-  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl("placement", "", "")})
+  lowering = mtf.Lowering(mesh.graph,
+                          {mesh: mtf_testing.backend_mesh_impl("placement", "", "")})
   train, evaluation = [float(lowering.export_to_tf_tensor(x).numpy()) for x in losses]
   assert train > 1.0  # a real loss, not a masked zero
   np.testing.assert_allclose(train, evaluation, rtol=1e-5)
 
 
 def test_one_cluster_is_a_plain_softmax():
-  hidden = np.random.RandomState(3).normal(size=(2, 8, D)).astype(np.float32)
   decoder = _decoder(z_loss=0.0)
-  graph = mtf.Graph()
-  mesh = mtf.Mesh(graph, "m")
-  ids = mtf.import_tf_tensor(mesh, TARGETS, [BATCH, LENGTH])
-  h = mtf.import_tf_tensor(mesh, hidden, [BATCH, LENGTH, D_DIM])
-  embedding = asm.AdaptiveSoftmaxVocabEmbedding(
-      mesh, VOCAB_DIM, D_DIM, mtf.VariableDType(tf.float32), "embedding", None,
-      clusters=[{"token_count": VOCAB}])
+  mesh, ids, hidden, h, embedding = _embedding_on_hidden(3, [{"token_count": VOCAB}])
   contexts = [Context(decoder, mesh, [BATCH], LENGTH, mtf.VariableDType(tf.float32),
                       mode=mode) for mode in ("eval", "train")]
   log_probs = embedding.hidden_to_logits(h, contexts[0])
   loss = asm.adaptive_softmax_loss_fn(
       decoder, contexts[1], embedding.hidden_to_logits(h, contexts[1]), ids, VOCAB_DIM)
-  lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl("placement", "", "")})
+  lowering = mtf.Lowering(mesh.graph,
+                          {mesh: mtf_testing.backend_mesh_impl("placement", "", "")})
   got, got_loss = [lowering.export_to_tf_tensor(x).numpy() for x in (log_probs, loss)]
   (table,) = [laid.read_full().numpy() for laid in lowering.variables.values()]
   expected = tf.nn.log_softmax(hidden * D ** -0.5 @ table.T, -1).numpy()
