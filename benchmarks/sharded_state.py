@@ -1,9 +1,11 @@
 """Optimizer state split over data parallelism: bytes per device and bytes sent.
 
-    python -m benchmarks.sharded_state [--steps=3]
+    python -m benchmarks.sharded_state [--steps=3] [--size=readme|tiny]
+        [--optimizers=adam,adafactor] [--layouts=dp,dp+mp]
 
 Builds the README LM's shape (2 layers, d_model 64, d_ff 256, 4 heads of 16, vocab
-256) with Adam and with Adafactor, with and without `shard_optimizer_state`, on 8
+256; "tiny", for smoke tests: 1 layer, d_model 16, d_ff 32, 4 heads of 4, vocab 32)
+with Adam and with Adafactor, with and without `shard_optimizer_state`, on 8
 virtual CPUs (placement backend) under dp (`all:8`) and dp+mp (`batch:2;model:4`).
 For each it prints the most optimizer-state bytes any device holds (counted from the
 backend's tf.Variables), the cost model's prediction per processor, the bytes each
@@ -36,20 +38,24 @@ OPTIMIZERS = {
         shard_optimizer_state=shard),
 }
 BATCH, LENGTH = 8, 16
+SIZES = {"readme": dict(layers=2, d_model=64, d_ff=256, heads=4, d_kv=16, vocab=256),
+         "tiny": dict(layers=1, d_model=16, d_ff=32, heads=4, d_kv=4, vocab=32)}
 
 
-def _graph(layout, optimizer):
+def _graph(layout, optimizer, size):
   mesh_shape, rules = LAYOUTS[layout]
   layers = []
-  for i in range(2):
-    block = [transformer_layers.SelfAttention(num_heads=4, key_value_size=16),
-             transformer_layers.DenseReluDense(hidden_size=256)]
+  for i in range(size["layers"]):
+    block = [transformer_layers.SelfAttention(num_heads=size["heads"],
+                                              key_value_size=size["d_kv"]),
+             transformer_layers.DenseReluDense(hidden_size=size["d_ff"])]
     for j, layer in enumerate(block):
       layer.set_name("block_%03d/layer_%03d" % (i, j))
     layers += block
   model = transformer.Unitransformer(
-      layer_stack=transformer.LayerStack(layers), d_model=64, input_vocab_size=256,
-      output_vocab_size=256, autoregressive=True, max_length=LENGTH, vocab_divisor=8,
+      layer_stack=transformer.LayerStack(layers), d_model=size["d_model"],
+      input_vocab_size=size["vocab"], output_vocab_size=size["vocab"],
+      autoregressive=True, max_length=LENGTH, vocab_divisor=8,
       layout=rules, mesh_shape=mesh_shape)
   tf.random.set_seed(1)  # the same initial values in both runs
   return model_graph.ModelGraph(model, BATCH, LENGTH, ["targets"], ModeKeys.TRAIN,
@@ -66,9 +72,9 @@ def _max_slot_bytes(g, impl):
   return max(per_device.values())
 
 
-def _run(layout, name, shard, batches):
+def _run(layout, name, shard, batches, size):
   mesh_shape, rules = LAYOUTS[layout]
-  g = _graph(layout, OPTIMIZERS[name](shard))
+  g = _graph(layout, OPTIMIZERS[name](shard), size)
   impl = mtf.PlacementMeshImpl(mesh_shape, rules, ["/cpu:%d" % i for i in range(8)])
   step = tf.Variable(0, dtype=tf.int64)
   mtf.optimize.set_global_step(step)
@@ -101,18 +107,27 @@ def _run(layout, name, shard, batches):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--steps", type=int, default=3)
+  parser.add_argument("--size", choices=sorted(SIZES), default="readme")
+  parser.add_argument("--optimizers", default=",".join(OPTIMIZERS))
+  parser.add_argument("--layouts", default=",".join(LAYOUTS))
   args = parser.parse_args(argv)
+  for flag, known in (("optimizers", OPTIMIZERS), ("layouts", LAYOUTS)):
+    unknown = set(getattr(args, flag).split(",")) - set(known)
+    if unknown:
+      parser.error("--%s: unknown %s (known: %s)" % (flag, ", ".join(sorted(unknown)),
+                                                    ", ".join(known)))
+  size = SIZES[args.size]
   rng = np.random.RandomState(0)
-  batches = [rng.randint(1, 256, size=(BATCH, LENGTH)).astype(np.int32)
+  batches = [rng.randint(1, size["vocab"], size=(BATCH, LENGTH)).astype(np.int32)
              for _ in range(args.steps)]
   print("%-9s %-6s %-8s %12s %10s %12s %12s %14s" % (
       "optimizer", "layout", "sharded", "slot B/dev", "predicted", "sent B/proc",
       "predicted", "max |dloss|"))
-  for name in OPTIMIZERS:
-    for layout in LAYOUTS:
-      base = _run(layout, name, False, batches)
+  for name in args.optimizers.split(","):
+    for layout in args.layouts.split(","):
+      base = _run(layout, name, False, batches, size)
       for shard in (False, True):
-        r = base if not shard else _run(layout, name, True, batches)
+        r = base if not shard else _run(layout, name, True, batches, size)
         print("%-9s %-6s %-8s %12d %10d %12.0f %12.0f %14.2e" % (
             name, layout, shard, r["slot_bytes"], r["predicted_slot_bytes"], r["sent"],
             r["predicted_sent"], np.max(np.abs(r["losses"] - base["losses"]))))

@@ -60,3 +60,25 @@ def test_step_time_prints_every_variant_with_equal_first_losses():
   for row in rows:
     assert int(row[-4]) > 0 and float(row[-3]) > 0 and float(row[-2]) > 0
     assert abs(float(row[-1]) - float(rows[0][-1])) < 1e-4, row
+
+
+def test_remat_bf16_prints_equal_losses_and_ratios():
+  out = _run("benchmarks.remat_bf16", "--size=tiny", "--steps=1", "--repeats=1",
+             "--backends=placement")
+  remat = [l.split() for l in out.splitlines() if l.startswith("placement ")]
+  assert len(remat) == 4, out  # one remat row, three bf16 rows
+  assert remat[0][-1] == remat[0][-2], out  # recompute_grads changes no loss
+  assert 0 < float(remat[0][3]) < 2, out  # an activation-memory ratio was measured
+  first_losses = [float(r[-1]) for r in remat[1:]]
+  assert max(first_losses) - min(first_losses) < 0.05 * first_losses[0], out
+
+
+def test_sharded_state_prints_bytes_per_device_divided_by_the_dp_degree():
+  out = _run("benchmarks.sharded_state", "--size=tiny", "--steps=2", "--layouts=dp+mp")
+  rows = {(r[0], r[2]): r for r in (l.split() for l in out.splitlines())
+          if len(r) == 8 and r[1] == "dp+mp"}
+  for opt in ("adam", "adafactor"):
+    full, split = rows[(opt, "False")], rows[(opt, "True")]
+    assert full[3] == full[4] and split[3] == split[4], out  # bytes == prediction
+    assert int(full[3]) == 2 * int(split[3]), out  # batch:2 splits the state in two
+    assert float(split[7]) < 1e-5, out  # the same losses

@@ -6,8 +6,8 @@ opens the scope `name` (default "conv2d", "conv3d", "conv2d_transpose",
 creates "<scope>/kernel" of shape [fh, fw, in, out] (3-D: [fd, fh, fw, in, out]; transposed:
 [..., out, in]), with filter dims named "fd", "fh", "fw". conv1d is conv2d on a
 "fake_height" dim of size 1, so its kernel is "conv2d/kernel" [fh=1, fw, in, out] unless
-named. separable_conv1d creates "depthwise_filter" [depthwise_filter_size, in],
-"pointwise_filter" [in, out] and, with use_bias, "bias" [out].
+named. separable_conv1d creates one "depthwise_conv_hack/depthwise_dense_<k>/kernel"
+[in] per tap and "pointwise_dense/kernel" [in, out], with their biases.
 
 The *_with_blocks layers convolve an image cut into blocks, [batch..., blocks dims...,
 spatial dims..., channels], whose blocks dims may be split over the mesh: each block gets
@@ -20,6 +20,8 @@ import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import current_scope_name, variable_scope
+from mesh_tf.layers.dense import dense
+from mesh_tf.layers import initializers
 from mesh_tf.ops import convolution as conv_ops
 from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops.halo import halo_exchange_sides
@@ -256,54 +258,51 @@ def conv1d(x, output_dim, filter_size=3, stride=1, **kw_args):
 def separable_conv1d(x, output_dim, min_relative_pos=-1, max_relative_pos=1,
                      depthwise_filter_initializer_scale=1.0,
                      pointwise_filter_initializer_scale=1.0, name=None, use_bias=True,
-                     kernel_depth_weights=None, depthwise_filter_initializer=None,
-                     pointwise_filter_initializer=None, variable_dtype=None):
-  """Depthwise 1-D convolution along x's length dim, then a pointwise projection.
+                     kernel_depth_weights=None):
+  """A depthwise 1-D convolution along x's length dim, then a pointwise dense layer.
 
-  out[t, o] = sum_c pointwise[c, o] * sum_k w_k depthwise[k, c] x[t + min_relative_pos + k, c]
-  (+ bias[o]), for k in 0 .. max_relative_pos - min_relative_pos, with zeros past the ends.
-  x is [batch..., length, channels]. As in the original, the filters are drawn from
-  random-normal initializers with stddev *_initializer_scale (depthwise) and
-  *_initializer_scale / sqrt(channels) (pointwise) unless initializers are given, and
-  kernel_depth_weights (a list, one per tap; default all 1) scales each tap.
+  x is [batch..., length, channels]. For each tap k = 0 .. K-1 (K = max_relative_pos -
+  min_relative_pos + 1), the input shifted so that position t reads t +
+  min_relative_pos + k (zeros past the ends) is scaled per channel by the dense layer
+  "depthwise_dense_<k>" (kernel [channels] with channels as expert dim; a bias
+  [channels] on tap 0 only); the taps are summed and projected by the dense layer
+  "pointwise_dense" (kernel [channels, output_dim], bias [output_dim]). Everything is in
+  scope `name` (default "separable_conv1d"), the taps in "depthwise_conv_hack", the
+  original's names. Tap kernels start from VarianceScalingInitializer(depthwise scale /
+  K), the pointwise kernel from VarianceScalingInitializer(pointwise scale).
+
+  kernel_depth_weights: optional list of K Tensors with the channels dim, used as the
+    tap kernels instead of variables.
+  output_dim may share its name with the channels dim (dense renames the reduced one).
   """
   what = "separable_conv1d"
   if x.shape.ndims < 2:
     raise ShapeError("%s: input %s has shape %s; it needs [batch dims..., length, "
                      "channels]" % (what, x.name, x.shape), tensor=x.name)
-  if max_relative_pos < min_relative_pos:
+  taps = max_relative_pos - min_relative_pos + 1
+  if taps < 1:
     raise ShapeError("%s: max_relative_pos %d < min_relative_pos %d" % (
         what, max_relative_pos, min_relative_pos), tensor=x.name)
-  length_dim, input_dim = x.shape.dims[-2:]
-  if output_dim.name in x.shape.dimension_names:
-    raise ShapeError("%s: output_dim %s has the name of a dim of input %s %s" % (
-        what, output_dim, x.name, x.shape), tensor=x.name, dim=output_dim.name)
-  size_dim = Dimension("depthwise_filter_size", max_relative_pos - min_relative_pos + 1)
-  if kernel_depth_weights is not None and len(kernel_depth_weights) != size_dim.size:
-    raise ShapeError("%s: %d kernel_depth_weights for %d taps" % (
-        what, len(kernel_depth_weights), size_dim.size), tensor=x.name)
-  if depthwise_filter_initializer is None:
-    depthwise_filter_initializer = tf.random_normal_initializer(
-        stddev=depthwise_filter_initializer_scale)
-  if pointwise_filter_initializer is None:
-    pointwise_filter_initializer = tf.random_normal_initializer(
-        stddev=pointwise_filter_initializer_scale / input_dim.size ** 0.5)
-  if variable_dtype is None:
-    variable_dtype = VariableDType(activation_dtype=x.dtype)
+  length_dim, depth_dim = x.shape.dims[-2:]
+  if kernel_depth_weights is not None and len(kernel_depth_weights) != taps:
+    raise ShapeError("%s: %d kernel_depth_weights for %d taps (min_relative_pos %d, "
+                     "max_relative_pos %d)" % (what, len(kernel_depth_weights), taps,
+                                               min_relative_pos, max_relative_pos),
+                     tensor=x.name)
   with variable_scope(_scope_name(x, name, what)):
-    depthwise = get_variable(x.mesh, "depthwise_filter", [size_dim, input_dim],
-                             initializer=depthwise_filter_initializer, dtype=variable_dtype)
-    pointwise = get_variable(x.mesh, "pointwise_filter", [input_dim, output_dim],
-                             initializer=pointwise_filter_initializer, dtype=variable_dtype)
     total = None
-    for k in range(size_dim.size):
-      taps = mtf_slice(depthwise, k, 1, size_dim.name)
-      shifted = shift(x, -(min_relative_pos + k), length_dim.name, wrap=False)
-      term = einsum([shifted, taps], output_shape=x.shape)
-      if kernel_depth_weights is not None:
-        term *= float(kernel_depth_weights[k])
-      total = term if total is None else total + term
-    y = einsum([total, pointwise], output_shape=x.shape.dims[:-1] + [output_dim])
-    if use_bias:
-      y += get_variable(x.mesh, "bias", [output_dim], initializer=0.0, dtype=variable_dtype)
-    return y
+    with variable_scope("depthwise_conv_hack"):
+      for k in range(taps):
+        term = dense(
+            shift(x, -(min_relative_pos + k), length_dim.name, wrap=False),
+            new_dims=[], reduced_dims=[], expert_dims=[depth_dim],
+            kernel_weights=None if kernel_depth_weights is None
+            else kernel_depth_weights[k],
+            name="depthwise_dense_%d" % k, use_bias=use_bias and k == 0,
+            kernel_initializer=initializers.VarianceScalingInitializer(
+                scale=depthwise_filter_initializer_scale / taps))
+        total = term if total is None else total + term
+    return dense(
+        total, new_dims=[output_dim], reduced_dims=[depth_dim], name="pointwise_dense",
+        use_bias=use_bias, kernel_initializer=initializers.VarianceScalingInitializer(
+            scale=pointwise_filter_initializer_scale))

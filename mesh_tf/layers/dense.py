@@ -1,5 +1,6 @@
 """Dense layers: `dense`, its kernel, GLU-style `dense_product`, and `us_einsum`."""
 import functools
+import sys
 
 import tensorflow as tf
 
@@ -51,9 +52,6 @@ def _check_dense_dims(layer, x, new_dims, reduced_dims, expert_dims):
           "%s: new dim %s is already a dim of input %s %s that the layer keeps; reduce "
           "it (reduced_dims) or give the output dim another name" % (
               layer, d, x.name, x.shape), op=layer, tensor=x.name, dim=d.name)
-  if not new_dims:
-    raise ShapeError("%s: new_dims is empty for input %s" % (layer, x.name), op=layer,
-                     tensor=x.name)
   overlap = [d for d in reduced_dims if d in expert_dims]
   if overlap:
     raise ShapeError("%s: dims %s are both reduced and expert dims" % (
@@ -132,7 +130,11 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
     variable_dtype = _variable_dtype(x, variable_dtype, master_dtype, slice_dtype)
     if kernel_weights is None:
       # The kernel goes in this same scope: name "" adds no component.
-      kernel_weights = get_dense_kernel_weights(
+      # Looked up on mtf.layers at call time, as the original's one-module name was,
+      # so a test patching mtf.layers.get_dense_kernel_weights reaches this call.
+      make_kernel = getattr(sys.modules.get("mesh_tf.layers"), "get_dense_kernel_weights",
+                            get_dense_kernel_weights)
+      kernel_weights = make_kernel(
           x, new_dims, reduced_dims, expert_dims, kernel_initializer, name="",
           variable_dtype=variable_dtype)
     output_shape = Shape([d for d in x.shape.dims if d not in reduced_dims] + new_dims)

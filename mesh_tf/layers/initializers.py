@@ -80,14 +80,18 @@ class VarianceScalingInitializer(DenseInitializer):
     variance = self.variance(reduced_dims, new_dims)
     distribution = self.distribution
 
+    # TF1's initializers, looked up when the variable is made (as the original's were),
+    # so a test that patches tf.compat.v1.truncated_normal_initializer sees the call.
+    v1 = tf.compat.v1
+    if distribution in ("normal", "truncated_normal"):
+      make = v1.truncated_normal_initializer(
+          stddev=math.sqrt(variance) / _TRUNCATED_NORMAL_STDDEV)
+    elif distribution == "untruncated_normal":
+      make = v1.random_normal_initializer(stddev=math.sqrt(variance))
+    else:
+      limit = math.sqrt(3.0 * variance)
+      make = v1.random_uniform_initializer(-limit, limit)
+
     def init(shape, dtype=tf.float32, **unused_kwargs):
-      if distribution in ("normal", "truncated_normal"):
-        stddev = math.sqrt(variance) / _TRUNCATED_NORMAL_STDDEV
-        value = tf.random.truncated_normal(shape, stddev=stddev)
-      elif distribution == "untruncated_normal":
-        value = tf.random.normal(shape, stddev=math.sqrt(variance))
-      else:
-        limit = math.sqrt(3.0 * variance)
-        value = tf.random.uniform(shape, -limit, limit)
-      return tf.cast(value, dtype)
+      return tf.cast(make(shape, dtype=tf.float32), dtype)
     return init

@@ -143,56 +143,12 @@ class Conv1DLayer(Conv1D):
       return _activate(output, self._activation, type(self).__name__)
 
 
-def separable_conv1d(context, x, output_dim, min_relative_pos, max_relative_pos,
-                     depthwise_scale=1.0, pointwise_scale=1.0, kernel_depth_weights=None):
-  """out[t] = bias + pointwise . sum_r depthwise_r * x[t + r], r in [min, max] (zeros
-  beyond the ends), in scope "separable_conv1d": "depthwise_filter"
-  [depthwise_filter_size, channels] (unless kernel_depth_weights gives each tap's
-  weights, broadcastable to x), "pointwise_filter" [channels, output_dim], "bias"."""
-  length_dim, input_dim = x.shape.dims[-2:]
-  size = max_relative_pos - min_relative_pos + 1
-  if size < 1:
-    raise ShapeError("separable_conv1d: max_relative_pos %d < min_relative_pos %d" % (
-        max_relative_pos, min_relative_pos), tensor=x.name, dim=length_dim.name)
-  if kernel_depth_weights is not None and len(kernel_depth_weights) != size:
-    raise ShapeError("separable_conv1d: %d kernel_depth_weights for a filter of %d" % (
-        len(kernel_depth_weights), size), tensor=x.name, dim=length_dim.name)
-  size_dim = mtf.Dimension("depthwise_filter_size", size)
-  del context  # Like the original's, these variables do not read context.variable_dtype:
-  # float32 master and slices, read in the input's dtype.
-  vdtype = mtf.VariableDType(tf.float32, tf.float32, x.dtype)
-  with mtf.variable_scope("separable_conv1d"):
-    if kernel_depth_weights is None:
-      depthwise = mtf.get_variable(
-          x.mesh, "depthwise_filter", mtf.Shape([size_dim, input_dim]),
-          initializer=tf.random_normal_initializer(stddev=depthwise_scale * size ** -0.5),
-          dtype=vdtype)
-      kernel_depth_weights = [mtf.slice(depthwise, k, 1, size_dim.name)
-                              for k in range(size)]
-    pointwise = mtf.get_variable(
-        x.mesh, "pointwise_filter", mtf.Shape([input_dim, output_dim]),
-        initializer=tf.random_normal_initializer(
-            stddev=pointwise_scale * input_dim.size ** -0.5),
-        dtype=vdtype)
-    bias = mtf.get_variable(x.mesh, "bias", mtf.Shape([output_dim]),
-                            initializer=tf.zeros_initializer(),
-                            dtype=vdtype)
-  taps = []
-  for k, weight in enumerate(kernel_depth_weights):
-    shifted = mtf.shift(x, -(min_relative_pos + k), length_dim, wrap=False)
-    taps.append(mtf.einsum([shifted, mtf.cast(weight, x.dtype)], output_shape=x.shape))
-  depthwise_output = mtf.add_n(taps)
-  output = mtf.einsum([depthwise_output, mtf.cast(pointwise, x.dtype)],
-                      output_shape=mtf.Shape(x.shape.dims[:-1] + [output_dim]))
-  return output + mtf.cast(bias, x.dtype)
-
-
 @gin.configurable(module="transformer_layers")
 class SeparableConv1DLayer(Conv1D):
   """A depthwise-separable 1-D convolution over the length dim: output position t
   sees inputs t + min_relative_pos .. t + max_relative_pos (e.g. -2..0 is causal),
   each channel with its own taps, then a pointwise projection to output_size, a bias
-  and the activation. Variables in "separable_conv1d" (see separable_conv1d)."""
+  and the activation. Variables in "separable_conv1d" (see mtf.layers.separable_conv1d)."""
 
   def __init__(self, min_relative_pos, max_relative_pos, output_size,
                depthwise_filter_initializer_scale=1.0,
@@ -239,11 +195,14 @@ class SeparableConv1DLayer(Conv1D):
                      "position (max_relative_pos 0, got %d)" % (type(self).__name__,
                                                                 max_pos))
     model_dim = x.shape.dims[-1]
-    output = separable_conv1d(
-        context, x, mtf.Dimension(model_dim.name + "_out", self._output_size),
-        min_pos, max_pos, self._depthwise_filter_initializer_scale,
-        self._pointwise_filter_initializer_scale, kernel_depth_weights=all_kernel_wts)
-    output = mtf.rename_dimension(output, model_dim.name + "_out", model_dim.name)
+    # Like the original's, these variables do not read context.variable_dtype: float32
+    # master and slices, read in the input's dtype.
+    output = mtf.layers.separable_conv1d(
+        x, mtf.Dimension(model_dim.name, self._output_size), min_pos, max_pos,
+        self._depthwise_filter_initializer_scale,
+        self._pointwise_filter_initializer_scale, use_bias=True,
+        kernel_depth_weights=all_kernel_wts,
+        name="separable_conv1d")  # one name on every call (decoding calls it again)
     if one_step:
       last = mtf.Dimension(x.shape.dims[-2].name, 1)
       output = mtf.reduce_sum(mtf.slice(output, self.filter_size - 1, 1, last.name),

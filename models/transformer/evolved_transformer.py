@@ -1,17 +1,19 @@
-"""The Evolved Transformer's layers (So et al. 2019), used inside a LayerStack whose
-sublayers normalize the input and add the residual.
+"""The Evolved Transformer's layers (So et al. 2019, arXiv 1901.11117), used inside a
+LayerStack whose sublayers normalize the input and add the residual. Structure and
+variable names are the original library's, so its checkpoints load by name.
 
 - `GatedLinearUnitLayer`: d_model -> d_model GLU, dense "glu_0" times sigmoid of "glu_1".
-- `EncoderConvolutionalLayer`: a ReLU dense branch to 4 * d_model ("dense_layer") plus
-  a ReLU 3-wide convolution branch to d_model / 2 ("conv1d", zero-padded to 4 * d_model),
-  layer norm ("layer_norm"), then a 9-wide separable convolution to d_model / 2
-  ("separable_conv1d"), zero-padded to d_model. Dropout on both branches in training.
+- `EncoderConvolutionalLayer`: in scope "conv1x1" a bias-free ReLU dense to 4 * d_model;
+  in "conv3x1" a ReLU 3-wide Conv1DLayer to d_model / 2, zero-padded to 4 * d_model;
+  their sum through layer_norm, then in "sep_conv9x1" a 9-wide SeparableConv1DLayer to
+  d_model / 2, zero-padded to d_model. Dropout after each branch and the last conv.
 - `DecoderAttentionLayer`: self-attention with 2 * base_num_heads heads ("self_attention")
   plus encoder-decoder attention with base_num_heads ("enc_dec_attention").
-- `DecoderConvolutionalLayer`: causal separable convolutions, 11 wide to 2 * d_model
-  with ReLU ("separable_conv_11x1") plus 7 wide to d_model / 2 ("separable_conv_7x1_1",
-  zero-padded), layer norm, then 7 wide to d_model ("separable_conv_7x1_2").
-The convolution layers need the whole sequence (no incremental decoding).
+- `DecoderConvolutionalLayer`: causal SeparableConv1DLayers, 11 wide to 2 * d_model with
+  ReLU ("sep_conv11x1") plus 7 wide to d_model / 2 ("sep_conv7x1_1", zero-padded), layer
+  norm, then 7 wide to d_model ("sep_conv7x1_2"). Its convolutions end at the current
+  position, so it decodes incrementally from their cached inputs.
+The channel dims keep the model dim's name at every width, as in the original.
 """
 import math
 
@@ -25,33 +27,23 @@ from models.transformer.context import incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
 
 
-def _initializer(scale):
-  """Truncated normal with variance scale / fan_in (all but the last axis of the shape)."""
-  def init(shape, dtype=tf.float32, **unused_kwargs):
-    fan_in = max(1, math.prod(list(shape)[:-1]))
-    # 0.8796 is the stddev of a unit normal truncated to [-2, 2].
-    stddev = math.sqrt(scale / fan_in) / 0.87962566103423978
-    return tf.cast(tf.random.truncated_normal(shape, stddev=stddev), dtype)
-  return init
-
-
-def _check_full_sequence(layer, context, x):
-  if context.length_dim not in x.shape.dims:
-    raise mtf.ShapeError("%s: input %s has no length dim %s; the convolution layers of "
-                         "the Evolved Transformer need whole sequences (no incremental "
-                         "decoding)" % (type(layer).__name__, x.shape, context.length_dim),
-                         dim=context.length_dim.name)
-
-
-def _pad_channels(x, dim, to_dim):
-  """x with its channel dim `dim` zero-padded at the end and renamed to `to_dim`."""
-  x = mtf.pad(x, [0, to_dim.size - dim.size], dim.name)
-  return mtf.rename_dimension(x, dim.name, to_dim.name)
+def _pad_channels(x, size):
+  """x with its last (channel) dim zero-padded at the end to size."""
+  channels = x.shape.dims[-1]
+  if channels.size > size:
+    raise mtf.ShapeError("evolved_transformer: cannot pad channel dim %s of %s to the "
+                         "smaller size %d" % (channels, x.name, size), tensor=x.name,
+                         dim=channels.name)
+  if channels.size == size:
+    return x
+  return mtf.pad(x, [0, size - channels.size], channels.name)
 
 
 def _dropout(context, x, rate):
+  """Dropout shared over the length dim (noise [batch dims..., channels]) in training."""
   if context.train and rate > 0:
-    return mtf.dropout(x, is_training=True, rate=rate)
+    return mtf.dropout(x, is_training=True, rate=rate,
+                       noise_shape=mtf.Shape(context.batch_dims + x.shape.dims[-1:]))
   return x
 
 
@@ -82,37 +74,37 @@ class EncoderConvolutionalLayer(TransformerLayer):
   """The Evolved Transformer's encoder convolution block (see the module docstring)."""
 
   def __init__(self, d_model, dropout_rate, initializer_scale=1.0, norm_epsilon=1e-6):
-    self._d_model = d_model
     self._dropout_rate = dropout_rate
-    self._initializer_scale = initializer_scale
     self._norm_epsilon = norm_epsilon
+    self._conv3x1 = transformer_layers.Conv1DLayer(
+        filter_size=3, output_size=int(d_model / 2), activation="relu")
+    self._sep_conv9x1 = transformer_layers.SeparableConv1DLayer(
+        min_relative_pos=-4, max_relative_pos=4, output_size=int(d_model / 2),
+        depthwise_filter_initializer_scale=initializer_scale,
+        pointwise_filter_initializer_scale=initializer_scale)
 
   def call(self, context, x, losses=None):
     """Dense and convolution branches, layer norm, separable convolution."""
-    del losses
-    _check_full_sequence(self, context, x)
+    with transformer_layers.class_scope(self):
+      return self._call(context, x, losses)
+
+  def _call(self, context, x, losses):
     model_dim = x.shape.dims[-1]
-    init = _initializer(self._initializer_scale)
-    vdt = context.variable_dtype
-    wide = mtf.Dimension("hidden_ffn", 4 * self._d_model)
-    left = mtf.layers.dense(x, wide, activation=mtf.relu, use_bias=True,
-                            kernel_initializer=init, variable_dtype=vdt,
-                            name="dense_layer")
-    left = _dropout(context, left, self._dropout_rate)
-    half = mtf.Dimension("conv_half", self._d_model // 2)
-    right = mtf.relu(mtf.layers.conv1d(x, half, filter_size=3, padding="SAME",
-                                       filter_initializer=init, variable_dtype=vdt,
-                                       name="conv1d"))
-    right = _dropout(context, right, self._dropout_rate)
-    hidden = left + _pad_channels(right, half, wide)
-    hidden = mtf.layers.layer_norm(hidden, wide, epsilon=self._norm_epsilon,
-                                   name="layer_norm")
-    out_half = mtf.Dimension("sep_conv_half", self._d_model // 2)
-    hidden = mtf.layers.separable_conv1d(
-        hidden, out_half, min_relative_pos=-4, max_relative_pos=4,
-        depthwise_filter_initializer=init, pointwise_filter_initializer=init,
-        variable_dtype=vdt, name="separable_conv1d")
-    return _pad_channels(hidden, out_half, model_dim)
+    hidden_dim = mtf.Dimension(model_dim.name, 4 * model_dim.size)
+    with mtf.variable_scope("conv1x1"):
+      left = mtf.layers.dense(x, new_dims=[hidden_dim], reduced_dims=[model_dim],
+                              activation=mtf.relu, use_bias=False,
+                              variable_dtype=context.variable_dtype)
+      left = _dropout(context, left, self._dropout_rate)
+    with mtf.variable_scope("conv3x1"):
+      right = self._conv3x1.call(context, x, losses)
+      right = _pad_channels(_dropout(context, right, self._dropout_rate), hidden_dim.size)
+    hidden = left + right
+    hidden = mtf.layers.layer_norm(hidden, hidden.shape.dims[-1],
+                                   epsilon=self._norm_epsilon)
+    with mtf.variable_scope("sep_conv9x1"):
+      output = self._sep_conv9x1.call(context, hidden, losses)
+      return _pad_channels(_dropout(context, output, self._dropout_rate), model_dim.size)
 
 
 @gin.configurable(module="evolved_transformer")
@@ -133,13 +125,14 @@ class DecoderAttentionLayer(TransformerLayer):
 
   @incremental_aware
   def call(self, context, x, losses=None):
-    """The sum of both attentions of x."""
-    with mtf.variable_scope("self_attention"):
-      y = self._self_attention.call(context, x, losses=losses)
-    if context.encoder_output is None:
-      return y
-    with mtf.variable_scope("enc_dec_attention"):
-      return y + self._enc_dec_attention.call(context, x, losses=losses)
+    """The sum of both attentions of x (self-attention alone without an encoder)."""
+    with transformer_layers.class_scope(self):
+      with mtf.variable_scope("self_attention"):
+        y = self._self_attention.call(context, x, losses=losses)
+      if context.encoder_output is None:
+        return y
+      with mtf.variable_scope("enc_dec_attention"):
+        return y + self._enc_dec_attention.call(context, x, losses=losses)
 
 
 @gin.configurable(module="evolved_transformer")
@@ -150,30 +143,39 @@ class DecoderConvolutionalLayer(TransformerLayer):
   def __init__(self, d_model, dropout_rate, initializer_scale=1.0, norm_epsilon=1e-6):
     self._d_model = d_model
     self._dropout_rate = dropout_rate
-    self._initializer_scale = initializer_scale
     self._norm_epsilon = norm_epsilon
 
-  def _causal_conv(self, x, out_dim, width, name, context):
-    init = _initializer(self._initializer_scale)
-    return mtf.layers.separable_conv1d(
-        x, out_dim, min_relative_pos=1 - width, max_relative_pos=0,
-        depthwise_filter_initializer=init, pointwise_filter_initializer=init,
-        variable_dtype=context.variable_dtype, name=name)
+    def causal(width, output_size, activation="linear"):
+      return transformer_layers.SeparableConv1DLayer(
+          min_relative_pos=1 - width, max_relative_pos=0, output_size=output_size,
+          depthwise_filter_initializer_scale=initializer_scale,
+          pointwise_filter_initializer_scale=initializer_scale, activation=activation)
+    self._sep_conv11x1 = causal(11, int(2 * d_model), "relu")
+    self._sep_conv7x1_1 = causal(7, int(d_model / 2))
+    self._sep_conv7x1_2 = causal(7, d_model)
 
+  @property
+  def supports_incremental_decoding(self):
+    """Every convolution ends at the current position."""
+    return True
+
+  @incremental_aware
   def call(self, context, x, losses=None):
     """Two causal separable-convolution branches, layer norm, a causal convolution."""
-    del losses
-    _check_full_sequence(self, context, x)
-    model_dim = x.shape.dims[-1]
-    wide = mtf.Dimension("hidden_conv_wide", 2 * self._d_model)
-    half = mtf.Dimension("hidden_conv_half", self._d_model // 2)
-    left = mtf.relu(self._causal_conv(x, wide, 11, "separable_conv_11x1", context))
-    left = _dropout(context, left, self._dropout_rate)
-    right = self._causal_conv(x, half, 7, "separable_conv_7x1_1", context)
-    right = _dropout(context, right, self._dropout_rate)
-    hidden = left + _pad_channels(right, half, wide)
-    hidden = mtf.layers.layer_norm(hidden, wide, epsilon=self._norm_epsilon,
-                                   name="layer_norm")
-    out = mtf.Dimension("_%s_out" % model_dim.name, model_dim.size)
-    hidden = self._causal_conv(hidden, out, 7, "separable_conv_7x1_2", context)
-    return mtf.rename_dimension(hidden, out.name, model_dim.name)
+    with transformer_layers.class_scope(self):
+      return self._call(context, x, losses)
+
+  def _call(self, context, x, losses):
+    with mtf.variable_scope("sep_conv11x1"):
+      left = _dropout(context, self._sep_conv11x1.call(context, x, losses),
+                      self._dropout_rate)
+    with mtf.variable_scope("sep_conv7x1_1"):
+      right = _dropout(context, self._sep_conv7x1_1.call(context, x, losses),
+                       self._dropout_rate)
+      right = _pad_channels(right, left.shape.dims[-1].size)
+    hidden = left + right
+    hidden = mtf.layers.layer_norm(hidden, hidden.shape.dims[-1],
+                                   epsilon=self._norm_epsilon)
+    with mtf.variable_scope("sep_conv7x1_2"):
+      return _dropout(context, self._sep_conv7x1_2.call(context, hidden, losses),
+                      self._dropout_rate)

@@ -12,7 +12,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
-from models.transformer.transformer_layer import TransformerLayer
+from models.transformer.transformer_layer import TransformerLayer, inside_layer_call
 
 
 def _model_dim(context):
@@ -28,7 +28,8 @@ def sublayer_call_layer(x, layer_stack, context):
   """Calls the current layer (inputs masked at padding) in its class-name scope."""
   x = sublayer_mask_padding(x, layer_stack, context)
   layer = context.current_layer
-  with mtf.variable_scope(type(layer).__name__):
+  # Always its own scope, even for a stack nested in a layer (a universal transformer's).
+  with mtf.variable_scope(type(layer).__name__), inside_layer_call():
     y = layer.call(context, x)
   _check_layer_output(layer, x, y)
   return y

@@ -1,4 +1,10 @@
-"""`TransformerLayer`: the base class of every layer a LayerStack holds."""
+"""`TransformerLayer`: the base class of every layer a LayerStack holds, and the
+class-name variable scope a layer's variables live in (`class_scope`)."""
+import contextlib
+import threading
+
+import mesh_tf as mtf
+from mesh_tf.graph import current_scope_name
 
 
 class TransformerLayer:
@@ -31,3 +37,36 @@ class TransformerLayer:
     fields = {k.lstrip("_"): v for k, v in sorted(vars(self).items()) if k != "_name"}
     return "%s(%s)" % (type(self).__name__,
                        ", ".join("%s=%r" % item for item in fields.items()))
+
+
+_INSIDE_LAYER = threading.local()
+
+
+@contextlib.contextmanager
+def class_scope(layer):
+  """Opens a variable scope named after the layer's class when the layer is called on
+  its own; inside another layer's call (a LayerStack's, or a layer that calls its own
+  sublayers, such as the Evolved Transformer's), or inside that scope already, none.
+
+  The original's LayerStack opened the class-name scope around each of its layers and
+  a layer called from inside another layer got no scope of its own, so its variables
+  sat directly in the caller's scopes ("DecoderAttentionLayer/self_attention/q").
+  """
+  name = type(layer).__name__
+  scope = current_scope_name()
+  if getattr(_INSIDE_LAYER, "depth", 0) or scope == name or scope.endswith("/" + name):
+    with inside_layer_call():
+      yield
+    return
+  with mtf.variable_scope(name), inside_layer_call():
+    yield
+
+
+@contextlib.contextmanager
+def inside_layer_call():
+  """Marks the code inside as running in a layer's call (see class_scope)."""
+  _INSIDE_LAYER.depth = getattr(_INSIDE_LAYER, "depth", 0) + 1
+  try:
+    yield
+  finally:
+    _INSIDE_LAYER.depth -= 1

@@ -9,7 +9,6 @@ from attention_variants.py, experts_attention.py and conv_layers.py, the origina
 other attention and convolutional layers (TalkingHeadsSelfAttention,
 ExpertsSelfAttention, Conv1DLayer, ...).
 """
-import contextlib
 import importlib
 
 import gin
@@ -22,25 +21,9 @@ from models.transformer import attention
 from models.transformer import model_layout
 from models.transformer import relative_position
 from models.transformer.context import cached_memory, incremental_aware
-from models.transformer.transformer_layer import TransformerLayer
+from models.transformer.transformer_layer import TransformerLayer, class_scope
 
 RELATIVE_ATTENTION_TYPES = (None, "bias", "bias_shared", "contextual")
-
-
-@contextlib.contextmanager
-def class_scope(layer):
-  """Opens a variable scope named after the layer's class, unless already inside it.
-
-  The original opened it around every layer call; whichever of the layer stack and the
-  layer opens it, the variables end up in exactly one such scope.
-  """
-  name = type(layer).__name__
-  scope = current_scope_name()
-  if scope == name or scope.endswith("/" + name):
-    yield
-  else:
-    with mtf.variable_scope(name):
-      yield
 
 
 def _model_flag(context, name):
@@ -676,7 +659,8 @@ class LocalSelfAttention(SelfAttention):
 @gin.configurable(module="transformer_layers")
 class ParallelLayer(TransformerLayer):
   """Several layers applied to the same input; their outputs summed, scaled by
-  1/sqrt(number of layers). Layer i's variables go under "parallel_<i>"."""
+  1/sqrt(number of layers). Layer i's variables go under "parallel_layer_<i>" (with
+  use_scope; the original's name), without a class-name scope of their own."""
 
   def __init__(self, layer_classes=(DenseReluDense, SelfAttention), use_scope=True):
     self.layer_classes = [c() if isinstance(c, type) else c for c in layer_classes]
@@ -691,15 +675,14 @@ class ParallelLayer(TransformerLayer):
   @incremental_aware
   def call(self, context, x, losses=None):
     """Sum of the layers' outputs on x, times len(layers)**-0.5."""
-    del losses
     outputs = []
     with class_scope(self):
       for i, layer in enumerate(self.layer_classes):
         if self.use_scope:
-          with mtf.variable_scope("parallel_%d" % i):
-            outputs.append(layer.call(context, x))
+          with mtf.variable_scope("parallel_layer_%d" % i):
+            outputs.append(layer.call(context, x, losses=losses))
         else:
-          outputs.append(layer.call(context, x))
+          outputs.append(layer.call(context, x, losses=losses))
     return mtf.add_n(outputs) * (len(outputs) ** -0.5)
 
 

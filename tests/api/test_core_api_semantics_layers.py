@@ -37,22 +37,24 @@ def test_weights_nonzero_is_float_by_default(mesh_shape, layout):
 @CASES
 def test_conv1d_kw_args_and_separable_conv1d_positional(mesh_shape, layout):
   shape = [BATCH, LENGTH, CHANNELS]
-  weights = [0.5, 1.0, 2.0]
+  # One weight per channel and tap, used as the taps' kernels.
+  weights = np.arange(3 * CHANNELS.size, dtype=np.float32).reshape(3, -1) / 4 - 1
 
   def build(x):
+    taps = [mtf.import_tf_tensor(x.mesh, w, [CHANNELS]) for w in weights]
     return [mtf.layers.conv1d(x, HIDDEN, 3, 1, padding="VALID", name="c1"),
             # (x, output_dim, min/max_relative_pos, two init scales, name, use_bias,
             #  kernel_depth_weights), as in the original
-            mtf.layers.separable_conv1d(x, HIDDEN, -1, 1, 1.0, 1.0, "sep", True, weights)]
+            mtf.layers.separable_conv1d(x, HIDDEN, -1, 1, 1.0, 1.0, "sep", True, taps)]
 
   def reference(xs, p):
     x = xs[0]
     conv = tf.nn.conv1d(x, p["c1/kernel"][0], 1, "VALID")
-    depthwise = p["sep/depthwise_filter"]
     padded = tf.pad(x, [[0, 0], [1, 1], [0, 0]])
-    mixed = tf.add_n([weights[k] * padded[:, k:k + 6] * depthwise[k] for k in range(3)])
-    return [conv, tf.einsum("blc,co->blo", mixed, p["sep/pointwise_filter"]) +
-            p["sep/bias"]]
+    mixed = tf.add_n([weights[k] * padded[:, k:k + 6] for k in range(3)])
+    mixed += p["sep/depthwise_conv_hack/depthwise_dense_0/bias"]
+    return [conv, tf.einsum("blc,co->blo", mixed, p["sep/pointwise_dense/kernel"]) +
+            p["sep/pointwise_dense/bias"]]
   check_layer(_impl(mesh_shape, layout), [(random_array(shape, 3), shape)], build,
               reference, rtol=1e-4, atol=1e-5)
 

@@ -63,16 +63,22 @@ def test_conv1d_and_separable_conv1d(make_mesh_impl, case):
   def reference(xs, p):
     x = xs[0]
     conv = tf.nn.conv1d(x, p["conv2d/kernel"][0], 2, "SAME")
-    depthwise = p["separable_conv1d/depthwise_filter"]
+    taps = "separable_conv1d/depthwise_conv_hack/depthwise_dense_%d/"
     padded = tf.pad(x, [[0, 0], [2, 1], [0, 0]])
-    mixed = tf.add_n([padded[:, k:k + 5] * depthwise[k] for k in range(4)])
-    sep = (tf.einsum("blc,co->blo", mixed, p["separable_conv1d/pointwise_filter"]) +
-           p["separable_conv1d/bias"])
+    mixed = tf.add_n([padded[:, k:k + 5] * p[taps % k + "kernel"] for k in range(4)])
+    mixed += p[taps % 0 + "bias"]
+    sep = (tf.einsum("blc,co->blo", mixed, p["separable_conv1d/pointwise_dense/kernel"]) +
+           p["separable_conv1d/pointwise_dense/bias"])
     return [conv, sep]
   _, params = check_layer(make_mesh_impl(*case), [(random_array(shape, 2), shape)], build,
                           reference, **TOL)
   assert params["conv2d/kernel"].shape == (1, 3, 4, 8)
-  assert params["separable_conv1d/depthwise_filter"].shape == (4, 4)
+  assert sorted(n for n in params if n.startswith("separable_conv1d/")) == sorted(
+      ["separable_conv1d/depthwise_conv_hack/depthwise_dense_%d/kernel" % k
+       for k in range(4)] + ["separable_conv1d/depthwise_conv_hack/depthwise_dense_0/bias",
+                             "separable_conv1d/pointwise_dense/kernel",
+                             "separable_conv1d/pointwise_dense/bias"])
+  assert params["separable_conv1d/depthwise_conv_hack/depthwise_dense_1/kernel"].shape == (4,)
 
 
 @pytest.mark.parametrize("case", FOCUSED_CASES, ids=FOCUSED_IDS)

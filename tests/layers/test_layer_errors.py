@@ -38,7 +38,8 @@ def test_dense_expert_dim_not_in_input_and_new_dim_clash():
           "expert_dims", "nowhere")
   _raises(mtf.ShapeError, lambda: mtf.layers.dense(x, LENGTH, name="clash"),
           "dense 'clash'", "new dim", "length")
-  _raises(mtf.ShapeError, lambda: mtf.layers.dense(x, [], name="empty"), "new_dims")
+  # No new dims is allowed, as in the original: a weighted sum over the reduced dim.
+  assert mtf.layers.dense(x, [], name="empty").shape.dims == x.shape.dims[:-1]
 
 
 def test_dense_product_unknown_activation():

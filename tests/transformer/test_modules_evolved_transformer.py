@@ -13,9 +13,13 @@ from test_transformer_layers import (  # pylint: disable=g-multiple-import
     model_dim, ref_attention, run_layer)
 from models.transformer import evolved_transformer as et
 
+# Every channel dim is named d_model, at each of its widths (8, 32, 16, 4), as in the
+# original; splitting it splits them all.
 CASES = [("placement", "", ""),
-         ("placement", "rows:2;cols:4", "batch:rows;hidden_ffn:cols;heads:cols"),
-         ("simd", "rows:2;cols:4", "batch:rows;hidden_conv_wide:cols")]
+         ("placement", "rows:2;cols:4", "batch:rows;d_model:cols"),
+         ("simd", "rows:2;cols:4", "batch:rows;d_model:cols")]
+ATTENTION_CASES = [CASES[0], ("placement", "rows:2;cols:4", "batch:rows;heads:cols"),
+                   CASES[2]]
 CASE_IDS = ["single", "placement_dp_mp", "simd_dp_mp"]
 
 
@@ -24,12 +28,17 @@ def layer_norm(x, scale, bias):
   return (x - mean) * tf.math.rsqrt(variance + 1e-6) * scale + bias
 
 
-def separable(x, depthwise, pointwise, bias, lo, hi):
-  """sum_k depthwise[k] * x[t + lo + k] (zeros past the ends), then pointwise + bias."""
+def separable(x, v, scope, lo, hi):
+  """The original's separable_conv1d from the variables v under scope: per-channel taps
+  sum_k kernel_k * x[t + lo + k] (zeros past the ends) plus the tap-0 bias, then the
+  pointwise dense layer."""
+  p = lambda n: v[scope + "_separable_conv1d_" + n]
   length = x.shape[1]
   padded = tf.pad(x, [[0, 0], [-lo, hi], [0, 0]])
-  taps = sum(depthwise[k] * padded[:, k:k + length] for k in range(hi - lo + 1))
-  return taps @ pointwise + bias
+  taps = sum(p("depthwise_conv_hack_depthwise_dense_%d_kernel" % k) * padded[:, k:k + length]
+             for k in range(hi - lo + 1))
+  taps += p("depthwise_conv_hack_depthwise_dense_0_bias")
+  return taps @ p("pointwise_dense_kernel") + p("pointwise_dense_bias")
 
 
 def pad_to(x, size):
@@ -49,26 +58,33 @@ def test_gated_linear_unit_matches_tf(case):
   check_against_reference(result, w, x, ref)
 
 
+def _relative(result, prefix):
+  """{name under SCOPE/prefix: shape} of the layer's variables."""
+  start = len(SCOPE) + 1 + len(prefix) + 1
+  return {n[start:]: v.shape for n, v in result.values.items()}
+
+
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_encoder_convolutional_layer_matches_tf(case):
   x = _x(2)
   layer = et.EncoderConvolutionalLayer(d_model=D_MODEL, dropout_rate=0.1)
   result, w = run_layer(layer, mtf_testing.backend_mesh_impl(*case), x)
-  shapes = {n[len(SCOPE) + 1:]: v.shape for n, v in result.values.items()}
-  assert shapes["dense_layer/kernel"] == (D_MODEL, 4 * D_MODEL)
-  assert shapes["separable_conv1d/depthwise_filter"] == (9, 4 * D_MODEL)
-  assert shapes["separable_conv1d/pointwise_filter"] == (4 * D_MODEL, D_MODEL // 2)
+  shapes = _relative(result, "EncoderConvolutionalLayer")
+  assert shapes["conv1x1/dense/kernel"] == (D_MODEL, 4 * D_MODEL)
+  assert shapes["conv3x1/conv2d/kernel"] == (1, 3, D_MODEL, D_MODEL // 2)
+  assert shapes["sep_conv9x1/separable_conv1d/pointwise_dense/kernel"] == (
+      4 * D_MODEL, D_MODEL // 2)
+  assert len(shapes) == 2 + 2 + 9 + 3  # kernels, layer norm, taps, biases and pointwise
 
   def ref(x, **v):
-    left = tf.nn.relu(x @ v["dense_layer_kernel"] + v["dense_layer_bias"])
-    right = tf.nn.relu(tf.nn.conv2d(x[:, None], v["conv1d_kernel"], 1, "SAME")[:, 0])
+    v = {n[len("EncoderConvolutionalLayer_"):]: t for n, t in v.items()}
+    left = tf.nn.relu(x @ v["conv1x1_dense_kernel"])
+    right = tf.nn.relu(tf.nn.conv2d(x[:, None], v["conv3x1_conv2d_kernel"], 1,
+                                    "SAME")[:, 0])
     hidden = left + pad_to(right, 4 * D_MODEL)
-    hidden = layer_norm(hidden, v["layer_norm_layer_norm_layer_norm_scale"],
-                        v["layer_norm_layer_norm_layer_norm_bias"])
-    hidden = separable(hidden, v["separable_conv1d_depthwise_filter"],
-                       v["separable_conv1d_pointwise_filter"],
-                       v["separable_conv1d_bias"], -4, 4)
-    return pad_to(hidden, D_MODEL)
+    norm = "layer_prepostprocess_layer_norm_layer_norm_"
+    hidden = layer_norm(hidden, v[norm + "scale"], v[norm + "bias"])
+    return pad_to(separable(hidden, v, "sep_conv9x1", -4, 4), D_MODEL)
   check_against_reference(result, w, x, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -77,25 +93,23 @@ def test_decoder_convolutional_layer_matches_tf(case):
   x = _x(3)
   layer = et.DecoderConvolutionalLayer(d_model=D_MODEL, dropout_rate=0.0)
   result, w = run_layer(layer, mtf_testing.backend_mesh_impl(*case), x)
+  shapes = _relative(result, "DecoderConvolutionalLayer")
+  # The reference is causal (taps t-width+1 .. t only); so the layer is.
+  assert [len([n for n in shapes if n.startswith(scope) and n.endswith("/kernel")]) - 1
+          for scope in ("sep_conv11x1/", "sep_conv7x1_1/", "sep_conv7x1_2/")] == [11, 7, 7]
 
   def ref(x, **v):
-    conv = lambda t, name, width: separable(
-        t, v[name + "_depthwise_filter"], v[name + "_pointwise_filter"],
-        v[name + "_bias"], 1 - width, 0)
-    left = tf.nn.relu(conv(x, "separable_conv_11x1", 11))
-    right = conv(x, "separable_conv_7x1_1", 7)
-    hidden = layer_norm(left + pad_to(right, 2 * D_MODEL),
-                        v["layer_norm_layer_norm_layer_norm_scale"],
-                        v["layer_norm_layer_norm_layer_norm_bias"])
-    return conv(hidden, "separable_conv_7x1_2", 7)
+    v = {n[len("DecoderConvolutionalLayer_"):]: t for n, t in v.items()}
+    left = tf.nn.relu(separable(x, v, "sep_conv11x1", -10, 0))
+    right = separable(x, v, "sep_conv7x1_1", -6, 0)
+    norm = "layer_prepostprocess_layer_norm_layer_norm_"
+    hidden = layer_norm(left + pad_to(right, 2 * D_MODEL), v[norm + "scale"],
+                        v[norm + "bias"])
+    return separable(hidden, v, "sep_conv7x1_2", -6, 0)
   check_against_reference(result, w, x, ref, rtol=1e-4, atol=1e-4)
-  # The reference is causal (taps t-width+1 .. t only); so the layer is.
-  shapes = {n[len(SCOPE) + 1:]: v.shape for n, v in result.values.items()}
-  assert [shapes["separable_conv_%s/depthwise_filter" % n][0]
-          for n in ("11x1", "7x1_1", "7x1_2")] == [11, 7, 7]
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", ATTENTION_CASES, ids=CASE_IDS)
 def test_decoder_attention_layer_matches_tf(case):
   gin.parse_config("transformer_layers.SelfAttention.key_value_size = 2")
   try:
@@ -107,28 +121,16 @@ def test_decoder_attention_layer_matches_tf(case):
   x = _x(4)
   result, w = run_layer(layer, mtf_testing.backend_mesh_impl(*case), x, imports={
       "encoder_output": (encoder, [batch_dim, memory_dim, model_dim])})
-  names = sorted(n[len(SCOPE) + 1:] for n in result.values)
-  assert names == sorted(["enc_dec_attention/EncDecAttention/" + c for c in "qkvo"] +
-                        ["self_attention/SelfAttention/" + c for c in "qkvo"]), names
+  names = sorted(_relative(result, "DecoderAttentionLayer"))
+  # The original's names: its attentions open no class-name scope inside this layer.
+  assert names == sorted(["enc_dec_attention/" + c for c in "qkvo"] +
+                        ["self_attention/" + c for c in "qkvo"]), names
 
   def ref(x, **v):
-    s = lambda c: v["self_attention_SelfAttention_" + c]
-    e = lambda c: v["enc_dec_attention_EncDecAttention_" + c]
+    s = lambda c: v["DecoderAttentionLayer_self_attention_" + c]
+    e = lambda c: v["DecoderAttentionLayer_enc_dec_attention_" + c]
     return (ref_attention(x, s("q"), s("k"), s("v"), s("o"), mask=causal_mask(LENGTH),
                           heads=8, d_kv=2) +
             ref_attention(x, e("q"), e("k"), e("v"), e("o"), memory=encoder, heads=4,
                           d_kv=2))
   check_against_reference(result, w, x, ref, rtol=1e-4, atol=1e-5)
-
-
-def test_convolution_layers_refuse_single_positions():
-  from models.transformer.context import Context  # pylint: disable=g-import-not-at-top
-  graph = mtf.Graph()
-  mesh = mtf.Mesh(graph, "m")
-  x = mtf.zeros(mesh, [batch_dim, model_dim])  # one position, as in incremental decoding
-  context = Context(None, mesh, [batch_dim], mtf.Dimension("length", LENGTH),
-                    mtf.VariableDType(tf.float32), mode="eval")
-  for layer in (et.EncoderConvolutionalLayer(D_MODEL, 0.0),
-                et.DecoderConvolutionalLayer(D_MODEL, 0.0)):
-    with pytest.raises(mtf.ShapeError, match="need whole sequences"):
-      layer.call(context, x)

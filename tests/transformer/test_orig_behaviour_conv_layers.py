@@ -92,12 +92,14 @@ def test_separable_conv1d_layer_without_context_variable_dtype(output_size):
   assert out.shape.to_integer_list == [B, 3, output_size]
   got, params, lowering = _variables(conv, out)
   assert all(v.master_dtype == tf.float32 for v in lowering.variables)
-  p = {k.split("/")[-1]: v for k, v in params.items()}
+  p = {"/".join(k.split("/")[-2:]): v for k, v in params.items()}
   masked = x * (ids != 0)[..., None]
   padded = np.pad(masked, [(0, 0), (1, 2), (0, 0)])
-  depthwise = sum(padded[:, k:k + 3] * p["depthwise_filter"][k] for k in range(4))
-  np.testing.assert_allclose(got, depthwise @ p["pointwise_filter"] + p["bias"],
-                             rtol=1e-5, atol=1e-5)
+  depthwise = sum(padded[:, k:k + 3] * p["depthwise_dense_%d/kernel" % k]
+                  for k in range(4)) + p["depthwise_dense_0/bias"]
+  np.testing.assert_allclose(
+      got, depthwise @ p["pointwise_dense/kernel"] + p["pointwise_dense/bias"],
+      rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("partial", [False, True])
@@ -181,8 +183,11 @@ def test_separable_conv1d_layer_incremental_same_name_output():
                    all_kernel_wts=[_f32(conv, w, ["d_model"]) for w in taps])
   assert out.shape.to_integer_list == [B, 2]
   got, params, _ = _variables(conv, out)
-  p = {k.split("/")[-1]: v for k, v in params.items()}
+  p = {"/".join(k.split("/")[-2:]): v for k, v in params.items()}
+  assert sorted(p) == ["depthwise_dense_0/bias", "pointwise_dense/bias",
+                       "pointwise_dense/kernel"]  # the given taps make no kernels
   padded = np.concatenate([state[:, 1:], x[:, None]], 1)
-  depthwise = np.einsum("bld,ld->bd", padded, np.array(taps))
-  np.testing.assert_allclose(got, depthwise @ p["pointwise_filter"] + p["bias"],
-                             rtol=1e-5, atol=1e-5)
+  depthwise = np.einsum("bld,ld->bd", padded, np.array(taps)) + p["depthwise_dense_0/bias"]
+  np.testing.assert_allclose(
+      got, depthwise @ p["pointwise_dense/kernel"] + p["pointwise_dense/bias"],
+      rtol=1e-5, atol=1e-5)

@@ -567,9 +567,9 @@ def test_parallel_layer_sums_scaled_outputs():
 
   def ref(x, **v):
     p = lambda n: v["ParallelLayer_" + n]
-    ffn = tf.nn.relu(x @ p("parallel_0_DenseReluDense_wi_kernel")) @ p(
-        "parallel_0_DenseReluDense_wo_kernel")
-    att = ref_attention(x, *[p("parallel_1_SelfAttention_" + n) for n in "qkvo"],
+    ffn = tf.nn.relu(x @ p("parallel_layer_0_wi_kernel")) @ p(
+        "parallel_layer_0_wo_kernel")
+    att = ref_attention(x, *[p("parallel_layer_1_" + n) for n in "qkvo"],
                         mask=causal_mask(LENGTH))
     return (ffn + att) * 2 ** -0.5
   check_against_reference(result, w, x, ref)

@@ -100,32 +100,37 @@ def test_universal_transformer_names():
   assert variables("universal_transformer") == expected
 
 
+def _separable(scope, taps, channels, out):
+  """The original's variables of a SeparableConv1DLayer called in scope."""
+  hack = scope + "/separable_conv1d/depthwise_conv_hack/depthwise_dense_"
+  names = {hack + "%d/kernel" % k: (channels,) for k in range(taps)}
+  names.update({hack + "0/bias": (channels,),
+                scope + "/separable_conv1d/pointwise_dense/kernel": (channels, out),
+                scope + "/separable_conv1d/pointwise_dense/bias": (out,)})
+  return names
+
+
 def test_evolved_transformer_names():
+  """As the original 0.1.21 names them (listed from it on TF 2.12): the sublayers
+  called inside a layer get no class-name scope of their own."""
   glu = {"GatedLinearUnitLayer/glu_%d/%s" % (i, v): s
          for i in (0, 1) for v, s in (("bias", (8,)), ("kernel", (8, 8)))}
-  norm = "layer_norm/layer_norm/layer_norm_"
-  encoder = {"conv1d/kernel": (1, 3, 8, 4), "dense_layer/bias": (32,),
-             "dense_layer/kernel": (8, 32), norm + "bias": (32,), norm + "scale": (32,),
-             "separable_conv1d/bias": (4,), "separable_conv1d/depthwise_filter": (9, 32),
-             "separable_conv1d/pointwise_filter": (32, 4)}
+  norm = "layer_prepostprocess/layer_norm/layer_norm_"
+  encoder = {"conv1x1/dense/kernel": (8, 32), "conv3x1/conv2d/kernel": (1, 3, 8, 4),
+             norm + "bias": (32,), norm + "scale": (32,),
+             **_separable("sep_conv9x1", 9, 32, 4)}
   decoder = {norm + "bias": (16,), norm + "scale": (16,),
-             "separable_conv_11x1/bias": (16,),
-             "separable_conv_11x1/depthwise_filter": (11, 8),
-             "separable_conv_11x1/pointwise_filter": (8, 16),
-             "separable_conv_7x1_1/bias": (4,),
-             "separable_conv_7x1_1/depthwise_filter": (7, 8),
-             "separable_conv_7x1_1/pointwise_filter": (8, 4),
-             "separable_conv_7x1_2/bias": (8,),
-             "separable_conv_7x1_2/depthwise_filter": (7, 16),
-             "separable_conv_7x1_2/pointwise_filter": (16, 8)}
+             **_separable("sep_conv11x1", 11, 8, 16),
+             **_separable("sep_conv7x1_1", 7, 8, 4),
+             **_separable("sep_conv7x1_2", 7, 16, 8)}
+  attention = {"DecoderAttentionLayer/self_attention/" + c: (8, 8) for c in "qkvo"}
   expected = {**_LM, "transformer/rms_norm/scale": (8,),
               **_block(0, {**glu, **_RMS}),
               **_block(1, {**{"EncoderConvolutionalLayer/" + n: s
                               for n, s in encoder.items()}, **_RMS}),
               **_block(2, {**{"DecoderConvolutionalLayer/" + n: s
                               for n, s in decoder.items()}, **_RMS}),
-              **_block(3, {**{"DecoderAttentionLayer/self_attention/" + n: s
-                              for n, s in _ATTENTION.items()}, **_RMS})}
+              **_block(3, {**attention, **_RMS})}
   assert variables("evolved_transformer") == expected
 
 
