@@ -12,7 +12,7 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from models.transformer import attention
-from models.transformer import transformer_layers as tl
+from models.transformer import core_layers as tl
 from models.transformer.context import incremental_aware
 
 

@@ -13,9 +13,8 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
-from models.transformer import transformer_layers as tl
 from models.transformer.context import incremental_aware
-from models.transformer.transformer_layer import TransformerLayer
+from models.transformer.transformer_layer import TransformerLayer, class_scope
 
 
 def _mask_padding(context, x):
@@ -126,7 +125,7 @@ class Conv1DLayer(Conv1D):
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> [batch..., length, d_model=output_size]."""
     del losses
-    with tl.class_scope(self):
+    with class_scope(self):
       x, one_step = self._prepare(context, x, self.filter_size)
       model_dim = x.shape.dims[-1]
       x = mtf.replace_dimensions(x, model_dim, mtf.Dimension("input_dim", model_dim.size))
@@ -183,7 +182,7 @@ class SeparableConv1DLayer(Conv1D):
     depthwise filter.
     """
     del losses
-    with tl.class_scope(self):
+    with class_scope(self):
       return self.convolve(context, x, all_kernel_wts)
 
   def convolve(self, context, x, all_kernel_wts=None):
@@ -239,7 +238,7 @@ class Conv1DLocalAttn(SeparableConv1DLayer):
   def call(self, context, x, losses=None):
     """[batch..., length, d_model] -> [batch..., length, d_model=output_size]."""
     del losses
-    with tl.class_scope(self):
+    with class_scope(self):
       return self.convolve(context, x, self.kernel_weights(context, x))
 
   def kernel_weights(self, context, x):
@@ -322,7 +321,7 @@ class LocalConvAttnBlock(TransformerLayer):
     """[batch..., length, d_model] -> the same shape."""
     del losses
     model_dim = x.shape.dims[-1]
-    with tl.class_scope(self):
+    with class_scope(self):
       gated = mtf.layers.dense_product(
           mtf.rename_dimension(x, model_dim.name, "_" + model_dim.name),
           reduced_dims=[mtf.Dimension("_" + model_dim.name, model_dim.size)],

@@ -9,7 +9,7 @@ import gin
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
 from models.transformer import attention
-from models.transformer import transformer_layers as tl
+from models.transformer import core_layers as tl
 from models.transformer.context import incremental_aware
 from models.transformer.moe_gating import HParams
 
