@@ -25,10 +25,9 @@ from mesh_tf.backends.simd_vectorize import broadcast_extents
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, graph_cached
-from mesh_tf.lowering.reductions import canonical_reduction
+from mesh_tf.lowering import reductions
 from mesh_tf.shapes import convert_to_shape
 
-_TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
 
 
 class EmulatedLaidOutTensor(laid_out_tensor.LaidOutTensor):
@@ -234,10 +233,7 @@ class EmulationRuntime:
     return tf.reshape(value, tf.concat([tf.ones([self.k], tf.int32), tf.shape(value)], 0))
 
   def allreduce(self, x, mesh_axes, reduction_fn_string):
-    reduction_fn_string = canonical_reduction(reduction_fn_string)
-    if reduction_fn_string not in _TF_REDUCE:
-      raise LayoutError("unknown reduction %r; use one of %s"
-                        % (reduction_fn_string, sorted(_TF_REDUCE)))
+    reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
     if not mesh_axes:
       return x
     self._record("allreduce", mesh_axes, x)
@@ -248,7 +244,7 @@ class EmulationRuntime:
       # contract the mesh axes inside the einsum: no per-core partial sums
       t = x.sum_recipe(tuple(split))
     elif split:
-      t = _TF_REDUCE[reduction_fn_string](t, axis=split, keepdims=True)
+      t = reductions.reduction_fn(reduction_fn_string)(t, axis=split, keepdims=True)
     copies = int(np.prod([self.mesh_shape[a] for a in mesh_axes if extents[a] == 1]))
     if reduction_fn_string == "SUM" and copies > 1:
       # a replicated value summed over its copies

@@ -26,10 +26,9 @@ import tensorflow as tf
 from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
-from mesh_tf.lowering.reductions import canonical_reduction
+from mesh_tf.lowering import reductions
 from mesh_tf.shapes import convert_to_shape, pnum_to_processor_coordinates
 
-_MERGE_OPS = {"SUM": "Add", "MAX": "Max", "MIN": "Min"}
 # Group keys start here, clear of those tf.distribute's own collectives count from 1.
 GROUP_KEY_BASE = 1 << 20
 DEFAULT_TIMEOUT = 60.0  # seconds a collective waits for its peers before failing
@@ -194,10 +193,7 @@ class MultiClientMeshImpl(MeshImpl):
     self.record_collective(kind, mesh_axes, t.shape.as_list(), t.dtype)
 
   def allreduce(self, x, mesh_axes, reduction_fn_string, record=True):
-    reduction_fn_string = canonical_reduction(reduction_fn_string)
-    if reduction_fn_string not in _MERGE_OPS:
-      raise LayoutError("unknown reduction %r; use one of %s"
-                        % (reduction_fn_string, sorted(_MERGE_OPS)))
+    reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
     group = self.group_of(mesh_axes) if mesh_axes else [self.pnum]
     if len(group) == 1:
       return x
@@ -206,7 +202,8 @@ class MultiClientMeshImpl(MeshImpl):
       self._record("allreduce", mesh_axes, t)
     with tf.device(self.device):
       return LaidOutTensor([tf.raw_ops.CollectiveReduceV2(
-          input=t, merge_op=_MERGE_OPS[reduction_fn_string], final_op="Id",
+          input=t, merge_op=reductions.collective_merge_op(reduction_fn_string),
+          final_op="Id",
           **self._collective_args(mesh_axes, group))])
 
   def allconcat(self, x, mesh_axis, concat_axis, record=True):

@@ -35,7 +35,7 @@ from mesh_tf.backends import simd_emulation
 from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
-from mesh_tf.lowering.reductions import canonical_reduction
+from mesh_tf.lowering import reductions
 from mesh_tf.shapes import convert_to_shape
 
 # The `T` lists of the TF 2.21 op definitions (AllToAll takes every number type and bool).
@@ -190,16 +190,13 @@ class TpuRuntime:
                                concat_dimension=0, split_dimension=0, split_count=n)
 
   def allreduce(self, x, mesh_axes, reduction_fn_string):
-    reduction_fn_string = canonical_reduction(reduction_fn_string)
-    if reduction_fn_string not in ("SUM", "MAX", "MIN"):
-      raise LayoutError("unknown reduction %r; use SUM, MAX or MIN" % reduction_fn_string)
+    reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
     if not mesh_axes:
       return x
     t = x.one_slice
     self.impl.record_collective("allreduce", mesh_axes, t.shape.as_list(), t.dtype)
     if reduction_fn_string != "SUM" or t.dtype not in CROSS_REPLICA_SUM_DTYPES:
-      reduce = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max,
-                "MIN": tf.reduce_min}[reduction_fn_string]
+      reduce = reductions.reduction_fn(reduction_fn_string)
       return LaidOutTensor([reduce(self._all_gather(t, mesh_axes), axis=0)])
     upcast = (t.dtype == tf.bfloat16 and
               self._group_size(mesh_axes) > self.impl.allreduce_in_bfloat16_max_group_size)

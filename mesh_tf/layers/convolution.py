@@ -16,14 +16,12 @@ with VALID padding, and the result equals a SAME convolution of the whole image.
 filter size is allowed (margins may span several blocks); a convolution's strides
 must divide the block size.
 """
-import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import current_scope_name, variable_scope
 from mesh_tf.layers.dense import dense
 from mesh_tf.layers import initializers
 from mesh_tf.ops import convolution as conv_ops
-from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops.halo import halo_exchange_sides
 from mesh_tf.ops.reshape import reshape
 from mesh_tf.ops.slicing import mtf_slice, pad, shift

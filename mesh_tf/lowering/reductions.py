@@ -3,8 +3,20 @@ import tensorflow as tf
 
 from mesh_tf.errors import LayoutError
 
-_BINARY = {"SUM": tf.add, "MAX": tf.maximum, "MIN": tf.minimum}
-_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
+# The one table of reductions: each name's two-argument TF function, its TF reduce
+# function, and the merge_op of TF's collective ops (CollectiveReduceV2). MEAN is an
+# op-level reduction only (mtf.reduce_mean); collectives reduce with the first three.
+_TABLE = {
+    "SUM": (tf.add, tf.reduce_sum, "Add"),
+    "MAX": (tf.maximum, tf.reduce_max, "Max"),
+    "MIN": (tf.minimum, tf.reduce_min, "Min"),
+}
+COLLECTIVE_REDUCTIONS = tuple(_TABLE)
+OP_REDUCTIONS = COLLECTIVE_REDUCTIONS + ("MEAN",)
+_BINARY = {name: row[0] for name, row in _TABLE.items()}
+_REDUCE = {name: row[1] for name, row in _TABLE.items()}
+_REDUCE_WITH_MEAN = dict(_REDUCE, MEAN=tf.reduce_mean)
+_MERGE_OP = {name: row[2] for name, row in _TABLE.items()}
 
 
 def canonical_reduction(reduction_fn_string):
@@ -35,3 +47,19 @@ def reduction_fn(reduction_fn_string):
   """The TF reduce function for "SUM", "MAX" or "MIN" (tf.reduce_sum, ...), as in the
   original."""
   return _lookup(_REDUCE, reduction_fn_string)
+
+
+def op_reduction_fn(reduction_fn_string):
+  """The TF reduce function of an mtf reduction op: "SUM", "MAX", "MIN" or "MEAN"."""
+  return _lookup(_REDUCE_WITH_MEAN, reduction_fn_string)
+
+
+def collective_merge_op(reduction_fn_string):
+  """The merge_op name of TF's collective reduce ops ("Add", "Max", "Min")."""
+  return _lookup(_MERGE_OP, reduction_fn_string)
+
+
+def check_collective_reduction(reduction_fn_string):
+  """The canonical name; raises LayoutError unless it is SUM, MAX or MIN."""
+  _lookup(_REDUCE, reduction_fn_string)
+  return canonical_reduction(reduction_fn_string)

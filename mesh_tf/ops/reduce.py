@@ -5,13 +5,12 @@ import tensorflow as tf
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
 from mesh_tf.lowering import direct_ops, plan_interpreter
+from mesh_tf.lowering import reductions
 from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape
 
-_TF_REDUCE = {"SUM": tf.reduce_sum, "MAX": tf.reduce_max, "MIN": tf.reduce_min,
-              "MEAN": tf.reduce_mean}
 
 
 class ReduceOperation(Operation):
@@ -27,9 +26,9 @@ class ReduceOperation(Operation):
       raise ShapeError("reduce of %s %s: output dims %s are not dims of the input"
                        % (x.name, x.shape, [str(d) for d in extra]), tensor=x.name)
     reduction_fn_string = canonical_reduction(reduction_fn_string)
-    if reduction_fn_string not in _TF_REDUCE:
+    if reduction_fn_string not in reductions.OP_REDUCTIONS:
       raise ShapeError("unknown reduction %r; use one of %s"
-                       % (reduction_fn_string, sorted(_TF_REDUCE)))
+                       % (reduction_fn_string, sorted(reductions.OP_REDUCTIONS)))
     self.reduction_fn_string = reduction_fn_string
     self._add_output(output_shape, x.dtype)
 
@@ -50,7 +49,7 @@ class ReduceOperation(Operation):
     axes = [i for i, n in enumerate(in_names) if n not in y.shape.dimension_names]
     kept = [n for n in in_names if n in y.shape.dimension_names]
     perm = [kept.index(n) for n in y.shape.dimension_names]
-    tf_reduce = _TF_REDUCE[self.reduction_fn_string]
+    tf_reduce = reductions.op_reduction_fn(self.reduction_fn_string)
     plan = self.plan(impl.slice_layout)
     summed = plan.outputs[0][0].mesh_axes if plan.outputs[0] else ()
     shards = impl.slice_layout.axes_size(summed) if self.reduction_fn_string == "MEAN" else 1

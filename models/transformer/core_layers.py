@@ -15,7 +15,6 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError, ShapeError
-from mesh_tf.graph import current_scope_name
 from models.transformer import attention
 from models.transformer import model_layout
 from models.transformer import relative_position

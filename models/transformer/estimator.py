@@ -22,11 +22,12 @@ from models.transformer.context import ModeKeys
 
 def token_log_probs(graph):
   """float32 mtf [batch, length]: log p(target) at each position of a ModelGraph's
-  logits (the softmax over the whole vocab dim, as the model's loss takes it)."""
+  logits (the softmax over the whole vocab dim, as the model's loss takes it); the
+  targets are the graph's (a "delimited_lm"'s [inputs, targets] sequences)."""
   logits = mtf.cast(graph.logits, tf.float32)
   vocab_dim = logits.shape.dims[-1]
   log_probs = logits - mtf.reduce_logsumexp(logits, reduced_dim=vocab_dim)
-  targets = graph.placeholders["targets"]
+  targets = graph.targets
   return mtf.reduce_sum(log_probs * mtf.one_hot(targets, vocab_dim, dtype=tf.float32),
                         reduced_dim=vocab_dim)
 
@@ -106,14 +107,17 @@ class MeshEstimator:
 
       @tf.function
       def score(features):
-        return graph.lowering(self.mesh_impl, features).export_to_tf_tensor(log_probs)
+        lowering = graph.lowering(self.mesh_impl, features)
+        return (lowering.export_to_tf_tensor(log_probs),
+                lowering.export_to_tf_tensor(graph.weights))
       self._built[("score", keys)] = score
     return self._built[("score", keys)]
 
   def score(self, input_fn, checkpoint_path=None):
     """Yields {"inputs", "targets", "scores"} per example of input_fn's batches: the
     log-likelihood of the targets (given the inputs), summed over the positions where
-    "weights" (if the batch has it) is nonzero, else where targets are not padding."""
+    "weights" (if the batch has it) is nonzero, else where targets are not padding
+    (for a "delimited_lm", the targets part of [inputs, targets])."""
     restored = False
     for batch in input_fn({"batch_size": self.batch_size}):
       batch = {k: tf.cast(v, tf.int32) for k, v in batch.items()}
@@ -121,8 +125,9 @@ class MeshEstimator:
       score_fn = self._score_fn(keys)  # creates the variables before the restore
       if not restored:
         restored = bool(self._restore(checkpoint_path))
-      log_probs = score_fn({k: batch[k] for k in keys}).numpy()
-      weights = batch.get("weights", tf.not_equal(batch["targets"], 0)).numpy()
+      log_probs, counted = score_fn({k: batch[k] for k in keys})
+      log_probs = log_probs.numpy()
+      weights = (batch["weights"] if "weights" in batch else counted).numpy()
       for i, row_scores in enumerate((log_probs * weights).sum(axis=1)):
         row = {k: batch[k][i].numpy() for k in ("inputs", "targets") if k in batch}
         row["scores"] = float(row_scores)
@@ -130,8 +135,13 @@ class MeshEstimator:
 
   def _decode_fn(self, length):
     if ("decode", length) not in self._built:
-      graph = decode_io.DecodeGraph(self.model_fn(), self.batch_size, length,
-                                    self.variable_dtype, **decode_io.decode_options())
+      model = self.model_fn()
+      continuation = 0
+      if model_graph.model_type_of(model) == "delimited_lm":  # room for the targets
+        continuation = model_graph.feature_length(self.sequence_length, "targets")
+      graph = decode_io.DecodeGraph(model, self.batch_size, length, self.variable_dtype,
+                                    continuation_length=continuation, mode="predict",
+                                    **decode_io.decode_options())
       self._built[("decode", length)] = graph.make_decode_fn(self.mesh_impl)
     return self._built[("decode", length)]
 

@@ -14,7 +14,6 @@ from models.transformer import model_graph
 from models.transformer import run_record
 from models.transformer import run_setup
 from models.transformer import summaries
-from models.transformer import utils
 from models.transformer.context import ModeKeys
 
 # The metrics written to eval_results-<step>.txt and TensorBoard, when present.
@@ -27,18 +26,20 @@ def output_vocab_size(model):
   return decoder.output_vocab_size
 
 
-def token_accuracy_counts(logits, targets, vocab_size):
+def token_accuracy_counts(logits, targets, vocab_size, weights=None):
   """(correct, total) float32 mtf scalars of teacher-forced token accuracy.
 
-  A position counts when its target is not padding (id 0); it is correct when the
+  A position counts when its target is not padding (id 0), or, given weights (a
+  float32 mask like targets), where weights is 1; it is correct when the
   argmax of its logits over the first vocab_size ids (the padded tail of the vocab dim
   is never predicted) equals the target.
   """
   vocab_dim = logits.shape.dims[-1]
   masked = decoding.mask_padded_vocab(logits, vocab_dim, vocab_size)
   predictions = mtf.argmax(masked, vocab_dim)
-  weights = mtf.broadcast(mtf.cast(mtf.not_equal(targets, 0), tf.float32),
-                          predictions.shape)
+  if weights is None:
+    weights = mtf.cast(mtf.not_equal(targets, 0), tf.float32)
+  weights = mtf.broadcast(weights, predictions.shape)
   correct = mtf.cast(mtf.equal(predictions, targets), tf.float32) * weights
   return mtf.reduce_sum(correct), mtf.reduce_sum(weights)
 
@@ -47,8 +48,8 @@ def exact_matches(decoded, targets):
   """(matches, rows): how many rows of decoded equal their target row, counting only
   rows whose target is not all padding; both are cut after EOS and zero-padded to a
   common length."""
-  decoded = utils.clean_decodes(decoded).numpy()
-  targets = utils.clean_decodes(targets).numpy()
+  decoded = decode_io.clean_decodes(decoded).numpy()
+  targets = decode_io.clean_decodes(targets).numpy()
   length = max(decoded.shape[-1], targets.shape[-1])
   decoded = np.pad(decoded, [(0, 0), (0, length - decoded.shape[-1])])
   targets = np.pad(targets, [(0, 0), (0, length - targets.shape[-1])])
@@ -72,8 +73,8 @@ class Evaluator:
     self.graph = model_graph.ModelGraph(model_fn(), batch_size, sequence_length,
                                         feature_keys, ModeKeys.EVAL, variable_dtype)
     graph = self.graph
-    correct, total = token_accuracy_counts(graph.logits, graph.placeholders["targets"],
-                                           output_vocab_size(graph.model))
+    correct, total = token_accuracy_counts(graph.logits, graph.targets,
+                                           output_vocab_size(graph.model), graph.weights)
     graph.lowering(mesh_impl)  # creates (or finds) the variables eagerly
 
     @tf.function(jit_compile=jit)

@@ -15,10 +15,8 @@ variable names are the original library's, so its checkpoints load by name.
   position, so it decodes incrementally from their cached inputs.
 The channel dims keep the model dim's name at every width, as in the original.
 """
-import math
 
 import gin
-import tensorflow as tf
 
 import mesh_tf as mtf
 from models.transformer import decoding

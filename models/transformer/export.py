@@ -31,16 +31,27 @@ def _checked_prompts(ids, length, vocab_size):
     return tf.identity(ids[:, :length])
 
 
-def _decode_in_batches(decode_fn, ids, batch_size, length):
-  """decode_fn (fixed [batch_size, length]) over any number of rows: zero-pads ids to
-  whole batches of full length and decodes one batch after another."""
+def _with_eos(ids, length, eos_id):
+  """ids [n, m <= length] zero-padded to [n, length], with eos_id after each row's
+  prompt (its ids up to the last nonzero one): a "delimited_lm"'s inputs."""
+  ids = tf.pad(ids, [[0, 0], [0, length - tf.shape(ids)[1]]])
+  positions = tf.range(1, length + 1)
+  prompt_lengths = tf.reduce_max(tf.where(tf.not_equal(ids, 0), positions, 0), axis=1)
+  return ids + eos_id * tf.one_hot(prompt_lengths, length, dtype=tf.int32)
+
+
+def _decode_in_batches(decode_fn, ids, batch_size, length, output_length=None):
+  """decode_fn (fixed [batch_size, length] -> [batch_size, output_length], default
+  length) over any number of rows: zero-pads ids to whole batches of full length and
+  decodes one batch after another."""
+  output_length = output_length or length
   n = tf.shape(ids)[0]
   batches = (n + batch_size - 1) // batch_size
   ids = tf.pad(ids, [[0, batches * batch_size - n], [0, length - tf.shape(ids)[1]]])
   ids = tf.reshape(ids, [batches, batch_size, length])
   outputs = tf.map_fn(decode_fn, ids, fn_output_signature=tf.TensorSpec(
-      [batch_size, length], tf.int32))
-  return tf.reshape(outputs, [batches * batch_size, length])[:n]
+      [batch_size, output_length], tf.int32))
+  return tf.reshape(outputs, [batches * batch_size, output_length])[:n]
 
 
 _PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
@@ -56,7 +67,8 @@ def _calls_python(concrete_function):
   return any(op in _PYTHON_OPS for op in ops)
 
 
-def build_module(decode_fn, vocabulary, batch_size, length):
+def build_module(decode_fn, vocabulary, batch_size, length, output_length=None,
+                 eos_id=None):
   """A tf.Module with the decoding signatures, tracking the variables they read.
 
   Signatures (as the original's export, whose serving input was a batch of strings
@@ -70,6 +82,8 @@ def build_module(decode_fn, vocabulary, batch_size, length):
       "serving_default".
   Any number of prompts is decoded (in batches of batch_size); a prompt longer than
   length - 1 ids, or an id outside the vocabulary, is refused with an error.
+  With eos_id (a "delimited_lm"), eos_id is put after each prompt before decoding,
+  and the decodes have output_length positions.
   """
   module = tf.Module()
   vocab_size = decode_io.vocab_size(vocabulary)
@@ -77,7 +91,9 @@ def build_module(decode_fn, vocabulary, batch_size, length):
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
   def decode_ids(ids):
     ids = _checked_prompts(ids, length, vocab_size)
-    outputs = _decode_in_batches(decode_fn, ids, batch_size, length)
+    if eos_id is not None:
+      ids = _with_eos(ids, length, eos_id)
+    outputs = _decode_in_batches(decode_fn, ids, batch_size, length, output_length)
     ends = tf.cumsum(tf.cast(tf.equal(outputs, 1), tf.int32), axis=-1, exclusive=True)
     return {"outputs": tf.where(tf.equal(ends, 0), outputs, 0)}
 
@@ -121,15 +137,27 @@ def build_module(decode_fn, vocabulary, batch_size, length):
 
 def run_export(model_fn, model_dir, checkpoint_path, vocabulary, batch_size,
                sequence_length, variable_dtype, export_path):
-  """Export mode of utils.run: restores on one device and saves the SavedModel."""
+  """Export mode of utils.run: restores on one device and saves the SavedModel.
+
+  A "delimited_lm" takes prompts of up to the inputs length less one and decodes
+  "prompt EOS" with room for the targets length after it."""
   from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
+  model = model_fn()
+  delimited = model_graph.model_type_of(model) == "delimited_lm"
   length = model_graph.feature_length(sequence_length, "targets")
+  continuation = 0
+  if delimited:
+    continuation = length
+    if isinstance(sequence_length, dict) and "inputs" in sequence_length:
+      length = model_graph.feature_length(sequence_length, "inputs")
   mesh_impl = mtf.PlacementMeshImpl("", "", [""])
-  graph = decode_io.DecodeGraph(model_fn(), batch_size, length, variable_dtype,
-                                any_mesh=True)
+  graph = decode_io.DecodeGraph(model, batch_size, length, variable_dtype,
+                                any_mesh=True, continuation_length=continuation,
+                                mode="export")
   decode_fn = graph.make_decode_fn(mesh_impl)
   restored = run_record.restore(checkpoint_path or model_dir, mesh_impl)
-  module, signatures = build_module(decode_fn, vocabulary, batch_size, length)
+  module, signatures = build_module(decode_fn, vocabulary, batch_size, length,
+                                    graph.output_length, 1 if delimited else None)
   tf.saved_model.save(module, export_path, signatures=signatures)
   print("exported %s (step %s) to %s" % (restored.path, restored.global_step, export_path),
         flush=True)

@@ -41,10 +41,24 @@ def is_bitransformer(model):
   return hasattr(model, "encoder") and hasattr(model, "decoder")
 
 
+def model_type_of(model):
+  """The model_type utils.build_model gave model; else "bitransformer" or "lm" by its
+  structure (an encoder-decoder or not)."""
+  given = getattr(model, "model_type", None)
+  if given:
+    return given
+  return "bitransformer" if is_bitransformer(model) else "lm"
+
+
+def reads_inputs(model):
+  """Whether model reads an "inputs" feature (all types but "lm")."""
+  return is_bitransformer(model) or model_type_of(model) in ("delimited_lm", "aligned")
+
+
 def model_features(model, feature_keys):
   """The feature keys this model reads, in FEATURE_KEYS order."""
   wanted = set(feature_keys) & set(FEATURE_KEYS)
-  if not is_bitransformer(model):
+  if not reads_inputs(model):
     wanted -= {"inputs", "inputs_segmentation", "inputs_position"}
   if "targets" not in wanted:
     raise mtf.MtfError("the dataset has no 'targets' feature (it has %s)"
@@ -52,11 +66,40 @@ def model_features(model, feature_keys):
   if is_bitransformer(model) and "inputs" not in wanted:
     raise mtf.MtfError("an encoder-decoder model needs an 'inputs' feature; the dataset "
                        "has %s" % sorted(feature_keys))
+  model_type = model_type_of(model)
+  if model_type in ("delimited_lm", "aligned") and "inputs" not in wanted:
+    raise mtf.MtfError(
+        "model_type %r needs a dataset of 'inputs' and 'targets' (text2text); this one "
+        "has %s (model_type 'lm' trains on 'targets' alone)"
+        % (model_type, sorted(feature_keys)))
   return [k for k in FEATURE_KEYS if k in wanted]
 
 
+def model_view(model, features):
+  """The features as the model reads them: a "delimited_lm" gets its text2text features
+  as one text2self sequence per example (utils._dynamic_text2self); others as given."""
+  if model_type_of(model) != "delimited_lm" or "inputs" not in features:
+    return features
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  text2text = {k: v for k, v in features.items() if k != "targets_subsegmentation"}
+  return utils._dynamic_text2self(text2text)  # pylint: disable=protected-access
+
+
+def counted_positions(model, targets):
+  """float32 mtf mask of the target positions that eval metrics and scores count: not
+  padding (ids > 0), and, for a "delimited_lm", not the inputs part (up to the first
+  EOS), as the original's eval and score modes."""
+  weights = mtf.cast(mtf.greater(targets, 0), tf.float32)
+  if model_type_of(model) == "delimited_lm":
+    weights *= mtf.cast(mtf.logical_not(transformer.delimited_lm_inputs_mask(targets)),
+                        tf.float32)
+  return weights
+
+
 def call_model(model, features, mode, variable_dtype, num_microbatches=1):
-  """(logits, loss) of model on a dict of mtf features (the original model_fn's call)."""
+  """(logits, loss) of model on a dict of mtf features (the original model_fn's call);
+  a "delimited_lm"'s text2text features are converted first (model_view)."""
+  features = model_view(model, features)
   targets = features["targets"]
   if is_bitransformer(model):
     return model.call_simple(
@@ -69,7 +112,16 @@ def call_model(model, features, mode, variable_dtype, num_microbatches=1):
         decoder_position=features.get("targets_position"),
         num_microbatches=num_microbatches)
   sequence_id = features.get("targets_segmentation")
-  inputs = transformer.autoregressive_inputs(targets, sequence_id=sequence_id)
+  if model_type_of(model) == "aligned":
+    inputs = features["inputs"]
+    if inputs.shape != targets.shape:
+      raise mtf.MtfError(
+          "model_type 'aligned' needs inputs and targets of one length, aligned "
+          "position by position; got inputs %s and targets %s (set sequence_length to "
+          "one int or equal 'inputs' and 'targets' lengths)"
+          % (inputs.shape.to_string, targets.shape.to_string))
+  else:
+    inputs = transformer.autoregressive_inputs(targets, sequence_id=sequence_id)
   return model.call_simple(
       inputs=inputs, targets=targets, compute_loss=True, mode=mode,
       variable_dtype=variable_dtype, sequence_id=sequence_id,
@@ -89,7 +141,9 @@ class ModelGraph:
     variable_dtype: mtf.VariableDType of the model's variables.
     optimizer: an mtf.optimize.Optimizer (training only).
 
-  Attributes: graph, mesh, loss, logits, update_ops, placeholders (key -> mtf Tensor).
+  Attributes: graph, mesh, loss, logits, update_ops, placeholders (key -> mtf Tensor),
+  targets (the targets the logits predict: for a "delimited_lm", its [inputs, targets]
+  sequences) and weights (counted_positions of targets).
   """
 
   def __init__(self, model, batch_size, sequence_length, feature_keys, mode,
@@ -107,7 +161,10 @@ class ModelGraph:
       self.placeholders[key] = mtf.import_tf_tensor(
           self.mesh, tf.TensorSpec([batch_size, length], tf.int32),
           [batch_dim, mtf.Dimension("length", length)], name=key)
-    self.logits, loss = call_model(model, self.placeholders, mode, variable_dtype,
+    features = model_view(model, self.placeholders)
+    self.targets = features["targets"]
+    self.weights = counted_positions(model, self.targets)
+    self.logits, loss = call_model(model, features, mode, variable_dtype,
                                    num_microbatches)
     self.loss = mtf.cast(loss, tf.float32)
     self.update_ops = []
@@ -117,8 +174,8 @@ class ModelGraph:
       self.update_ops = optimizer.apply_grads(grads, variables)
 
   def tokens_per_batch(self):
-    """Number of target positions in one batch."""
-    return self.placeholders["targets"].shape.size
+    """Number of target positions in one batch (the model's view of them)."""
+    return self.targets.shape.size
 
   def lowering(self, mesh_impl, features=None):
     """A Lowering on mesh_impl fed with a dict of features (None: variables only); a

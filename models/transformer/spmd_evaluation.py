@@ -26,8 +26,8 @@ class SpmdEvaluator:
     graph = model_graph.ModelGraph(model_fn(), batch_size, sequence_length, feature_keys,
                                    ModeKeys.EVAL, variable_dtype)
     correct, total = evaluation.token_accuracy_counts(
-        graph.logits, graph.placeholders["targets"],
-        evaluation.output_vocab_size(graph.model))
+        graph.logits, graph.targets, evaluation.output_vocab_size(graph.model),
+        graph.weights)
     self.rows = input_share.batch_rows(replicas.impls[0],
                                        graph.placeholders["targets"].shape)
 

@@ -17,6 +17,7 @@ from mesh_tf.errors import MtfError
 from mesh_tf.shapes import MeshLayout
 from models.transformer import auto_layout
 from models.transformer import decode_io
+from models.transformer.decode_io import clean_decodes  # the original's utils name
 from models.transformer import model_dir_guard
 
 # The original's entry points (they take the MeshEstimator of get_estimator).
@@ -40,28 +41,44 @@ def get_variable_dtype(master_dtype=tf.bfloat16, slice_dtype=tf.float32,
                            activation_dtype=tf.as_dtype(activation_dtype))
 
 
+MODEL_TYPES = ("bitransformer", "lm", "delimited_lm", "aligned", "bi_student_teacher")
+
+
 @gin.configurable(module="utils")
 def build_model(model_type="bitransformer", input_vocab_size=gin.REQUIRED,
                 output_vocab_size=gin.REQUIRED, layout_rules=None, mesh_shape=None):
-  """A Unitransformer LM (model_type "lm"), a Bitransformer ("bitransformer") or a
-  StudentTeacher of two Bitransformers ("bi_student_teacher", gin scopes "student/"
-  and "teacher/", see make_bi_student_teacher)."""
+  """The model of model_type, which the returned model keeps as `model.model_type`.
+
+  "bitransformer": an encoder-decoder (inputs -> targets).
+  "lm": an autoregressive Unitransformer on "targets" alone.
+  "delimited_lm": the same Unitransformer trained on inputs and targets, each example
+    read as one sequence [inputs, targets] (see _dynamic_text2self); it decodes by
+    continuing "inputs EOS". Its checkpoints are those of an "lm".
+  "aligned": a non-autoregressive Unitransformer (like BERT): targets are predicted
+    position by position from inputs of the same length.
+  "bi_student_teacher": a StudentTeacher of two Bitransformers (gin scopes "student/"
+    and "teacher/", see make_bi_student_teacher).
+  """
   from models.transformer import transformer  # pylint: disable=g-import-not-at-top
-  if model_type == "lm":
-    return transformer.Unitransformer(
+  if model_type in ("lm", "delimited_lm", "aligned"):
+    model = transformer.Unitransformer(
         layer_stack=transformer.make_layer_stack(), input_vocab_size=input_vocab_size,
-        output_vocab_size=output_vocab_size, autoregressive=True, layout=layout_rules,
-        mesh_shape=mesh_shape)
-  if model_type == "bitransformer":
-    return transformer.make_bitransformer(
+        output_vocab_size=output_vocab_size, autoregressive=model_type != "aligned",
+        layout=layout_rules, mesh_shape=mesh_shape)
+  elif model_type == "bitransformer":
+    model = transformer.make_bitransformer(
         input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
         layout=layout_rules, mesh_shape=mesh_shape)
-  if model_type == "bi_student_teacher":
-    return transformer.make_bi_student_teacher(
+  elif model_type == "bi_student_teacher":
+    model = transformer.make_bi_student_teacher(
         input_vocab_size=input_vocab_size, output_vocab_size=output_vocab_size,
         layout=layout_rules, mesh_shape=mesh_shape)
-  raise MtfError("unknown model_type %r (utils.run.model_type); use 'lm', "
-                 "'bitransformer' or 'bi_student_teacher'" % (model_type,))
+  else:
+    raise MtfError("unknown model_type %r (utils.run.model_type); use one of %s"
+                   % (model_type, ", ".join(repr(t) for t in MODEL_TYPES)))
+  # The trainer's graphs (model_graph, decode_io) read the type from the model.
+  model.model_type = model_type
+  return model
 
 
 def _max_length(sequence_length):
@@ -120,14 +137,6 @@ def compute_batch_size(sequence_length, mesh_shape, layout_rules, method_and_val
 def auto_train_steps(batch_size, sequence_length, train_tokens=2 ** 36):
   """Steps that make train_tokens tokens at this batch size and length."""
   return int(train_tokens) // (batch_size * _max_length(sequence_length))
-
-
-def clean_decodes(ids, eos_id=1, pad_id=0, length_axis=-1):
-  """ids with every position after the first eos_id set to pad_id (a tf.Tensor)."""
-  ids = tf.convert_to_tensor(ids)
-  after_eos = tf.cumsum(tf.cast(tf.equal(ids, eos_id), tf.int32), axis=length_axis,
-                        exclusive=True)
-  return tf.where(tf.equal(after_eos, 0), ids, tf.cast(pad_id, ids.dtype))
 
 
 def get_step_from_checkpoint_path(checkpoint_path):
@@ -196,8 +205,10 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
       and unused (nothing to connect to, no variable stacking in TF 2).
     tpu: must be None: a TPU runs the library under TPUStrategy (README).
     model_dir: checkpoints, summaries, eval results, operative_config.gin.
-    model_type: "lm" (decoder-only Unitransformer), "bitransformer" or
-      "bi_student_teacher" (distillation; see student_teacher.py).
+    model_type: "lm" (decoder-only Unitransformer), "bitransformer",
+      "delimited_lm" (an LM on [inputs, targets]), "aligned" (non-autoregressive,
+      targets aligned with inputs) or "bi_student_teacher" (distillation; see
+      student_teacher.py); see build_model.
     vocabulary: a vocabulary object (default ByteVocabulary).
     train_dataset_fn, eval_dataset_fn: fn(sequence_length, vocabulary, dataset_split)
       -> unbatched tf.data.Dataset of int32 feature dicts.

@@ -85,11 +85,6 @@ LEDGER = [
          readme="No master variables",
          ours="tests/lowering/test_orig_behaviour_graph_mode.py"),
     # --- differences known without a failing original test ---
-    dict(area="transformer.utils.build_model", test=None, kind=NOT_YET,
-         reason="model_type 'delimited_lm' and 'aligned' are not offered: the trainer "
-                "has no conversion of text2text features to a delimited LM's targets "
-                "during training (utils._dynamic_text2self exists) nor the aligned "
-                "model's inputs; 'lm', 'bitransformer' and 'bi_student_teacher' are"),
     dict(area="ops.stack", test=None, kind=DELIBERATE,
          reason="mtf.stack(axis=-1) puts the new dim last, as tf.stack; the original's "
                 "shape and data disagreed there",
