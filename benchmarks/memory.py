@@ -19,7 +19,18 @@ allocator's statistics and reports the peak of a third. Columns:
   distinct buffer once: it is compared with the model's per-process peak
   (process_peak_bytes), not with 8 x the per-device peak.
 
+`--processes=2` adds the memory per device group where it is real: the same steps as 2
+multi-client SPMD processes (mesh_tf.cluster.multi_client, as `cluster_config.mode =
+'spmd'` trains) of 4 virtual CPUs each, one row per process with its own allocator's
+peak of one step. There each device is a replica (MultiClientMeshImpl) with its own
+slice variables and its own step function: nothing is shared between the 4 devices of a
+process, not even a replicated weight. So the prediction for a process of k devices is
+k x predict_memory's per-device figures (variables k x (weight_bytes + slot_bytes),
+exactly; peak k x peak_bytes, which has every replica at its peak at once), not the
+process_* figures, which price the sharing of the single-process backends.
+
   python -m benchmarks.memory [--models peer,deep --backends placement,simd]
+      [--processes 2]  (--backends= leaves out the single-process rows)
 
 `--budget_search` adds issue 31's item 5: the largest LM whose predicted per-device
 peak fits --budget_mib per device, for each layout, with and without
@@ -44,6 +55,8 @@ flags.DEFINE_integer("budget_mib", 512, "Per-device budget of the search (MiB)."
 flags.DEFINE_string("budget_backend", "simd", "Backend of the confirming runs.")
 flags.DEFINE_bool("confirm", True, "Run one step of each model the search found.")
 flags.DEFINE_integer("max_width", 4096, "Widest d_model the search tries.")
+flags.DEFINE_integer("processes", 1, "With 2 or more: also each process's peak when "
+                     "the mesh runs as that many SPMD processes.")
 flags.DEFINE_string("worker", None, "Internal: JSON of one measurement to run.")
 
 MODELS = {
@@ -166,6 +179,51 @@ def run_worker(spec):
               slots=per_device[1], held_weights=held[0], held_slots=held[1])
 
 
+def spmd_variable_bytes(replicas, trainable_names):
+  """([weights, slots] of one replica, [weights, slots] of all this process's
+  replicas) of a multi_client.ReplicaSet: each replica has its own slice variables."""
+  per_device, held = [0, 0], [0, 0]
+  for r, impl in enumerate(replicas.impls):
+    for name, lv in impl.variable_store.items():
+      kind = 0 if name in trainable_names else 1
+      held[kind] += _nbytes(lv.variable)
+      if r == 0:
+        per_device[kind] += _nbytes(lv.variable)
+  return per_device, held
+
+
+def run_spmd_worker(spec):
+  """One SPMD process (task spec["task"] of spec["cluster"]): trains with the others
+  on its own replicas and returns its figures, as run_worker does."""
+  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
+  replicas = multi_client.ReplicaSet(spec["mesh_shape"], spec["rules"], spec["cluster"],
+                                     spec["task"])  # before TF makes its devices
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import input_share  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import spmd_training  # pylint: disable=g-import-not-at-top
+  s = spec["sizes"]
+  graph = build_lm(s)
+  begin, end = input_share.batch_rows(replicas.impls[0],
+                                      graph.placeholders["targets"].shape)
+  targets = np.random.RandomState(0).randint(1, s["vocab"], size=(s["batch"], s["length"]))
+  batch = {"targets": tf.constant(targets[begin:end].astype(np.int32))}  # its rows only
+  trainer = spmd_training.SpmdTrainer(graph, replicas)
+  for _ in range(spec.get("warmup", WARMUP_STEPS)):
+    loss = trainer.step(batch)
+  before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+  tf.config.experimental.reset_memory_stats("CPU:0")
+  loss = trainer.step(batch)
+  peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
+  names = {v.name for v in graph.graph.trainable_variables}
+  per_device, held = spmd_variable_bytes(replicas, names)
+  trainer.agree_max(0)  # every process is past the measured step before any exits
+  replicas.monitor.stop()
+  return dict(task=spec["task"], devices=len(replicas.impls), rows=[begin, end],
+              peak=peak, current=before, loss=loss, weights=per_device[0],
+              slots=per_device[1], held_weights=held[0], held_slots=held[1])
+
+
 def measure(sizes, backend, layout, recompute_grads=False, timeout=1800,
             warmup=WARMUP_STEPS):
   """Runs run_worker in a fresh subprocess with the BFC allocator; returns its dict
@@ -182,6 +240,39 @@ def measure(sizes, backend, layout, recompute_grads=False, timeout=1800,
     raise RuntimeError("memory worker failed (%s %s %s): %s" % (
         backend, mesh_shape, rules, result.stderr[-3000:]))
   return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def measure_spmd(sizes, layout, processes=2, timeout=1800, warmup=WARMUP_STEPS):
+  """Runs run_spmd_worker in `processes` fresh SPMD processes (BFC allocator, free
+  loopback ports, every process killed at the end); returns their dicts, by task."""
+  from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
+  mesh_shape, rules = LAYOUTS[layout] if isinstance(layout, str) else layout
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=root)
+  cluster = ",".join("localhost:%d" % p for p in local.free_ports(processes))
+  procs = []
+  try:
+    for task in range(processes):
+      spec = dict(sizes=sizes, mesh_shape=mesh_shape, rules=rules, cluster=cluster,
+                  task=task, warmup=warmup)
+      procs.append(subprocess.Popen(
+          [sys.executable, "-m", "benchmarks.memory", "--worker", json.dumps(spec)],
+          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=root))
+    outputs = [p.communicate(timeout=timeout) for p in procs]
+  finally:
+    local.stop(procs)
+  for task, ((out, err), p) in enumerate(zip(outputs, procs)):
+    if p.returncode != 0:
+      raise RuntimeError("spmd memory worker %d of %d failed (%s %s): %s" % (
+          task, processes, mesh_shape, rules, err[-3000:]))
+  return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+
+
+def spmd_process_prediction(p, devices):
+  """(variable bytes, peak bytes) predicted for one SPMD process of `devices` devices
+  from MemoryPrediction p: devices x the per-device figures (see the docstring)."""
+  return devices * (p.weight_bytes + p.slot_bytes), devices * p.peak_bytes
 
 
 def predict(graph, layout):
@@ -219,6 +310,37 @@ def measured_rows(models, backends, layouts):
                      _mib(p.peak_bytes)])
         print("  " + " | ".join(rows[-1]), flush=True)
   return rows, worst
+
+
+def spmd_rows(models, layouts, processes):
+  """Table rows (header first) of each SPMD process's measured memory vs predicted;
+  also returns the largest |measured/predicted - 1| of the process peaks."""
+  rows = [["model", "layout", "processes x devices", "task", "batch rows",
+           "weights/dev MiB", "pred", "slots/dev MiB", "pred", "held in process MiB",
+           "pred", "measured peak MiB", "pred process peak MiB", "ratio"]]
+  worst = 0.0
+  for model in models:
+    graph = build_lm(MODELS[model])
+    for layout in layouts:
+      p = predict(graph, layout)
+      devices = mtf_size(LAYOUTS[layout][0]) // processes
+      held, peak = spmd_process_prediction(p, devices)
+      for m in measure_spmd(MODELS[model], layout, processes):
+        ratio = m["peak"] / peak
+        worst = max(worst, abs(ratio - 1))
+        rows.append([model, layout, "%dx%d" % (processes, m["devices"]),
+                     str(m["task"]), "[%d, %d)" % tuple(m["rows"]), _mib(m["weights"]),
+                     _mib(p.weight_bytes), _mib(m["slots"]), _mib(p.slot_bytes),
+                     _mib(m["held_weights"] + m["held_slots"]), _mib(held),
+                     _mib(m["peak"]), _mib(peak), "%.3f" % ratio])
+        print("  " + " | ".join(rows[-1]), flush=True)
+  return rows, worst
+
+
+def mtf_size(mesh_shape):
+  """Number of processors of a mesh shape string."""
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  return mtf.convert_to_shape(mesh_shape).size
 
 
 # The budget search's family: batch 8 x 128 tokens, 4 layers, 8 heads, d_ff = 4 d_model.
@@ -287,15 +409,27 @@ def print_budget_search(budget, backend, confirm):
 
 def main(_):
   if FLAGS.worker:
-    print(json.dumps(run_worker(json.loads(FLAGS.worker))))
+    spec = json.loads(FLAGS.worker)
+    print(json.dumps(run_spmd_worker(spec) if "cluster" in spec else run_worker(spec)),
+          flush=True)
     return
   print(common.machine_line())
   print("Transformer LM + Adam, 8 virtual CPUs, one subprocess per row; peak of step %d"
         % (WARMUP_STEPS + 1))
-  if FLAGS.models:
+  if FLAGS.models and FLAGS.backends:
     rows, worst = measured_rows(FLAGS.models, FLAGS.backends, FLAGS.layouts)
     common.print_table(rows)
     print("largest |measured / predicted - 1| of the process peaks: %.3f" % worst)
+  if FLAGS.models and FLAGS.processes > 1:
+    n = FLAGS.processes
+    layouts = [l for l in FLAGS.layouts if mtf_size(LAYOUTS[l][0]) % n == 0
+               and mtf_size(LAYOUTS[l][0]) > n]
+    print("\nThe same steps as %d SPMD processes (mesh_tf.cluster.multi_client, one "
+          "replica per virtual CPU, 8 / %d per process); one row per process, its own "
+          "allocator's peak vs (devices per process) x the per-device prediction" % (n, n))
+    rows, worst = spmd_rows(FLAGS.models, layouts, n)
+    common.print_table(rows)
+    print("largest |measured / predicted - 1| of the SPMD process peaks: %.3f" % worst)
   if FLAGS.budget_search:
     print_budget_search(FLAGS.budget_mib << 20, FLAGS.budget_backend, FLAGS.confirm)
 

@@ -115,7 +115,8 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
     kernel_initializer: a DenseInitializer or a plain initializer (default
       VarianceScalingInitializer()).
     kernel_weights: use this kernel instead of creating one.
-    name: variable scope (default a fresh "dense", "dense_1", ...).
+    name: variable scope. Without one, the kernel and the bias each get a fresh
+      default scope, as in the original ("dense/kernel" and "dense_1/bias").
 
   Returns:
     mtf Tensor with the dims of x minus reduced_dims, followed by new_dims.
@@ -124,19 +125,21 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   reduced_dims = _dim_list(reduced_dims) if reduced_dims is not None else (
       list(x.shape.dims[-1:]))
   expert_dims = _dim_list(expert_dims)
-  with layer_scope(x.graph, name, "dense") as scope:
-    _check_dense_dims("dense %r" % scope, x, new_dims, reduced_dims, expert_dims)
-    x, reduced_dims = _rename_reduced_dims_named_like_new_dims(x, reduced_dims, new_dims)
-    variable_dtype = _variable_dtype(x, variable_dtype, master_dtype, slice_dtype)
-    if kernel_weights is None:
-      # The kernel goes in this same scope: name "" adds no component.
-      # Looked up on mtf.layers at call time, as the original's one-module name was,
-      # so a test patching mtf.layers.get_dense_kernel_weights reaches this call.
-      make_kernel = getattr(sys.modules.get("mesh_tf.layers"), "get_dense_kernel_weights",
-                            get_dense_kernel_weights)
-      kernel_weights = make_kernel(
-          x, new_dims, reduced_dims, expert_dims, kernel_initializer, name="",
-          variable_dtype=variable_dtype)
+  _check_dense_dims("dense %r" % (name or "dense"), x, new_dims, reduced_dims,
+                    expert_dims)
+  x, reduced_dims = _rename_reduced_dims_named_like_new_dims(x, reduced_dims, new_dims)
+  variable_dtype = _variable_dtype(x, variable_dtype, master_dtype, slice_dtype)
+  if kernel_weights is None:
+    # Looked up on mtf.layers at call time, as the original's one-module name was, so a
+    # test patching mtf.layers.get_dense_kernel_weights reaches this call.
+    make_kernel = getattr(sys.modules.get("mesh_tf.layers"), "get_dense_kernel_weights",
+                          get_dense_kernel_weights)
+    kernel_weights = make_kernel(x, new_dims, reduced_dims, expert_dims,
+                                 kernel_initializer, name=name,
+                                 variable_dtype=variable_dtype)
+  # As in the original, the kernel and the bias each open the scope: with a name that is
+  # one scope, without one they are two fresh ones ("dense/kernel", "dense_1/bias").
+  with layer_scope(x.graph, name, "dense"):
     output_shape = Shape([d for d in x.shape.dims if d not in reduced_dims] + new_dims)
     y = us_einsum([x, kernel_weights], output_shape=output_shape)
     if use_bias:

@@ -27,6 +27,9 @@ def layer_scope(graph, name, default_name):
   if name is None:
     name = unique_scope_name(graph, default_name)
   elif name:
-    graph.unique_name(name)
+    scope = current_scope_name()
+    scoped = scope + "/" + name if scope else name
+    if graph.unique_name(name, mark_as_used=False) == scoped:
+      graph.unique_name(name)  # marked once: reopening it takes no "<name>_1"
   with variable_scope(name):
     yield name

@@ -1,15 +1,16 @@
 """The Universal Transformer (Dehghani et al. 2018): `UTLayerStack`.
 
-One block of layers (the stack's `layers`, num_inrecurrence_layers times, each copy with
-its own weights "rec_layer_<i>/...") is applied num_rec_steps times with the same
-weights. Each step first adds (or concatenates and projects back) timing signals: the
+The stack's `layers` form one block, applied num_inrecurrence_layers times per step for
+num_rec_steps steps, always with the same weights. Each step first adds (or concatenates
+and projects back with the dense "step_preprocess_projection") timing signals: the
 sinusoid of the positions and a signal of the step (sinusoid, or the learned rows of
 "layer_embedding"). Recurrence types:
 
 - "basic": x <- block(step_preprocess(x)).
 - "highway": x <- x * carry + block(...) * transform, with gates sigmoid(dense(...))
   of the state ("s"), the transformed state ("t") and the step's input ("i") as chosen
-  by gates_inputs; carry = 1 - transform when couple_carry_transform_gates.
+  by gates_inputs; carry = 1 - transform when couple_carry_transform_gates. Each step
+  has gates of its own.
 - "act": adaptive computation time (Graves 2016, as the UT paper uses it): a halting unit
   p = sigmoid(w . x + b) (b starts at 1) accumulates per position until it passes
   1 - act_epsilon; at most act_max_steps steps. Each step's update weight is p while a
@@ -24,15 +25,24 @@ sinusoid of the positions and a signal of the step (sinusoid, or the learned row
   took) goes to context.losses when act_loss_weight > 0 (a port parameter; the
   original's UTLayerStack takes no ponder-cost weight, so it defaults to 0).
 
-Optionally num_vanilla_transformer_layers ordinary layers (own weights) run before
-("before_ut/layer_<i>") and/or after ("after_ut/layer_<i>") the recurrence. Each layer
-is pre-norm residual (rms norm "layer_norm/scale", dropout, residual), or, with
-use_gated_transformer, a gate between its input x and output y by gating_type:
-"highway": x * carry + y * transform (gates as in the highway recurrence, from x);
-"gru": update and reset gates z, r = sigmoid(dense([x, y])) ("update_gate",
-"reset_gate"), candidate c = tanh(dense([r * x, y])) ("candidate"), giving
+Optionally num_vanilla_transformer_layers ordinary passes through the block run before
+and/or after the recurrence. Each layer is pre-norm residual (layer norm, dropout,
+residual), or, with use_gated_transformer, a gate between its input x and output y by
+gating_type: "highway": x * carry + y * transform (two gates from x); "gru": update and
+reset gates z, r = sigmoid(dense([x, y])), candidate c = tanh(dense([r * x, y])), giving
 (1 - z) * y + z * c (the GRU transition function of the UT paper's implementation).
-The stack ends with the norm "final_layer_norm/scale" and dropout.
+The stack ends with a layer norm and dropout.
+
+Variables carry the original's (mesh-tensorflow 0.1.21) names and shapes, so its
+checkpoints load: in the stack's scope "layer_embedding" [steps, d_model],
+"sigmoid_activation_for_pondering/dense/kernel" [d_model, 1] and ".../dense_1/bias" [1],
+the highway gates' unnamed dense layers "dense/kernel", "dense_1/bias", "dense_2/kernel",
+... (numbered on through the steps), and one "layer_prepostprocess/layer_norm/
+layer_norm_{scale,bias}" shared by the final norm and the highway gates' input norms.
+Every pass through the block (vanilla or recurrent) uses the same "<layer name>/..."
+weights, with the norm "<layer name>/layer_prepostprocess/layer_norm/..."; a gated
+layer's gates live in "<layer name>/<layer class>/" as "dense", "dense_1", ... with their
+own shared input norm "layer_prepostprocess/layer_norm/...".
 """
 import math
 
@@ -68,20 +78,37 @@ def timing_signal(positions, channels_dim, min_timescale=1.0, max_timescale=1.0e
   return mtf.concat(parts, channels_dim.name)
 
 
+class _ScopeNames:
+  """Names for unnamed layers in one entry of a variable scope: "dense", "dense_1", ...
+
+  The original created its gates and halting unit with unnamed mtf.layers.dense calls,
+  which TF1 numbered per default name, afresh each time the enclosing scope was entered.
+  Its dense took one number for the kernel and the next for the bias.
+  """
+
+  def __init__(self):
+    self._counts = {}
+
+  def __call__(self, default_name):
+    count = self._counts.get(default_name, 0)
+    self._counts[default_name] = count + 1
+    return default_name if not count else "%s_%d" % (default_name, count)
+
+
 @gin.configurable(module="universal_transformer")
 class UTLayerStack(TransformerLayer):
   """A Universal Transformer layer stack (see the module docstring).
 
   Args (the original's): layers; dropout_rate, norm_epsilon; num_vanilla_transformer_
-  layers; couple_carry_transform_gates; act_type ("basic"); recurrence_type ("basic",
-  "highway", "act"); act_max_steps, act_epsilon; num_rec_steps; num_inrecurrence_layers;
-  position_start_index (an int, or "step": step * length // steps);
-  add_or_concat_timing_signal ("add", "concat"); step_timing_signal_type ("learned",
-  "sinusoid"); add_position_timing_signal, add_step_timing_signal;
-  mix_with_transformer_before_ut, mix_with_transformer_after_ut; gates_inputs (letters
-  of "sti"); gate_ffn_layer ("dense", "dense_relu_dense"); use_gated_transformer;
-  gating_type ("highway", "gru"). The port's own: act_loss_weight (the ponder cost's
-  weight, 0 = none as in the original).
+  layers; couple_carry_transform_gates (highway recurrence only); act_type ("basic");
+  recurrence_type ("basic", "highway", "act"); act_max_steps, act_epsilon;
+  num_rec_steps; num_inrecurrence_layers; position_start_index (an int, or "step":
+  step * length // steps); add_or_concat_timing_signal ("add", "concat");
+  step_timing_signal_type ("learned", "sinusoid"); add_position_timing_signal,
+  add_step_timing_signal; mix_with_transformer_before_ut, mix_with_transformer_after_ut;
+  gates_inputs (letters of "sti"); gate_ffn_layer ("dense", "dense_relu_dense");
+  use_gated_transformer; gating_type ("highway", "gru"). The port's own: act_loss_weight
+  (the ponder cost's weight, 0 = none as in the original).
   """
 
   def __init__(self, layers, dropout_rate=0.0, norm_epsilon=1e-6,
@@ -135,14 +162,11 @@ class UTLayerStack(TransformerLayer):
       return signal_dim
     return x.shape.dims[-1]
 
-  def _layer_norm(self, context, x, name="layer_norm"):
-    model_dim = x.shape.dims[-1]
-    with mtf.variable_scope(name):
-      scale = mtf.get_variable(context.mesh, "scale", mtf.Shape([model_dim]),
-                               initializer=tf.ones_initializer(),
-                               dtype=context.variable_dtype)
-    variance = mtf.reduce_mean(mtf.square(x), reduced_dim=model_dim)
-    return x * mtf.rsqrt(variance + self.norm_epsilon) * scale
+  def _layer_norm(self, context, x):
+    """Layer norm over the last dim, "layer_prepostprocess/layer_norm/..." in the
+    current scope (every norm of one scope shares its weights, as in the original)."""
+    del context
+    return mtf.layers.layer_norm(x, x.shape.dims[-1], self.norm_epsilon)
 
   def _dropout(self, context, x):
     if context.train and self.dropout_rate > 0:
@@ -155,6 +179,25 @@ class UTLayerStack(TransformerLayer):
 
   def _num_steps(self):
     return self.act_max_steps if self.recurrence_type == "act" else self.num_rec_steps
+
+  def _shared_weights(self):
+    """A scope in which a variable name made again finds the existing variable: every
+    pass through the block, and every norm of one scope, shares its weights."""
+    return mtf.variable_scope("", reuse=tf.compat.v1.AUTO_REUSE)
+
+  def _dense(self, context, x, reduced_dim, new_dim, names, activation=None,
+             kernel_initializer=None, bias_initializer=None):
+    """activation(x . kernel + bias), the kernel in scope names("dense") and the bias in
+    the next one, as the original's unnamed mtf.layers.dense named them."""
+    y = mtf.layers.dense(x, new_dim, reduced_dims=[reduced_dim], use_bias=False,
+                         kernel_initializer=kernel_initializer,
+                         variable_dtype=context.variable_dtype, name=names("dense"))
+    with mtf.variable_scope(names("dense")):
+      bias = mtf.get_variable(context.mesh, "bias", mtf.Shape([new_dim]),
+                              initializer=bias_initializer or tf.zeros_initializer(),
+                              dtype=context.variable_dtype)
+    y += mtf.cast(bias, y.dtype)
+    return y if activation is None else activation(y)
 
   # ------------------------------------------------------------ timing signals
   def get_timing_signal_1d(self, context, length, channels, min_timescale=1.0,
@@ -226,88 +269,82 @@ class UTLayerStack(TransformerLayer):
   # ------------------------------------------------------------------ layers
   def ffn_layer_multi_inputs(self, context, mask, inputs_list, ffn_layer_type="dense",
                              kernel_initializer=None, activation=None, preprocess=False,
-                             postprocess=False):
+                             postprocess=False, names=None):
     """A feed-forward net over several inputs side by side, giving d_model outputs.
 
-    preprocess normalizes each input ("layer_norm_<i>"); postprocess adds dropout.
+    preprocess layer-normalizes each input (all with the scope's one norm);
+    postprocess adds dropout. names (a port argument) numbers the unnamed layers of the
+    current scope ("dense", "dense_1", ...; "dense_relu_dense", ...), so that the
+    gates of one scope entry each get their own.
     """
     _check_choice("ffn_layer_type", ffn_layer_type, ("dense", "dense_relu_dense"))
+    names = names or _ScopeNames()
     model_dim = inputs_list[0].shape.dims[-1]
     if preprocess:
-      inputs_list = [self._layer_norm(context, self._masked(x, mask), "layer_norm_%d" % i)
-                     for i, x in enumerate(inputs_list)]
+      inputs_list = [self._layer_norm(context, self._masked(x, mask))
+                     for x in inputs_list]
     wide = mtf.Dimension("ffn_input_channels", model_dim.size * len(inputs_list))
     x = mtf.concat([mtf.rename_dimension(t, model_dim.name, wide.name)
                     for t in inputs_list], wide.name)
     if ffn_layer_type == "dense":
-      y = mtf.layers.dense(x, model_dim, reduced_dims=[wide], use_bias=True,
-                           activation=activation, kernel_initializer=kernel_initializer,
-                           variable_dtype=context.variable_dtype, name="dense")
+      y = self._dense(context, x, wide, model_dim, names, activation=activation,
+                      kernel_initializer=kernel_initializer)
     else:
-      hidden = mtf.layers.dense(x, mtf.Dimension("d_ff", model_dim.size),
-                                reduced_dims=[wide], use_bias=True, activation=mtf.relu,
-                                kernel_initializer=kernel_initializer,
-                                variable_dtype=context.variable_dtype, name="wi")
-      y = mtf.layers.dense(hidden, model_dim, reduced_dims=hidden.shape.dims[-1:],
-                           use_bias=True, activation=activation,
-                           variable_dtype=context.variable_dtype, name="wo")
+      with mtf.variable_scope(names("dense_relu_dense")):
+        hidden = mtf.layers.dense(x, mtf.Dimension("d_ff", model_dim.size),
+                                  reduced_dims=[wide], use_bias=True, activation=mtf.relu,
+                                  kernel_initializer=kernel_initializer,
+                                  variable_dtype=context.variable_dtype, name="wi")
+        y = mtf.layers.dense(hidden, model_dim, reduced_dims=hidden.shape.dims[-1:],
+                             use_bias=True, activation=activation,
+                             variable_dtype=context.variable_dtype, name="wo")
     if postprocess:
       y = self._dropout(context, y)
     return y
 
   def gating(self, context, x, transformed_x, mask):
-    """The gating_type gate between a layer's input x and its output transformed_x."""
-    if self.gating_type == "gru":
-      return self._gru_gate(context, x, transformed_x, mask)
-    with mtf.variable_scope("transform_gate"):
-      transform = self.ffn_layer_multi_inputs(
-          context, mask, [x], ffn_layer_type=self.gate_ffn_layer, activation=mtf.sigmoid,
-          preprocess=True)
-    if self.couple_carry_transform_gates:
-      carry = 1.0 - transform
-    else:
-      with mtf.variable_scope("carry_gate"):
-        carry = self.ffn_layer_multi_inputs(
-            context, mask, [x], ffn_layer_type=self.gate_ffn_layer,
-            activation=mtf.sigmoid, preprocess=True)
-    return x * carry + transformed_x * transform
+    """The gating_type gate between a layer's input x and its output transformed_x.
 
-  def _gru_gate(self, context, x, transformed_x, mask):
-    def ffn(scope, inputs, activation):
-      with mtf.variable_scope(scope):
-        return self.ffn_layer_multi_inputs(
-            context, mask, inputs, ffn_layer_type=self.gate_ffn_layer,
-            activation=activation, preprocess=True)
-    update = ffn("update_gate", [x, transformed_x], mtf.sigmoid)
-    reset = ffn("reset_gate", [x, transformed_x], mtf.sigmoid)
-    candidate = ffn("candidate", [reset * x, transformed_x], mtf.tanh)
-    return (1.0 - update) * transformed_x + update * candidate
+    As in the original, the highway gate here always has a carry gate of its own
+    (couple_carry_transform_gates applies to the highway recurrence only).
+    """
+    names = _ScopeNames()
+
+    def gate(inputs, activation=mtf.sigmoid):
+      return self.ffn_layer_multi_inputs(
+          context, mask, inputs, ffn_layer_type=self.gate_ffn_layer,
+          activation=activation, preprocess=True, names=names)
+
+    if self.gating_type == "gru":
+      update = gate([x, transformed_x])
+      reset = gate([x, transformed_x])
+      candidate = gate([reset * x, transformed_x], mtf.tanh)
+      return (1.0 - update) * transformed_x + update * candidate
+    transform = gate([x])
+    carry = gate([x])
+    return x * carry + transformed_x * transform
 
   def vanilla_transformer_layer(self, context, x, mask):
     """Every layer of the block once: pre-norm, dropout, residual (or the gate)."""
-    for layer in self._layers:
-      with mtf.variable_scope(layer.name or ""):
-        norm_x = self._layer_norm(context, self._masked(x, mask))
-        with mtf.variable_scope(type(layer).__name__):
-          y = layer.call(context, norm_x)
-        if y.shape != x.shape:
-          raise mtf.ShapeError("UTLayerStack: layer %s returned %s for input %s" % (
-              layer.name, y.shape, x.shape), op=layer.name)
-        y = self._dropout(context, y)
-        if self.use_gated_transformer:
-          x = self.gating(context, x, y, mask)
-        else:
-          x += y
+    with self._shared_weights():
+      for layer in self._layers:
+        with mtf.variable_scope(layer.name or ""):
+          norm_x = self._layer_norm(context, self._masked(x, mask))
+          with mtf.variable_scope(type(layer).__name__):
+            y = layer.call(context, norm_x)
+            if y.shape != x.shape:
+              raise mtf.ShapeError("UTLayerStack: layer %s returned %s for input %s" % (
+                  layer.name, y.shape, x.shape), op=layer.name)
+            y = self._dropout(context, y)
+            if self.use_gated_transformer:
+              x = self.gating(context, x, y, mask)
+            else:
+              x += y
     return x
 
-  def _shared_weights(self):
-    """A scope in which the recurrent steps find the weights of the first step."""
-    return mtf.variable_scope("", reuse=tf.compat.v1.AUTO_REUSE)
-
   def _block(self, context, x, mask):
-    for i in range(self.num_inrecurrence_layers):
-      with mtf.variable_scope("rec_layer_%d" % i):
-        x = self.vanilla_transformer_layer(context, x, mask)
+    for _ in range(self.num_inrecurrence_layers):
+      x = self.vanilla_transformer_layer(context, x, mask)
     return x
 
   # -------------------------------------------------------------- recurrences
@@ -325,21 +362,22 @@ class UTLayerStack(TransformerLayer):
 
   def _ut_highway(self, context, layer_inputs, mask):
     state, inputs, _ = layer_inputs
+    names = _ScopeNames()  # the steps' gates are numbered on, so none shares weights
+
+    def gate(gate_inputs):
+      return self.ffn_layer_multi_inputs(
+          context, mask, gate_inputs, ffn_layer_type=self.gate_ffn_layer,
+          activation=mtf.sigmoid, preprocess=True, names=names)
+
     for step in range(self.num_rec_steps):
       transformed = self._block(context, self.step_preprocess(context, state, step), mask)
       chosen = {"s": state, "t": transformed, "i": inputs}
       gate_inputs = [chosen[c] for c in self.gates_inputs]
-      with mtf.variable_scope("transform_gate"):
-        transform = self.ffn_layer_multi_inputs(
-            context, mask, gate_inputs, ffn_layer_type=self.gate_ffn_layer,
-            activation=mtf.sigmoid, preprocess=True)
+      transform = gate(gate_inputs)
       if self.couple_carry_transform_gates:
         carry = 1.0 - transform
       else:
-        with mtf.variable_scope("carry_gate"):
-          carry = self.ffn_layer_multi_inputs(
-              context, mask, gate_inputs, ffn_layer_type=self.gate_ffn_layer,
-              activation=mtf.sigmoid, preprocess=True)
+        carry = gate(gate_inputs)
       state = state * carry + transformed * transform
     return state
 
@@ -354,16 +392,14 @@ class UTLayerStack(TransformerLayer):
     if self.act_type == "random":
       return mtf.random_uniform(context.mesh, halting_shape, dtype=state.dtype)
     model_dim = state.shape.dims[-1]
-    with mtf.variable_scope("act_halting"):
-      kernel = mtf.get_variable(context.mesh, "kernel", mtf.Shape([model_dim]),
-                                initializer=tf.random_normal_initializer(
-                                    stddev=model_dim.size ** -0.5),
-                                dtype=context.variable_dtype)
-      bias = mtf.get_variable(context.mesh, "bias", mtf.Shape([]),
-                              initializer=tf.constant_initializer(1.0),
-                              dtype=context.variable_dtype)
-    p = mtf.sigmoid(mtf.einsum([state, kernel], output_shape=state.shape - [model_dim])
-                    + bias)
+    one = mtf.Dimension(model_dim.name, 1)
+    with mtf.variable_scope("sigmoid_activation_for_pondering"):
+      p = self._dense(context, state, model_dim, one, _ScopeNames(),
+                      activation=mtf.sigmoid,
+                      kernel_initializer=tf.random_normal_initializer(
+                          stddev=model_dim.size ** -0.5),
+                      bias_initializer=tf.constant_initializer(1.0))
+    p = mtf.reduce_sum(p, reduced_dim=p.shape.dims[-1])  # drops the size-1 dim
     if self.act_type == "global":
       p = mtf.reduce_mean(p, output_shape=halting_shape)
     return p
@@ -412,11 +448,10 @@ class UTLayerStack(TransformerLayer):
     """Dropout, vanilla layers, the recurrence, vanilla layers, final norm, dropout."""
     mask = context.nonpadding
     x = self._dropout(context, x)
-    if self.mix_with_transformer_before_ut:
-      for i in range(self.num_vanilla_transformer_layers):
-        with mtf.variable_scope("before_ut/layer_%d" % i):
+    with self._shared_weights():
+      if self.mix_with_transformer_before_ut:
+        for _ in range(self.num_vanilla_transformer_layers):
           x = self.vanilla_transformer_layer(context, x, mask)
-    with mtf.variable_scope("universal_transformer"):
       if self.recurrence_type == "basic":
         x = self.ut_basic(context, x, mask)
       elif self.recurrence_type == "highway":
@@ -424,9 +459,8 @@ class UTLayerStack(TransformerLayer):
       else:
         x, (ponder_times, remainders) = self.act_layer(context, x, mask)
         self._add_ponder_cost(context, ponder_times, remainders)
-    if self.mix_with_transformer_after_ut:
-      for i in range(self.num_vanilla_transformer_layers):
-        with mtf.variable_scope("after_ut/layer_%d" % i):
+      if self.mix_with_transformer_after_ut:
+        for _ in range(self.num_vanilla_transformer_layers):
           x = self.vanilla_transformer_layer(context, x, mask)
-    x = self._dropout(context, self._layer_norm(context, x, name="final_layer_norm"))
+      x = self._dropout(context, self._layer_norm(context, x))
     return self._masked(x, mask)

@@ -20,13 +20,14 @@ def test_dense_two_layers_every_layout(mesh_impl):
     return mtf.layers.dense(h, HIDDEN, use_bias=False)
 
   def reference(xs, p):
-    h = tf.nn.relu(tf.einsum("blh,hf->blf", xs[0], p["dense/kernel"]) + p["dense/bias"])
-    return tf.einsum("blf,fh->blh", h, p["dense_1/kernel"])
+    h = tf.nn.relu(tf.einsum("blh,hf->blf", xs[0], p["dense/kernel"]) + p["dense_1/bias"])
+    return tf.einsum("blf,fh->blh", h, p["dense_2/kernel"])
   _, params = check_layer(mesh_impl, [(random_array(X_SHAPE, 1), X_SHAPE)], build,
                           reference)
-  assert sorted(params) == ["dense/bias", "dense/kernel", "dense_1/kernel"]
+  # Unnamed, the kernel and the bias each take a fresh scope, as in the original.
+  assert sorted(params) == ["dense/kernel", "dense_1/bias", "dense_2/kernel"]
   assert params["dense/kernel"].shape == (8, 16)
-  np.testing.assert_array_equal(params["dense/bias"], np.zeros(16, np.float32))
+  np.testing.assert_array_equal(params["dense_1/bias"], np.zeros(16, np.float32))
 
 
 @pytest.mark.parametrize("case", FOCUSED_CASES, ids=FOCUSED_IDS)
@@ -83,8 +84,10 @@ def test_dense_variable_names_follow_tf1_scopes():
   with mtf.variable_scope("outer"):
     mtf.layers.dense(x, FF, use_bias=False)
   names = [v.name for v in graph.all_variables]
-  assert names == ["DenseReluDense/wi/kernel", "dense/kernel", "dense/bias",
-                   "dense_1/kernel", "dense_1/bias", "named/kernel", "named/bias",
+  # Unnamed, the kernel and the bias each open a fresh default scope (the original's
+  # dense and get_dense_kernel_weights each did); named, they share it.
+  assert names == ["DenseReluDense/wi/kernel", "dense/kernel", "dense_1/bias",
+                   "dense_2/kernel", "dense_3/bias", "named/kernel", "named/bias",
                    "outer/dense/kernel"]
   # An explicit "dense" takes the name, so the next default scope skips it.
   graph, mesh = new_mesh()

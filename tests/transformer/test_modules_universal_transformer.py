@@ -46,15 +46,16 @@ def tf_timing(positions, channels):
   return tf.constant(np.concatenate([np.sin(scaled), np.cos(scaled)], -1), tf.float32)
 
 
-def rms(x, scale):
-  return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), -1, keepdims=True) + 1e-6) * scale
+def layer_norm(x, v, scope):
+  """The layer norm "<scope>/layer_prepostprocess/layer_norm/..." of weights v."""
+  p = _key(scope, "layer_prepostprocess_layer_norm_layer_norm_")
+  mean = tf.reduce_mean(x, -1, keepdims=True)
+  variance = tf.reduce_mean(tf.square(x - mean), -1, keepdims=True)
+  return (x - mean) * tf.math.rsqrt(variance + 1e-6) * v[p + "scale"] + v[p + "bias"]
 
 
-def dense(x, v, prefix, activation=None):
-  y = x @ v[prefix + "_kernel"]
-  if prefix + "_bias" in v:
-    y += v[prefix + "_bias"]
-  return y if activation is None else activation(y)
+def _key(scope, name):
+  return scope + "_" + name if scope else name
 
 
 class Reference:
@@ -63,27 +64,35 @@ class Reference:
   def __init__(self, options, v):
     self.o, self.v = options, v
 
-  def vanilla(self, x, scope):
-    p = scope + "_layer_000"
-    y = tf.nn.relu(rms(x, self.v[p + "_layer_norm_scale"]) @
-                   self.v[p + "_DenseReluDense_wi_kernel"]) @ self.v[
-                       p + "_DenseReluDense_wo_kernel"]
+  def vanilla(self, x):
+    p = "layer_000"
+    y = tf.nn.relu(layer_norm(x, self.v, p) @ self.v[p + "_DenseReluDense_wi_kernel"]) @ (
+        self.v[p + "_DenseReluDense_wo_kernel"])
     if not self.o["use_gated_transformer"]:
       return x + y
+    gate = self.gates(p + "_DenseReluDense")
     if self.o["gating_type"] == "gru":
-      update = self.gate([x, y], p + "_update_gate")
-      reset = self.gate([x, y], p + "_reset_gate")
-      candidate = self.gate([reset * x, y], p + "_candidate", tf.tanh)
+      update = gate([x, y])
+      reset = gate([x, y])
+      candidate = gate([reset * x, y], tf.tanh)
       return (1 - update) * y + update * candidate
-    transform = self.gate([x], p + "_transform_gate")
-    carry = (1 - transform if self.o["couple_carry_transform_gates"]
-             else self.gate([x], p + "_carry_gate"))
+    transform = gate([x])
+    carry = gate([x])  # a gated layer's carry gate is never coupled
     return x * carry + y * transform
 
-  def gate(self, inputs, p, activation=tf.sigmoid):
-    normed = [rms(t, self.v["%s_layer_norm_%d_scale" % (p, i)])
-              for i, t in enumerate(inputs)]
-    return dense(tf.concat(normed, -1), self.v, p + "_dense", activation)
+  def gates(self, scope):
+    """A function making the gates of scope in turn: unnamed dense layers whose kernel
+    and bias take the scope's next two numbers, over inputs normed with one norm."""
+    count = [0]
+
+    def gate(inputs, activation=tf.sigmoid):
+      normed = tf.concat([layer_norm(t, self.v, scope) for t in inputs], -1)
+      names = ["dense_%d" % i if i else "dense" for i in (count[0], count[0] + 1)]
+      count[0] += 2
+      y = (normed @ self.v[_key(scope, names[0] + "_kernel")] +
+           self.v[_key(scope, names[1] + "_bias")])
+      return activation(y)
+    return gate
 
   def preprocess(self, x, step):
     signals = []
@@ -96,45 +105,48 @@ class Reference:
       signals.append(tf_timing(np.arange(LENGTH) + start, D_MODEL))
     if self.o["add_step_timing_signal"]:
       if self.o["step_timing_signal_type"] == "learned":
-        signals.append(self.v["universal_transformer_layer_embedding"][step] *
-                       D_MODEL ** 0.5)
+        signals.append(self.v["layer_embedding"][step] * D_MODEL ** 0.5)
       else:
         signals.append(tf_timing(float(step), D_MODEL))
     if self.o["add_or_concat_timing_signal"] == "add":
       return x + sum(signals)
     wide = tf.concat([x] + [tf.broadcast_to(s, x.shape) for s in signals], -1)
-    return wide @ self.v["universal_transformer_step_preprocess_projection_kernel"]
+    return wide @ self.v["step_preprocess_projection_kernel"]
+
+  def block(self, x):
+    for _ in range(self.o["num_inrecurrence_layers"]):
+      x = self.vanilla(x)
+    return x
 
   def __call__(self, x):
     o = self.o
     if o["mix_with_transformer_before_ut"]:
-      for i in range(o["num_vanilla_transformer_layers"]):
-        x = self.vanilla(x, "before_ut_layer_%d" % i)
-    block = lambda s: self.vanilla(s, "universal_transformer_rec_layer_0")
+      for _ in range(o["num_vanilla_transformer_layers"]):
+        x = self.vanilla(x)
     if o["recurrence_type"] == "basic":
       for step in range(o["num_rec_steps"]):
-        x = block(self.preprocess(x, step))
+        x = self.block(self.preprocess(x, step))
     elif o["recurrence_type"] == "highway":
       state, inputs = x, x
+      gate = self.gates("")  # numbered on through the steps: each step its own gates
       for step in range(o["num_rec_steps"]):
-        transformed = block(self.preprocess(state, step))
+        transformed = self.block(self.preprocess(state, step))
         chosen = {"s": state, "t": transformed, "i": inputs}
         gate_in = [chosen[c] for c in o["gates_inputs"]]
-        transform = self.gate(gate_in, "universal_transformer_transform_gate")
-        carry = (1 - transform if o["couple_carry_transform_gates"]
-                 else self.gate(gate_in, "universal_transformer_carry_gate"))
+        transform = gate(gate_in)
+        carry = 1 - transform if o["couple_carry_transform_gates"] else gate(gate_in)
         state = state * carry + transformed * transform
       x = state
     else:
       x = self.act(x)
     if o["mix_with_transformer_after_ut"]:
-      for i in range(o["num_vanilla_transformer_layers"]):
-        x = self.vanilla(x, "after_ut_layer_%d" % i)
-    return rms(x, self.v["final_layer_norm_scale"])
+      for _ in range(o["num_vanilla_transformer_layers"]):
+        x = self.vanilla(x)
+    return layer_norm(x, self.v, "")
 
   def act(self, x):
-    kernel = self.v["universal_transformer_act_halting_kernel"]
-    bias = self.v["universal_transformer_act_halting_bias"]
+    kernel = self.v["sigmoid_activation_for_pondering_dense_kernel"]
+    bias = self.v["sigmoid_activation_for_pondering_dense_1_bias"]
     threshold = 1.0 - self.o["act_epsilon"]
     pooled = self.o["act_type"] == "global"
     halting = tf.zeros(x.shape[:1] if pooled else x.shape[:-1])
@@ -143,7 +155,7 @@ class Reference:
     state, output = x, tf.zeros_like(x)
     for step in range(self.o["act_max_steps"]):
       state = self.preprocess(state, step)
-      p = tf.sigmoid(tf.einsum("bld,d->bl", state, kernel) + bias)
+      p = tf.sigmoid(state @ kernel + bias)[..., 0]
       if pooled:
         p = tf.reduce_mean(p, 1)
       running = tf.cast(halting < 1.0, tf.float32)
@@ -156,7 +168,7 @@ class Reference:
       ponder += running + new_halted
       update = p * running + new_halted * remainders
       update = update[:, None, None] if pooled else update[..., None]
-      state = self.vanilla(state, "universal_transformer_rec_layer_0")
+      state = self.block(state)
       if self.o["act_type"] == "accumulated":
         output += state * update
       else:
@@ -179,6 +191,9 @@ CONFIGS = {
     "act_global_gru_gated": dict(
         recurrence_type="act", act_type="global", use_gated_transformer=True,
         gating_type="gru", mix_with_transformer_after_ut=True),
+    "basic_two_passes_per_step_with_vanilla_after": dict(
+        recurrence_type="basic", num_inrecurrence_layers=2,
+        mix_with_transformer_after_ut=True, num_vanilla_transformer_layers=2),
     "basic_gru_gated_uncoupled": dict(
         recurrence_type="basic", use_gated_transformer=True, gating_type="gru",
         mix_with_transformer_before_ut=True, couple_carry_transform_gates=False),
@@ -206,9 +221,10 @@ def test_ut_layer_stack_matches_tf(config, case):
   result, w = run_layer(stack, mtf_testing.backend_mesh_impl(*case), x)
   check_against_reference(result, w, x, lambda x, **v: Reference(options, v)(x),
                           rtol=1e-4, atol=1e-4)
-  # One set of block weights serves every step.
-  block = [n for n in result.values if "rec_layer_" in n]
-  assert all("rec_layer_0/layer_000/" in n for n in block), block
+  # One set of block weights serves every step and every vanilla pass, as in the
+  # original: the FFN's kernel exists once, in the layer's own scope.
+  wi = [n for n in result.values if n.endswith("/wi/kernel")]
+  assert wi == ["transformer/block_000/layer_000/layer_000/DenseReluDense/wi/kernel"], wi
 
 
 def test_act_halts_every_position_within_the_steps():
@@ -221,13 +237,16 @@ def test_act_halts_every_position_within_the_steps():
                     mode="eval")
   _, (ponder, remainders) = _stack(recurrence_type="act", act_max_steps=4).act_layer(
       context, x, None)
+  tf.random.set_seed(8)  # the same initial weights whatever ran before
   lowering = mtf.Lowering(graph, {mesh: mtf_testing.backend_mesh_impl(*CASES[0])})
   ponder = lowering.export_to_tf_tensor(ponder).numpy()
   remainders = lowering.export_to_tf_tensor(remainders).numpy()
-  # A position that halts at step n has ponder time n and a remainder in (0, 1); one
-  # still running after the last step has ponder time 4 and no remainder.
+  # A position that halts at step n has ponder time n and a remainder in (0, 1], 1 only
+  # when it halts at once (n = 1); one still running after the last step has ponder
+  # time 4 and no remainder.
   assert ponder.min() >= 1 and ponder.max() <= 4, ponder
-  assert np.all((remainders >= 0) & (remainders < 1)), remainders
+  assert np.all((remainders >= 0) & (remainders <= 1)), remainders
+  assert np.all(ponder[remainders == 1] == 1), (ponder, remainders)
   halted = remainders > 0
   assert halted.any() and np.all(ponder[~halted] == 4), (ponder, remainders)
 
@@ -331,7 +350,7 @@ def _act_outputs(act_type, steps, seed=8):
 def test_random_act_halts_on_noise_without_a_halting_unit():
   steps = 6
   y, ponder, remainders, cost, names = _act_outputs("random", steps)
-  assert not [n for n in names if "act_halting" in n], names
+  assert not [n for n in names if "pondering" in n], names
   # Noise in [0, 1) halts every position within the steps; no remainder reaches 1.
   assert ponder.min() >= 1 and ponder.max() <= steps, ponder
   assert np.all((remainders >= 0) & (remainders < 1)), remainders
@@ -342,7 +361,7 @@ def test_random_act_halts_on_noise_without_a_halting_unit():
 def test_global_act_halts_each_sequence_as_a_whole():
   _, ponder, remainders, _, names = _act_outputs("global", 4)
   assert ponder.shape == (2,) and remainders.shape == (2,), (ponder, remainders)
-  assert any("act_halting" in n for n in names), names
+  assert any("sigmoid_activation_for_pondering" in n for n in names), names
 
 
 def test_global_act_refuses_incremental_decoding():

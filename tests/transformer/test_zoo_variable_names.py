@@ -85,18 +85,18 @@ _LAYERS = {**_block(0, {**_ATTENTION, **_RMS}), **_block(1, {**_FFN, **_RMS}),
 
 
 def test_universal_transformer_names():
-  """UTLayerStack with ACT, a learned step signal and one vanilla layer after it."""
-  rec = "transformer/universal_transformer/rec_layer_0/block_000/"
-  after = "transformer/after_ut/layer_0/block_000/"
-  expected = {**_LM, "transformer/final_layer_norm/scale": (8,),
-              "transformer/universal_transformer/act_halting/bias": (),
-              "transformer/universal_transformer/act_halting/kernel": (8,),
-              "transformer/universal_transformer/layer_embedding": (2, 8)}
-  for prefix in (rec, after):
-    for name, shape in {**_ATTENTION, "layer_norm/scale": (8,)}.items():
-      expected[prefix + "layer_000/" + name] = shape
-    for name, shape in {**_FFN, "layer_norm/scale": (8,)}.items():
-      expected[prefix + "layer_001/" + name] = shape
+  """UTLayerStack with ACT, a learned step signal and one vanilla pass after it, as the
+  original 0.1.21 names it (listed from it on TF 2.12): the recurrent steps and the
+  vanilla pass share the block's weights, each layer pre-normed by a layer norm; the
+  halting unit is an unnamed dense (kernel "dense", bias "dense_1"), and the final norm
+  is the stack's "layer_prepostprocess" layer norm."""
+  norm = {"layer_prepostprocess/layer_norm/layer_norm_bias": (8,),
+          "layer_prepostprocess/layer_norm/layer_norm_scale": (8,)}
+  expected = {**_LM, **_block(0, {**_ATTENTION, **norm}), **_block(1, {**_FFN, **norm}),
+              **{"transformer/" + n: s for n, s in norm.items()},
+              "transformer/layer_embedding": (2, 8),
+              "transformer/sigmoid_activation_for_pondering/dense/kernel": (8, 1),
+              "transformer/sigmoid_activation_for_pondering/dense_1/bias": (1,)}
   assert variables("universal_transformer") == expected
 
 
