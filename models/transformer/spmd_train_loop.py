@@ -1,21 +1,20 @@
 """Train mode of the trainer in multi-client SPMD (cluster_setup.cluster_config.mode =
-'spmd'): every process runs this loop for its own replicas (one per local device,
+'spmd'): every process runs the step loop (step_loop.run_steps, the one train_loop's
+Trainer runs too) for its own replicas (one per local device,
 mesh_tf.cluster.multi_client), reads only its rows of each batch, and task 0 writes
 the checkpoints and summaries.
 
-What it shares with train_loop: the optimizer and learning rate (read from this
-process's global step, which advances once per step after every replica ran it), the
-model graph, the checkpoint format (full-shape, name-based, `global_step` included), so
-a run resumes in either mode and restores on any mesh; keep_checkpoint_max (the chief's
-mtf.CheckpointManager prunes only after it wrote the new checkpoint), the progress
-lines and step_metrics (each process's MFU counts its replicas' FLOPs against its own
-devices' peak; the chief writes the profile), NonFiniteError / skip_nonfinite_updates, and SIGTERM / Ctrl-C: a signal to ANY
-process stops EVERY process after the same step (the processes agree on it in one
-small collective per step), the chief saves, and all exit as train_loop does (status
-143 for SIGTERM, 130 for Ctrl-C), eval after each checkpoint (spmd_evaluation: no
-sequence accuracy). What it lacks: microbatches.
+This module adds what multi-client needs: each process checks its run against the
+chief's before step 1 (agreement), ChiefSaver (every process gathers the full values,
+the chief writes through a mtf.CheckpointManager, which prunes to keep_checkpoint_max
+only after the new checkpoint is written), and `_SpmdRunner`, whose agree_stop is one
+small collective per step, so a signal to ANY process stops EVERY process after the
+same step. The optimizer, learning rate, model graph, checkpoint format (a run resumes
+in either mode and restores on any mesh), progress lines, step_metrics (each
+process's MFU counts its replicas' FLOPs against its own devices' peak; the chief
+writes the profile), non-finite policy, exit statuses and eval after each checkpoint
+(spmd_evaluation: no sequence accuracy) are train_loop's. What it lacks: microbatches.
 """
-import math
 import os
 
 import gin
@@ -29,15 +28,13 @@ from mesh_tf.checkpoint.entries import collect_entries
 from mesh_tf.checkpoint.save_restore import DEFAULT_BASENAME
 from mesh_tf.cluster import agreement
 from mesh_tf.cluster import spmd_training
-from models.transformer import evaluation
 from models.transformer import model_graph
-from models.transformer import progress as progress_lib
 from models.transformer import run_record
 from models.transformer import run_setup
 from models.transformer import spmd_evaluation
+from models.transformer import step_loop
 from models.transformer import step_metrics
 from models.transformer import stop_signals
-from models.transformer import summaries
 from models.transformer import train_loop
 from models.transformer.context import ModeKeys
 
@@ -113,17 +110,18 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
                                       skip_nonfinite=skip_nonfinite_updates)
   rows = input_share.batch_rows(replicas.impls[0], graph.placeholders["targets"].shape)
   saver = ChiefSaver(trainer, model_dir, global_step, keep_checkpoint_max)
-  loop = _Loop(trainer, saver, graph, optimizer, train_steps, save_checkpoints_steps,
-               iterations_per_loop, skip_nonfinite_updates)
+  runner = _SpmdRunner(trainer, saver, graph, optimizer)
+  config = step_loop.LoopConfig(train_steps, save_checkpoints_steps, iterations_per_loop,
+                                skip_nonfinite_updates)
   if eval_dataset_fn is not None and eval_steps:
     eval_probe = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,
                                            "validation", batch_size)
-    loop.evaluator = spmd_evaluation.SpmdEvaluator(
+    evaluator = spmd_evaluation.SpmdEvaluator(
         model_fn, replicas, batch_size, sequence_length,
         run_setup.feature_keys(eval_probe), variable_dtype)
-    loop.eval_dataset = loop.evaluator.dataset(eval_dataset_fn, sequence_length,
-                                               vocabulary, batch_size)
-    loop.eval_steps = eval_steps
+    runner.eval_plan = step_loop.EvalPlan(
+        evaluator, evaluator.dataset(eval_dataset_fn, sequence_length, vocabulary,
+                                     batch_size), eval_steps)
   with stop_signals.GracefulStop() as stop:  # from here a signal waits for a step's end
     step = saver.restore()
     print("training %s on mesh %s, layout %s (MultiClientMeshImpl: task %d of %d, %d "
@@ -131,12 +129,10 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
           % (type(graph.model).__name__, replicas.mesh_shape.to_string,
              replicas.impls[0].layout_rules, replicas.task, len(replicas.addresses),
              len(replicas.impls), rows[0], rows[1], train_steps), flush=True)
-    if step >= train_steps:
-      print("global step %d already reaches train_steps %d; nothing to do"
-            % (step, train_steps), flush=True)
+    if step_loop.nothing_to_do(step, train_steps):
       return []
     iterator = iter(share_of_train_data(examples, batch_size, rows, step))
-    return loop.run(step, iterator, stop)
+    return step_loop.run_steps(runner, config, step, iterator, stop)
 
 
 class ChiefSaver:
@@ -193,90 +189,42 @@ class ChiefSaver:
     return self.latest
 
 
-class _Loop:
-  """The step loop of run_spmd_train (see the module docstring)."""
+class _SpmdRunner(step_loop.Runner):
+  """This process's replicas of an SPMD run, as the step loop drives them."""
 
-  def __init__(self, trainer, saver, graph, optimizer, train_steps,
-               save_checkpoints_steps, iterations_per_loop, skip_nonfinite_updates):
+  def __init__(self, trainer, saver, graph, optimizer):
     self.trainer = trainer
     self.saver = saver
     self.graph = graph
     self.optimizer = optimizer
-    self.train_steps = train_steps
-    self.save_checkpoints_steps = save_checkpoints_steps
-    self.iterations_per_loop = iterations_per_loop
-    self.skip_nonfinite_updates = skip_nonfinite_updates
+    self.model_dir = saver.model_dir
     self.is_chief = trainer.replicas.is_chief
-    self.evaluator = self.eval_dataset = None  # set by run_spmd_train for eval
-    self.eval_steps = 0
 
-  def run(self, step, iterator, stop):
-    """Steps from `step` to train_steps (or until `stop`, a GracefulStop, saw a signal
-    in any process); returns [(step, loss)]."""
-    writer = summaries.ScalarWriter(self.saver.model_dir) if self.is_chief else None
+  def next_batch(self, iterator, step):
+    return run_setup.next_batch(iterator, "train")
+
+  def step(self, batch, want_rate):
+    rate = float(train_loop.current_learning_rate(self.optimizer)) if want_rate else None
+    loss = self.trainer.step(batch)  # the rate above is the one this step uses
+    self.saver.global_step.assign_add(1)
+    return loss, rate
+
+  def save(self, step):
+    return self.saver.save(step)
+
+  def saved_step(self):
+    return self.saver.saved_step
+
+  def latest_checkpoint(self):
+    return self.saver.latest
+
+  def make_metrics(self):
     impls = self.trainer.replicas.impls  # the profile: the chief's, into its model_dir
-    metrics = step_metrics.StepMetrics(
-        self.graph, impls[0], self.saver.model_dir if self.is_chief else None, impls)
-    if writer is not None:
-      writer.write(step, metrics.predicted)
-    progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch(),
-                                     metrics=metrics)
-    replica_step = self.trainer._steps[0]  # pylint: disable=protected-access
-    progress.start(step)
-    history, skipped = [], 0
-    signum = 0
-    while step < self.train_steps and not signum:
-      reporting = (step + 1) % self.iterations_per_loop == 0 or (
-          step + 1 == self.train_steps)
-      rate = float(train_loop.current_learning_rate(self.optimizer)) if (
-          reporting) else 0.0  # the rate this step uses
-      batch = run_setup.next_batch(iterator, "train")
-      metrics.before_step(step + 1)
-      loss = self.trainer.step(batch)
-      self.saver.global_step.assign_add(1)
-      step += 1
-      metrics.after_step(step, replica_step, batch)
-      if not math.isfinite(loss):
-        if not self.skip_nonfinite_updates:
-          raise self._nonfinite_error(loss, step)
-        skipped += 1
-        print("step %d: loss is %s; its update was skipped (%d step(s) skipped so "
-              "far)" % (step, loss, skipped), flush=True)
-      if reporting:
-        tokens_per_second = progress.report(step, loss, rate)
-        history.append((step, loss))
-        if writer is not None:
-          writer.write(step, dict(progress.scalars, loss=loss, learning_rate=rate,
-                                  tokens_per_second=tokens_per_second))
-      if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
-        self.saver.save(step)
-        if self.evaluator is not None:
-          self._evaluate(step)
-      # a signal to any process stops all of them after this same step
-      signum = self.trainer.agree_max(stop.signum or 0)
-    metrics.close(step)
-    if writer is not None:
-      writer.close()
-    if signum:
-      if self.saver.saved_step != step:
-        self.saver.save(step)
-      stop.signum = signum  # the signal some process got: every process exits so
-      stop.exit("stopped at step %d by %s; resume by running the same command again"
-                % (step, "Ctrl-C" if signum == 2 else "SIGTERM"))
-    return history
+    return step_metrics.StepMetrics(self.graph, impls[0],
+                                    self.model_dir if self.is_chief else None, impls)
 
-  def _evaluate(self, step):
-    results = self.evaluator.evaluate(self.eval_dataset, self.eval_steps)
-    if self.is_chief:
-      evaluation.write_eval_results(self.saver.model_dir, step, results)
-    print("eval at step %d: %s" % (step, evaluation.describe(results)), flush=True)
+  def traced_step(self):
+    return self.trainer._steps[0]  # pylint: disable=protected-access
 
-  def _nonfinite_error(self, loss, step):
-    last = self.saver.latest
-    where = ("the last good checkpoint is %s" % last if last else
-             "no checkpoint was written in %s" % self.saver.model_dir)
-    return mtf.errors.NonFiniteError(
-        "loss is %s at step %d; training stopped and nothing was saved after it; %s"
-        % (loss, step, where),
-        hint="lower the learning rate (or clip gradients), or bind "
-             "utils.run.skip_nonfinite_updates = True to skip such steps")
+  def agree_stop(self, signum):
+    return self.trainer.agree_max(signum)

@@ -15,7 +15,6 @@ Besides loss and tokens/s, the progress lines and TensorBoard show what step_met
 measures: MFU (FLOPs counted once in the traced step), peak memory, the cost model's
 compute/communication split (at start-up), and an opt-in profile of a few steps.
 """
-import math
 import numbers
 
 import tensorflow as tf
@@ -25,12 +24,11 @@ from models import train_steps as shared_steps
 from models.transformer import cluster_setup
 from models.transformer import evaluation
 from models.transformer import model_graph
-from models.transformer import progress as progress_lib
 from models.transformer import run_record
 from models.transformer import run_setup
 from models.transformer import step_metrics
+from models.transformer import step_loop
 from models.transformer import stop_signals
-from models.transformer import summaries
 from models.transformer.context import ModeKeys
 
 
@@ -169,66 +167,22 @@ class Trainer:
     return mapped
 
   def train(self, dataset, evaluator=None, eval_dataset=None, eval_steps=0, stream=None):
-    """Runs steps until train_steps; returns [(step, loss)] of the progress lines.
+    """Runs steps until train_steps (step_loop.run_steps); returns [(step, loss)] of the
+    progress lines.
 
     Raises NonFiniteError at a NaN/Inf loss (unless skip_nonfinite_updates); on SIGTERM
     or Ctrl-C saves and ends the run (see stop_signals.GracefulStop.exit).
     """
     step = int(self.global_step.numpy())
-    if step >= self.train_steps:
-      print("global step %d already reaches train_steps %d; nothing to do"
-            % (step, self.train_steps), flush=True)
+    if step_loop.nothing_to_do(step, self.train_steps):
       return []
-    writer = summaries.ScalarWriter(self.model_dir)
-    metrics = step_metrics.StepMetrics(self.graph, self.mesh_impl, self.model_dir)
-    writer.write(step, metrics.predicted)
-    progress = progress_lib.Progress(self.train_steps, self.graph.tokens_per_batch(),
-                                     stream=stream, metrics=metrics)
-    progress.start(step)
-    started_at = step
-    history = []
-    skipped = 0
-    iterator = iter(dataset)
+    config = step_loop.LoopConfig(self.train_steps, self.save_checkpoints_steps,
+                                  self.iterations_per_loop, self.skip_nonfinite_updates)
+    runner = _TrainerRunner(self, step)
+    if evaluator is not None and eval_steps:
+      runner.eval_plan = step_loop.EvalPlan(evaluator, eval_dataset, eval_steps)
     with stop_signals.GracefulStop() as stop:
-      while step < self.train_steps and not stop.requested:
-        try:
-          batch = run_setup.next_batch(iterator, "train")
-        except StopIteration:  # the train data repeats: it had not one full batch
-          raise mtf.MtfError("the train dataset has no full batch of %d examples (is its "
-                             "data empty?)" % self.graph.batch_size) from None
-        except (mtf.MtfError, tf.errors.OpError) as e:  # e.g. a data file deleted
-          raise self._data_error(e, step, started_at) from e
-        metrics.before_step(step + 1)
-        loss, rate = self.train_step(batch)
-        step += 1
-        loss = float(loss)  # the step has run; reading its loss costs nothing more
-        metrics.after_step(step, self.train_step, batch)
-        if not math.isfinite(loss):
-          if not self.skip_nonfinite_updates:
-            raise self._nonfinite_error(loss, step)
-          skipped += 1
-          print("step %d: loss is %s; its update was skipped (%d step(s) skipped so far)"
-                % (step, loss, skipped), flush=True)
-        if step % self.iterations_per_loop == 0 or step == self.train_steps:
-          rate = float(rate)
-          tokens_per_second = progress.report(step, loss, rate)
-          writer.write(step, dict(progress.scalars, loss=loss, learning_rate=rate,
-                                  tokens_per_second=tokens_per_second))
-          history.append((step, loss))
-        if step % self.save_checkpoints_steps == 0 or step == self.train_steps:
-          self._save(step)
-          if evaluator is not None and eval_steps:
-            results = evaluator.evaluate(eval_dataset, eval_steps)
-            evaluation.write_eval_results(self.model_dir, step, results)
-            print("eval at step %d: %s" % (step, evaluation.describe(results)), flush=True)
-      metrics.close(step)
-      writer.close()
-      if stop.requested:
-        if self.manager.latest_checkpoint != self._prefix_at(step):
-          self._save(step)
-        stop.exit("stopped at step %d by %s; resume by running the same command again"
-                  % (step, "Ctrl-C" if stop.signum == 2 else "SIGTERM"))
-    return history
+      return step_loop.run_steps(runner, config, step, iter(dataset), stop, stream)
 
   def _prefix_at(self, step):
     return "%s-%d" % (self.manager.checkpoint_prefix, step)
@@ -257,15 +211,45 @@ class Trainer:
         "data and run the same command again to resume)" % (step, what, where),
         file=data_file)
 
-  def _nonfinite_error(self, loss, step):
-    last = self.manager.latest_checkpoint
-    where = ("the last good checkpoint is %s" % last if last else
-             "no checkpoint was written in %s" % self.model_dir)
-    return mtf.errors.NonFiniteError(
-        "loss is %s at step %d; training stopped and nothing was saved after it; %s"
-        % (loss, step, where),
-        hint="lower the learning rate (or clip gradients), or bind "
-             "utils.run.skip_nonfinite_updates = True to skip such steps")
+
+class _TrainerRunner(step_loop.Runner):
+  """A Trainer in one process, as the step loop drives it."""
+
+  def __init__(self, trainer, started_at):
+    self.trainer = trainer
+    self.started_at = started_at
+    self.model_dir = trainer.model_dir
+    self.graph = trainer.graph
+
+  def next_batch(self, iterator, step):
+    try:
+      return run_setup.next_batch(iterator, "train")
+    except StopIteration:  # the train data repeats: it had not one full batch
+      raise mtf.MtfError("the train dataset has no full batch of %d examples (is its "
+                         "data empty?)" % self.graph.batch_size) from None
+    except (mtf.MtfError, tf.errors.OpError) as e:  # e.g. a data file deleted
+      raise self.trainer._data_error(e, step, self.started_at) from e  # pylint: disable=protected-access
+
+  def step(self, batch, want_rate):
+    loss, rate = self.trainer.train_step(batch)
+    # the step has run; reading its loss costs nothing more
+    return float(loss), float(rate) if want_rate else None
+
+  def save(self, step):
+    return self.trainer._save(step)  # pylint: disable=protected-access
+
+  def saved_step(self):
+    latest = self.trainer.manager.latest_checkpoint
+    return int(latest.rsplit("-", 1)[1]) if latest else None
+
+  def latest_checkpoint(self):
+    return self.trainer.manager.latest_checkpoint
+
+  def make_metrics(self):
+    return step_metrics.StepMetrics(self.graph, self.trainer.mesh_impl, self.model_dir)
+
+  def traced_step(self):
+    return self.trainer.train_step
 
 
 def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
