@@ -152,10 +152,14 @@ class GSPMDMeshImpl(MeshImpl):
       return tuple(LaidOutTensor([o]) for o in out)
     return LaidOutTensor([out])
 
+  def record_collective(self, kind, mesh_axes, slice_shape, dtype):
+    """Records nothing: this backend emits no collective (XLA inserts them)."""
+    del kind, mesh_axes, slice_shape, dtype
+
   # Ops only call collectives on split dims, and GSPMD shows them none. Should one be
   # called anyway, it means what it would on a mesh where every processor holds the same
   # value and the program is processor 0's.
-  def allreduce(self, x, mesh_axes, reduction_fn_string):
+  def _allreduce(self, x, mesh_axes, reduction_fn_string):
     """Sum of n identical values is n times the value; MAX/MIN keep it."""
     reduction_fn_string = canonical_reduction(reduction_fn_string)
     if not mesh_axes or reduction_fn_string in ("MAX", "MIN"):
@@ -163,12 +167,12 @@ class GSPMDMeshImpl(MeshImpl):
     n = self.processor_group_size(mesh_axes)
     return self.slicewise(lambda t: t * tf.cast(n, t.dtype), x)
 
-  def allconcat(self, x, mesh_axis, concat_axis):
+  def _allconcat(self, x, mesh_axis, concat_axis):
     """n identical pieces, concatenated."""
     n = self.shape[mesh_axis].size
     return self.slicewise(lambda t: tf.concat([t] * n, concat_axis), x)
 
-  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
     """Processor 0's piece of each (identical) peer, concatenated."""
     n = self.shape[mesh_axis].size
 
@@ -177,7 +181,7 @@ class GSPMDMeshImpl(MeshImpl):
       return tf.concat([piece] * n, concat_axis)
     return self.slicewise(first_piece_n_times, x)
 
-  def receive(self, x, mesh_axis, source_pcoord):
+  def _receive(self, x, mesh_axis, source_pcoord):
     """Processor 0's receipt: the (identical) value, or zeros if it has no source."""
     if source_pcoord[0] is None:
       return self.slicewise(tf.zeros_like, x)

@@ -341,11 +341,10 @@ class PlacementMeshImpl(MeshImpl):
         out[p] = r
     return LaidOutTensor(out)
 
-  def allreduce(self, x, mesh_axes, reduction_fn_string):
+  def _allreduce(self, x, mesh_axes, reduction_fn_string):
     reduction_fn_string = canonical_reduction(reduction_fn_string)
     if not mesh_axes:
       return x
-    self._record(x, "allreduce", mesh_axes)
     return self._later(x, lambda: self._per_group(
         x, mesh_axes, lambda xs, ds: collectives.allreduce(xs, ds, reduction_fn_string)))
 
@@ -362,27 +361,19 @@ class PlacementMeshImpl(MeshImpl):
     out._pending = _DeferredCollective(graph, make, out)  # pylint: disable=protected-access
     return out
 
-  def _record(self, x, kind, mesh_axes):
-    first = x.first_slice
-    self.record_collective(kind, mesh_axes, first.shape.as_list(), first.dtype)
-
-  def allconcat(self, x, mesh_axis, concat_axis):
-    self._record(x, "allconcat", [mesh_axis])
+  def _allconcat(self, x, mesh_axis, concat_axis):
     return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.allconcat(
         xs, ds, concat_axis))
 
-  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
-    self._record(x, "alltoall", [mesh_axis])
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
     return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.alltoall_pointtwise(
         xs, ds, split_axis, concat_axis))
 
-  def reduce_scatter(self, x, mesh_axis, split_axis):
-    self._record(x, "reducescatter", [mesh_axis])
+  def _reduce_scatter(self, x, mesh_axis, split_axis):
     return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.reduce_scatter(
         xs, ds, split_axis))
 
-  def receive(self, x, mesh_axis, source_pcoord):
-    self._record(x, "receive", [mesh_axis])
+  def _receive(self, x, mesh_axis, source_pcoord):
     out = []
     for pnum, device in enumerate(self._devices):
       coord = pnum_to_processor_coordinates(self.shape, pnum)

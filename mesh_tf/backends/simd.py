@@ -12,6 +12,8 @@ the primitives to one of two runtimes:
   one leading axis per mesh axis (extent 1 where it is replicated, so each distinct slice
   is stored once) and each collective is a tensor operation along those axes. Its TF
   program does not grow with the number of cores, nor its work with replication.
+
+Both implement `simd_runtime.SimdRuntime`.
 """
 import types
 
@@ -121,11 +123,11 @@ class SimdMeshImpl(MeshImpl):
     """
     return [[self._l2p[p] for p in group] for group in self.processor_groups(mesh_axes)]
 
-  # ---- primitives (delegated to the runtime) ----
+  # ---- primitives (delegated to the runtime; MeshImpl records the collectives) ----
   def slicewise(self, fn, *inputs):
     return self._runtime.slicewise(fn, *inputs)
 
-  def allreduce(self, x, mesh_axes, reduction_fn_string):
+  def _allreduce(self, x, mesh_axes, reduction_fn_string):
     return self._runtime.allreduce(x, list(mesh_axes),
                                    canonical_reduction(reduction_fn_string))
 
@@ -134,12 +136,15 @@ class SimdMeshImpl(MeshImpl):
     stack=True) stacked on a new axis at concat_axis."""
     if stack:
       x = self.slicewise(lambda t: tf.expand_dims(t, concat_axis), x)
+    return super().allconcat(x, mesh_axis, concat_axis)
+
+  def _allconcat(self, x, mesh_axis, concat_axis):
     return self._runtime.allconcat(x, mesh_axis, concat_axis)
 
-  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
     return self._runtime.alltoall(x, mesh_axis, split_axis, concat_axis)
 
-  def receive(self, x, mesh_axis, source_pcoord):
+  def _receive(self, x, mesh_axis, source_pcoord):
     return self._runtime.receive(x, mesh_axis, source_pcoord)
 
   def allsplit(self, x, mesh_axis, split_axis, which=None):
@@ -178,9 +183,7 @@ class SimdMeshImpl(MeshImpl):
     return self._runtime.import_tf_tensor(x, tf_x)
 
   def import_constant(self, x, value):
-    if hasattr(self._runtime, "import_constant"):
-      return self._runtime.import_constant(x, value)
-    return super().import_constant(x, value)
+    return self._runtime.import_constant(x, value)
 
   def export_to_tf_tensor(self, x, laid_out_x):
     return self._runtime.export_to_tf_tensor(x, laid_out_x)

@@ -21,13 +21,13 @@ import numpy as np
 import tensorflow as tf
 
 from mesh_tf.backends import simd_vectorize
+from mesh_tf.backends.simd_runtime import SimdRuntime
 from mesh_tf.backends.simd_vectorize import broadcast_extents
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, graph_cached
 from mesh_tf.lowering import reductions
 from mesh_tf.shapes import convert_to_shape
-
 
 
 class EmulatedLaidOutTensor(laid_out_tensor.LaidOutTensor):
@@ -78,6 +78,10 @@ class EmulatedLaidOutTensor(laid_out_tensor.LaidOutTensor):
   @property
   def slice_shape(self):
     return self.compact.shape.as_list()[self._runtime.k:]
+
+  @property
+  def dtype(self):
+    return self.compact.dtype
 
 
 class EmulatedLaidOutVariable(LaidOutVariableBase):
@@ -137,7 +141,7 @@ def _move_axis(rank, source, destination):
   return perm
 
 
-class EmulationRuntime:
+class EmulationRuntime(SimdRuntime):
   """The SIMD primitives on compact tensors (see the module docstring)."""
 
   def __init__(self, impl):
@@ -149,15 +153,10 @@ class EmulationRuntime:
     self._l2p = np.array([impl.l2p(p) for p in range(self.num_cores)], np.int32)
     self._p2l = np.array([impl.p2l(c) for c in range(self.num_cores)], np.int32)
     self._identity_map = bool((self._l2p == np.arange(self.num_cores)).all())
-    runtime = self
 
-    class BoundLaidOutTensor(EmulatedLaidOutTensor):
-      """EmulatedLaidOutTensor of this runtime, built from [stacked physical slices]."""
-
-      def __init__(self, tensor_list):
-        super().__init__(tensor_list, runtime)
-    BoundLaidOutTensor.__name__ = "EmulatedLaidOutTensor"
-    self.LaidOutTensor = BoundLaidOutTensor  # pylint: disable=invalid-name
+  def LaidOutTensor(self, tensor_list):  # pylint: disable=invalid-name
+    """The EmulatedLaidOutTensor of [stacked physical slices] on this runtime."""
+    return EmulatedLaidOutTensor(tensor_list, self)
 
   # ---- compact <-> physical ----
   def wrap(self, compact, sum_recipe=None):
@@ -193,9 +192,6 @@ class EmulationRuntime:
       self._groups[key] = _Groups(self._impl._create_group_assignment(list(mesh_axes)),  # pylint: disable=protected-access
                                   self.num_cores)
     return self._groups[key]
-
-  def _record(self, kind, mesh_axes, x):
-    self._impl.record_collective(kind, mesh_axes, x.slice_shape, x.compact.dtype)
 
   def _full_along(self, t, mesh_axis):
     """t broadcast to the full extent of one mesh axis."""
@@ -236,7 +232,6 @@ class EmulationRuntime:
     reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
     if not mesh_axes:
       return x
-    self._record("allreduce", mesh_axes, x)
     t = x.compact
     extents = x.extents
     split = sorted(a for a in mesh_axes if extents[a] > 1)
@@ -252,7 +247,6 @@ class EmulationRuntime:
     return self.wrap(t)
 
   def allconcat(self, x, mesh_axis, concat_axis):
-    self._record("allconcat", [mesh_axis], x)
     t = self._full_along(x.compact, mesh_axis)
     shape = t.shape.as_list()
     n = self.mesh_shape[mesh_axis]
@@ -264,7 +258,6 @@ class EmulationRuntime:
     return self.wrap(tf.reshape(t, new_shape))
 
   def alltoall(self, x, mesh_axis, split_axis, concat_axis):
-    self._record("alltoall", [mesh_axis], x)
     n = self.mesh_shape[mesh_axis]
     slice_shape = x.slice_shape
     if slice_shape[split_axis] % n:
@@ -288,7 +281,6 @@ class EmulationRuntime:
     return self.wrap(tf.reshape(t, extents + out_shape))
 
   def receive(self, x, mesh_axis, source_pcoord):
-    self._record("receive", [mesh_axis], x)
     n = self.mesh_shape[mesh_axis]
     t = x.compact
     if None not in source_pcoord and (x.extents[mesh_axis] == 1 or

@@ -111,6 +111,8 @@ class MultiClientMeshImpl(MeshImpl):
   LaidOutTensor = LaidOutTensor
   # import_tf_tensor takes the full value or this process's share of it
   imports_process_share = True
+  # an allreduce over a group of one emits no collective, so it is not recorded
+  record_lone_allreduce = False
 
   def __init__(self, shape, layout, pnum, device, process_pnums=None,
                timeout=DEFAULT_TIMEOUT, communication_hint="auto"):
@@ -189,35 +191,27 @@ class MultiClientMeshImpl(MeshImpl):
       return tuple(LaidOutTensor([o]) for o in out)
     return LaidOutTensor([out])
 
-  def _record(self, kind, mesh_axes, t):
-    self.record_collective(kind, mesh_axes, t.shape.as_list(), t.dtype)
-
-  def allreduce(self, x, mesh_axes, reduction_fn_string, record=True):
+  def _allreduce(self, x, mesh_axes, reduction_fn_string):
     reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
     group = self.group_of(mesh_axes) if mesh_axes else [self.pnum]
     if len(group) == 1:
       return x
     t = x.one_slice
-    if record:
-      self._record("allreduce", mesh_axes, t)
     with tf.device(self.device):
       return LaidOutTensor([tf.raw_ops.CollectiveReduceV2(
           input=t, merge_op=reductions.collective_merge_op(reduction_fn_string),
           final_op="Id",
           **self._collective_args(mesh_axes, group))])
 
-  def allconcat(self, x, mesh_axis, concat_axis, record=True):
+  def _allconcat(self, x, mesh_axis, concat_axis):
     t = x.one_slice
-    if record:
-      self._record("allconcat", [mesh_axis], t)
     group = self.group_of([mesh_axis])
     pieces = self._gather(t, [mesh_axis], group)
     with tf.device(self.device):
       return LaidOutTensor([tf.concat(tf.unstack(pieces), concat_axis)])
 
-  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
     t = x.one_slice
-    self._record("alltoall", [mesh_axis], t)
     group = self.group_of([mesh_axis])
     n = len(group)
     shape = t.shape.as_list()
@@ -234,9 +228,8 @@ class MultiClientMeshImpl(MeshImpl):
                             pieces.shape)
       return LaidOutTensor([tf.concat(tf.unstack(received), concat_axis)])
 
-  def receive(self, x, mesh_axis, source_pcoord):
+  def _receive(self, x, mesh_axis, source_pcoord):
     t = x.one_slice
-    self._record("receive", [mesh_axis], t)
     source = source_pcoord[self._coord[mesh_axis]]
     # every member gathers the group's slices and keeps its source's: one collective
     # whatever the shift pattern
@@ -294,7 +287,7 @@ class MultiClientMeshImpl(MeshImpl):
     x = LaidOutTensor([t])
     for tensor_axis, mesh_axis in enumerate(layout):
       if mesh_axis is not None:
-        x = self.allconcat(x, mesh_axis, tensor_axis, record=False)
+        x = self._allconcat(x, mesh_axis, tensor_axis)  # unrecorded
     return x.one_slice
 
   def export_to_tf_tensor(self, x, laid_out_x):

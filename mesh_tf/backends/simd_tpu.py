@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from mesh_tf.backends import simd_emulation
 from mesh_tf.backends.simd import LaidOutTensor
+from mesh_tf.backends.simd_runtime import SimdRuntime
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase
 from mesh_tf.lowering import reductions
@@ -150,7 +151,7 @@ class TpuLaidOutVariable(LaidOutVariableBase):
       component.assign(compact[self._compact_index(core)])
 
 
-class TpuRuntime:
+class TpuRuntime(SimdRuntime):
   """SIMD primitives for one TPU core (see the module docstring)."""
 
   LaidOutTensor = LaidOutTensor
@@ -194,7 +195,6 @@ class TpuRuntime:
     if not mesh_axes:
       return x
     t = x.one_slice
-    self.impl.record_collective("allreduce", mesh_axes, t.shape.as_list(), t.dtype)
     if reduction_fn_string != "SUM" or t.dtype not in CROSS_REPLICA_SUM_DTYPES:
       reduce = reductions.reduction_fn(reduction_fn_string)
       return LaidOutTensor([reduce(self._all_gather(t, mesh_axes), axis=0)])
@@ -207,7 +207,6 @@ class TpuRuntime:
 
   def allconcat(self, x, mesh_axis, concat_axis):
     t = x.one_slice
-    self.impl.record_collective("allconcat", [mesh_axis], t.shape.as_list(), t.dtype)
     gathered = self._all_gather(t, [mesh_axis])
     rank = t.shape.rank
     perm = list(range(1, concat_axis + 1)) + [0] + list(range(concat_axis + 1, rank + 1))
@@ -221,7 +220,6 @@ class TpuRuntime:
     if t.shape[split_axis] % n:
       raise LayoutError("alltoall over mesh axis %d (size %d): split axis %d of slice %s is "
                         "not divisible" % (mesh_axis, n, split_axis, t.shape.as_list()))
-    self.impl.record_collective("alltoall", [mesh_axis], t.shape.as_list(), t.dtype)
     return LaidOutTensor([tf.raw_ops.AllToAll(
         input=t, group_assignment=self._group_assignment([mesh_axis]),
         concat_dimension=concat_axis, split_dimension=split_axis, split_count=n)])
@@ -254,7 +252,6 @@ class TpuRuntime:
 
   def receive(self, x, mesh_axis, source_pcoord):
     t = x.one_slice
-    self.impl.record_collective("receive", [mesh_axis], t.shape.as_list(), t.dtype)
     rounds = self._permute_rounds(self.source_target_pairs(mesh_axis, source_pcoord))
     carrier = COLLECTIVE_PERMUTE_CARRIERS.get(t.dtype, t.dtype)
     sent = tf.cast(t, carrier)
@@ -303,7 +300,7 @@ class TpuRuntime:
     shape = convert_to_shape(x.shape)
     for axis, mesh_axis in enumerate(self.impl.tensor_layout(shape)):
       if mesh_axis is not None:
-        laid_out_x = self.allconcat(laid_out_x, mesh_axis, axis)
+        laid_out_x = self.impl.allconcat(laid_out_x, mesh_axis, axis)  # recorded
     return laid_out_x.one_slice
 
   def make_variable(self, variable):

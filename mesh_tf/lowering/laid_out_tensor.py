@@ -9,6 +9,7 @@ code (and `import_laid_out_tensor`, `Print`, control dependencies) may rely on:
 - `all_slices`: the same list (the original's name).
 - `slice_shape`: the shape (list of ints) of one processor's slice under the backend's
   `MeshImpl.slice_layout` (GSPMD: the full shape).
+- `dtype`: the tf.DType of its slices.
 - `to_laid_out_tensor()`: the value itself (lazy values compute themselves first).
 """
 
@@ -37,6 +38,11 @@ class LaidOutTensor(object):
   def slice_shape(self):
     """One processor's slice shape, as a list of ints."""
     return self.one_slice.shape.as_list()
+
+  @property
+  def dtype(self):
+    """The tf.DType of its slices."""
+    return self.one_slice.dtype
 
   def to_laid_out_tensor(self):
     """Itself."""

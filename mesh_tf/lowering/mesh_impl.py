@@ -1,7 +1,12 @@
 """`MeshImpl`: the backend contract -- the small set of mesh primitives every op lowers to.
 
-A backend (placement, SIMD, GSPMD) subclasses MeshImpl and implements only the abstract
-primitives below. Ops call these and never ask which backend runs them.
+A backend (placement, SIMD, GSPMD, multi-client) subclasses MeshImpl and implements only
+its abstract methods (`MeshImpl.__abstractmethods__`): slicewise, the protected collectives
+_allreduce, _allconcat, _alltoall and _receive, laid_out_pnum, import_tf_tensor,
+export_to_tf_tensor and make_variable. Everything else derives from them. The public
+collectives (allreduce, allconcat, alltoall, receive, reduce_scatter) live here: each
+records itself once in `comm_log` (communication accounting), then calls the backend's
+protected one. Ops call the public names and never ask which backend runs them.
 
 Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (see
 lowering/laid_out_tensor.py). Its *slices* have the shape `slice_shape(tensor_shape)`:
@@ -9,6 +14,7 @@ each dim that `slice_layout` splits over mesh axis m is divided by the size of m
 Ops plan their communication on `slice_layout` (mesh_tf/plans) and run the plan with
 `run_step`, which calls the primitives.
 """
+import abc
 import types
 
 import tensorflow as tf
@@ -71,7 +77,7 @@ def graph_cached(key, make):
   return cache[key]
 
 
-class MeshImpl:
+class MeshImpl(abc.ABC):
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
 
   def __init__(self, shape, layout_rules):
@@ -176,7 +182,7 @@ class MeshImpl:
   def record_collective(self, kind, mesh_axes, slice_shape, dtype):
     """Notes one collective a backend emits, for communication accounting.
 
-    Backends call this at the start of allreduce/allconcat/alltoall/receive with the
+    The public collectives below call this before running the backend's, with the
     per-processor input slice; the record is made when the TF ops are emitted (once per
     trace), so a traced step's log is that step's communication.
 
@@ -234,47 +240,92 @@ class MeshImpl:
     return processor_groups(self._shape, list(mesh_axes))
 
   # ---- primitives every backend implements ----
+  @abc.abstractmethod
   def slicewise(self, fn, *inputs):
     """Runs fn on each processor's slices; returns a laid-out tensor (or a tuple)."""
-    raise NotImplementedError
 
-  def allreduce(self, x, mesh_axes, reduction_fn_string):
-    """Reduces ("SUM", "MAX", "MIN") across the processors that differ only on mesh_axes."""
-    raise NotImplementedError
+  @abc.abstractmethod
+  def _allreduce(self, x, mesh_axes, reduction_fn_string):
+    """The backend's `allreduce` (not accounted: the public one records it)."""
 
-  def allconcat(self, x, mesh_axis, concat_axis):
-    """Gathers the slices of a group along mesh_axis and concatenates on concat_axis."""
-    raise NotImplementedError
+  @abc.abstractmethod
+  def _allconcat(self, x, mesh_axis, concat_axis):
+    """The backend's `allconcat` (not accounted)."""
 
-  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
-    """Splits on split_axis, exchanges pieces within mesh_axis groups, concats on concat_axis."""
-    raise NotImplementedError
+  @abc.abstractmethod
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    """The backend's `alltoall` (not accounted)."""
 
-  def receive(self, x, mesh_axis, source_pcoord):
-    """Each processor takes the slice of the processor at source_pcoord[own pcoord] on
-    mesh_axis (a None source gives zeros)."""
-    raise NotImplementedError
+  @abc.abstractmethod
+  def _receive(self, x, mesh_axis, source_pcoord):
+    """The backend's `receive` (not accounted)."""
 
+  @abc.abstractmethod
   def laid_out_pnum(self):
     """A laid-out int32 scalar: each processor's number."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def import_tf_tensor(self, x, tf_x):
     """Cuts a full tf.Tensor into the laid-out value of mtf Tensor x."""
-    raise NotImplementedError
 
   def import_constant(self, x, value):
     """The laid-out value of mtf Tensor x from a numpy array of its full shape; a backend
     may cut it in numpy and emit each slice as a constant (see `graph_cached`)."""
     return self.import_tf_tensor(x, tf.constant(value))
 
+  @abc.abstractmethod
   def export_to_tf_tensor(self, x, laid_out_x):
     """Reassembles the full tf.Tensor of mtf Tensor x."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def make_variable(self, variable):
     """Creates the laid-out state of an mtf Variable op (called once, eagerly)."""
-    raise NotImplementedError
+
+  # ---- collectives: each recorded here, once, then run by the backend ----
+  # Whether an allreduce over groups of one processor is recorded. The multi-client
+  # backend emits nothing for one and records none.
+  record_lone_allreduce = True
+
+  def allreduce(self, x, mesh_axes, reduction_fn_string, record=True):
+    """Reduces ("SUM", "MAX", "MIN") across the processors that differ only on mesh_axes.
+
+    record=False leaves it out of comm_log (control traffic, not the model's).
+    """
+    if record and mesh_axes and (self.record_lone_allreduce or list_product(
+        [self._shape[a].size for a in mesh_axes]) > 1):
+      self.record_collective("allreduce", mesh_axes, x.slice_shape, x.dtype)
+    return self._allreduce(x, mesh_axes, reduction_fn_string)
+
+  def allconcat(self, x, mesh_axis, concat_axis):
+    """Gathers the slices of a group along mesh_axis and concatenates on concat_axis."""
+    self.record_collective("allconcat", [mesh_axis], x.slice_shape, x.dtype)
+    return self._allconcat(x, mesh_axis, concat_axis)
+
+  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    """Splits on split_axis, exchanges pieces within mesh_axis groups, concats on
+    concat_axis."""
+    self.record_collective("alltoall", [mesh_axis], x.slice_shape, x.dtype)
+    return self._alltoall(x, mesh_axis, split_axis, concat_axis)
+
+  def receive(self, x, mesh_axis, source_pcoord):
+    """Each processor takes the slice of the processor at source_pcoord[own pcoord] on
+    mesh_axis (a None source gives zeros)."""
+    self.record_collective("receive", [mesh_axis], x.slice_shape, x.dtype)
+    return self._receive(x, mesh_axis, source_pcoord)
+
+  def reduce_scatter(self, x, mesh_axis, split_axis):
+    """SUMs partial sums x over mesh_axis; each processor keeps its piece of split_axis.
+
+    Accounted as one reduce-scatter, whatever `_reduce_scatter` runs.
+    """
+    self.record_collective("reducescatter", [mesh_axis], x.slice_shape, x.dtype)
+    return self._reduce_scatter(x, mesh_axis, split_axis)
+
+  def _reduce_scatter(self, x, mesh_axis, split_axis):
+    """The backend's reduce_scatter. This default runs the SUM allreduce (unrecorded)
+    and cuts locally; placement overrides it with a native one (each device adds only
+    its piece)."""
+    return self.allsplit(self._allreduce(x, [mesh_axis], "SUM"), mesh_axis, split_axis)
 
   # ---- defaults built on the primitives ----
   def laid_out_pcoord(self, mesh_axis):
@@ -360,19 +411,6 @@ class MeshImpl:
     """Each processor receives the slice from `offset` positions lower on mesh_axis."""
     return self.receive(x, mesh_axis, list(
         plan_rules.shift_sources(self._shape[mesh_axis].size, offset, wrap)))
-
-  def reduce_scatter(self, x, mesh_axis, split_axis):
-    """SUMs partial sums x over mesh_axis; each processor keeps its piece of split_axis.
-
-    Accounted as one reduce-scatter. This default runs the SUM allreduce (its own record
-    dropped) and cuts locally; placement overrides it with a native one (each device
-    adds only its piece).
-    """
-    self.record_collective("reducescatter", [mesh_axis], x.slice_shape, x.one_slice.dtype)
-    logged = len(self.comm_log)
-    summed = self.allreduce(x, [mesh_axis], "SUM")
-    del self.comm_log[logged:]
-    return self.allsplit(summed, mesh_axis, split_axis)
 
   def run_step(self, step, x, shape):
     """Runs one plan step (mesh_tf/plans/steps.py) on laid-out value x of mtf `shape`."""

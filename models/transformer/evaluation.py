@@ -159,24 +159,26 @@ def write_eval_results(model_dir, step, results, eval_dir_suffix=None):
   return eval_dir
 
 
-def run_eval(model_fn, mesh_impl, model_dir, checkpoint_path, vocabulary, eval_dataset_fn,
-             dataset_split, batch_size, sequence_length, variable_dtype, eval_steps,
-             eval_dir_suffix=None, eval_decode_batches=0):
-  """Restores a checkpoint (default: the latest in model_dir) and evaluates it.
+def run_eval(config, mesh_impl, checkpoint_path=None, eval_dir_suffix=None):
+  """Restores a checkpoint (default: the latest in config.model_dir) and evaluates
+  config.eval_steps batches of config.eval_dataset_fn's config.dataset_split (a
+  run_config.RunConfig).
 
   Returns {"loss", "perplexity", "token_accuracy", "batches", "step", "checkpoint"}
   (and "sequence_accuracy", "decoded_sequences" with eval_decode_batches > 0).
   """
-  dataset = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,
-                                      dataset_split, batch_size, repeat=False)
-  evaluator = Evaluator(model_fn, mesh_impl, batch_size, sequence_length,
-                        run_setup.feature_keys(dataset), variable_dtype,
-                        decode_batches=eval_decode_batches)
+  c = config
+  model_dir, dataset_split = c.model_dir, c.dataset_split
+  dataset = run_setup.batched_dataset(c.eval_dataset_fn, c.sequence_length, c.vocabulary,
+                                      dataset_split, c.batch_size, repeat=False)
+  evaluator = Evaluator(c.model_fn, mesh_impl, c.batch_size, c.sequence_length,
+                        run_setup.feature_keys(dataset), c.variable_dtype,
+                        decode_batches=c.eval_decode_batches)
   restored = run_record.restore(checkpoint_path or model_dir, mesh_impl)
   step = restored.global_step
   if step is None:
     step = step_from_prefix(restored.path) or 0
-  results = evaluator.evaluate(dataset, eval_steps, dataset_split)
+  results = evaluator.evaluate(dataset, c.eval_steps, dataset_split)
   results.update(step=step, checkpoint=restored.path)
   write_eval_results(model_dir, step, results, eval_dir_suffix)
   print("eval %s (step %d, %d batches of %s): %s"

@@ -84,44 +84,43 @@ def run_settings(model_dir, vocabulary, replicas):
   return settings
 
 
-def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
-                   dataset_split, batch_size, sequence_length, variable_dtype,
-                   train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
-                   iterations_per_loop, total_run_steps=None, keep_checkpoint_max=None,
-                   skip_nonfinite_updates=False, eval_dataset_fn=None, eval_steps=0):
-  """Trains to train_steps with this process's replicas; returns [(step, loss)].
-  With eval_dataset_fn and eval_steps, evaluates after every checkpoint."""
+def run_spmd_train(config, replicas):
+  """Trains a run_config.RunConfig to its train_steps with this process's replicas;
+  returns [(step, loss)]. With eval_dataset_fn and eval_steps, evaluates after every
+  checkpoint."""
+  c = config
+  model_fn, model_dir, vocabulary = c.model_fn, c.model_dir, c.vocabulary
+  batch_size, sequence_length = c.batch_size, c.sequence_length
+  train_steps, variable_dtype = c.train_steps, c.variable_dtype
   # built first, as run_train builds its data, so shuffles get the same op seeds
-  examples = run_setup.example_stream(train_dataset_fn, sequence_length, vocabulary,
-                                      dataset_split)
+  examples = run_setup.example_stream(c.train_dataset_fn, sequence_length, vocabulary,
+                                      c.dataset_split)
   # before any collective of the model: a peer with another mesh or shapes would fail
   # those deep inside TF
   agreement.agree_with_chief(replicas, run_settings(model_dir, vocabulary, replicas),
                              replicas.startup_timeout)
   global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
   mtf.optimize.set_global_step(global_step)
-  rate = train_loop.make_learning_rate(learning_rate_schedule, global_step,
-                                       total_run_steps or train_steps)
-  optimizer = train_loop.make_optimizer(optimizer, rate)
+  rate = train_loop.make_learning_rate(c.learning_rate_schedule, global_step,
+                                       c.total_run_steps or train_steps)
+  optimizer = train_loop.make_optimizer(c.optimizer, rate)
   graph = model_graph.ModelGraph(
       model_fn(), batch_size, sequence_length, run_setup.feature_keys(examples),
       ModeKeys.TRAIN, variable_dtype, optimizer=optimizer)
   trainer = spmd_training.SpmdTrainer(graph, replicas,
-                                      skip_nonfinite=skip_nonfinite_updates)
+                                      skip_nonfinite=c.skip_nonfinite_updates)
   rows = input_share.batch_rows(replicas.impls[0], graph.placeholders["targets"].shape)
-  saver = ChiefSaver(trainer, model_dir, global_step, keep_checkpoint_max)
+  saver = ChiefSaver(trainer, model_dir, global_step, c.keep_checkpoint_max)
   runner = _SpmdRunner(trainer, saver, graph, optimizer)
-  config = step_loop.LoopConfig(train_steps, save_checkpoints_steps, iterations_per_loop,
-                                skip_nonfinite_updates)
-  if eval_dataset_fn is not None and eval_steps:
-    eval_probe = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,
+  if c.eval_dataset_fn is not None and c.eval_steps:
+    eval_probe = run_setup.batched_dataset(c.eval_dataset_fn, sequence_length, vocabulary,
                                            "validation", batch_size)
     evaluator = spmd_evaluation.SpmdEvaluator(
         model_fn, replicas, batch_size, sequence_length,
         run_setup.feature_keys(eval_probe), variable_dtype)
     runner.eval_plan = step_loop.EvalPlan(
-        evaluator, evaluator.dataset(eval_dataset_fn, sequence_length, vocabulary,
-                                     batch_size), eval_steps)
+        evaluator, evaluator.dataset(c.eval_dataset_fn, sequence_length, vocabulary,
+                                     batch_size), c.eval_steps)
   with stop_signals.GracefulStop() as stop:  # from here a signal waits for a step's end
     step = saver.restore()
     print("training %s on mesh %s, layout %s (MultiClientMeshImpl: task %d of %d, %d "
@@ -132,7 +131,7 @@ def run_spmd_train(model_fn, replicas, model_dir, vocabulary, train_dataset_fn,
     if step_loop.nothing_to_do(step, train_steps):
       return []
     iterator = iter(share_of_train_data(examples, batch_size, rows, step))
-    return step_loop.run_steps(runner, config, step, iterator, stop)
+    return step_loop.run_steps(runner, c.loop, step, iterator, stop)
 
 
 class ChiefSaver:

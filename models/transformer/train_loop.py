@@ -252,40 +252,38 @@ class _TrainerRunner(step_loop.Runner):
     return self.trainer.train_step
 
 
-def run_train(model_fn, mesh_impl, model_dir, vocabulary, train_dataset_fn,
-              eval_dataset_fn, dataset_split, batch_size, sequence_length, variable_dtype,
-              train_steps, optimizer, learning_rate_schedule, save_checkpoints_steps,
-              keep_checkpoint_max, iterations_per_loop, eval_steps, init_checkpoint,
-              num_microbatches=1, eval_decode_batches=0, skip_nonfinite_updates=False,
-              operative_config_extra="", total_run_steps=None):
-  """Train mode of utils.run (which holds model_dir's lock around it); returns the
-  trainer's [(step, loss)] history. operative_config_extra is appended to
-  operative_config.gin. A resumed run's data starts after the batches its steps took."""
-  dataset = run_setup.batched_dataset(train_dataset_fn, sequence_length, vocabulary,
-                                      dataset_split, batch_size)
+def run_train(config, mesh_impl):
+  """Train mode of utils.run (which holds model_dir's lock around it) for a
+  run_config.RunConfig on mesh_impl; returns the trainer's [(step, loss)] history. A
+  resumed run's data starts after the batches its steps took."""
+  c = config
+  dataset = run_setup.batched_dataset(c.train_dataset_fn, c.sequence_length,
+                                      c.vocabulary, c.dataset_split, c.batch_size)
   keys = run_setup.feature_keys(dataset)
-  trainer = Trainer(model_fn, mesh_impl, model_dir, batch_size, sequence_length, keys,
-                    variable_dtype, train_steps, optimizer=optimizer,
-                    learning_rate_schedule=learning_rate_schedule,
-                    save_checkpoints_steps=save_checkpoints_steps,
-                    keep_checkpoint_max=keep_checkpoint_max,
-                    iterations_per_loop=iterations_per_loop,
-                    num_microbatches=num_microbatches,
-                    skip_nonfinite_updates=skip_nonfinite_updates,
-                    total_run_steps=total_run_steps)
+  trainer = Trainer(c.model_fn, mesh_impl, c.model_dir, c.batch_size, c.sequence_length,
+                    keys, c.variable_dtype, c.train_steps, optimizer=c.optimizer,
+                    learning_rate_schedule=c.learning_rate_schedule,
+                    save_checkpoints_steps=c.save_checkpoints_steps,
+                    keep_checkpoint_max=c.keep_checkpoint_max,
+                    iterations_per_loop=c.iterations_per_loop,
+                    num_microbatches=c.num_microbatches,
+                    skip_nonfinite_updates=c.skip_nonfinite_updates,
+                    total_run_steps=c.total_run_steps)
   evaluator = eval_dataset = None
-  if eval_dataset_fn is not None and eval_steps:
-    eval_dataset = run_setup.batched_dataset(eval_dataset_fn, sequence_length, vocabulary,
-                                             "validation", batch_size)
-    evaluator = evaluation.Evaluator(model_fn, mesh_impl, batch_size, sequence_length,
-                                     run_setup.feature_keys(eval_dataset), variable_dtype,
-                                     decode_batches=eval_decode_batches)
-  trainer.restore(init_checkpoint)  # before anything is written to model_dir
-  run_setup.write_operative_config(model_dir, operative_config_extra)
+  if c.eval_dataset_fn is not None and c.eval_steps:
+    eval_dataset = run_setup.batched_dataset(c.eval_dataset_fn, c.sequence_length,
+                                             c.vocabulary, "validation", c.batch_size)
+    evaluator = evaluation.Evaluator(c.model_fn, mesh_impl, c.batch_size,
+                                     c.sequence_length,
+                                     run_setup.feature_keys(eval_dataset),
+                                     c.variable_dtype,
+                                     decode_batches=c.eval_decode_batches)
+  trainer.restore(c.init_checkpoint)  # before anything is written to model_dir
+  run_setup.write_operative_config(c.model_dir, c.operative_config_extra)
   print("training %s on mesh %s, layout %s (%s), to step %d"
         % (type(trainer.graph.model).__name__, mesh_impl.shape.to_string,
-           mesh_impl.layout_rules, type(mesh_impl).__name__, train_steps), flush=True)
+           mesh_impl.layout_rules, type(mesh_impl).__name__, c.train_steps), flush=True)
   trained = int(trainer.global_step.numpy())
-  if trained < train_steps:  # each step took one global batch: skip those trained on
-    dataset = run_setup.skip_trained_batches(dataset, trained, batch_size)
-  return trainer.train(dataset, evaluator, eval_dataset, eval_steps)
+  if trained < c.train_steps:  # each step took one global batch: skip those trained on
+    dataset = run_setup.skip_trained_batches(dataset, trained, c.batch_size)
+  return trainer.train(dataset, evaluator, eval_dataset, c.eval_steps)

@@ -19,6 +19,7 @@ from models.transformer import auto_layout
 from models.transformer import decode_io
 from models.transformer.decode_io import clean_decodes  # the original's utils name
 from models.transformer import model_dir_guard
+from models.transformer import run_config
 
 # The original's entry points (they take the MeshEstimator of get_estimator).
 from models.transformer.entry_points import (
@@ -322,31 +323,30 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
     held.enter_context(run_record.expecting(  # saved with, and checked on, checkpoints
         run_record.vocabulary_record(vocabulary), checked.model_record(),
         allow_checkpoint_mismatch))
+    config = run_config.RunConfig(  # the one value the modes below read
+        model_fn=checked, model_dir=model_dir, vocabulary=vocabulary,
+        batch_size=batch_size, sequence_length=sequence_length,
+        variable_dtype=variable_dtype, dataset_split=dataset_split,
+        train_dataset_fn=train_dataset_fn, eval_dataset_fn=eval_dataset_fn,
+        train_steps=train_steps, total_run_steps=total_run_steps, optimizer=optimizer,
+        learning_rate_schedule=learning_rate_schedule,
+        save_checkpoints_steps=save_checkpoints_steps,
+        keep_checkpoint_max=keep_checkpoint_max, iterations_per_loop=iterations_per_loop,
+        eval_steps=(eval_steps if mode == "train" else
+                    _eval_mode_steps(perplexity_eval_steps, eval_steps)),
+        init_checkpoint=init_checkpoint, num_microbatches=num_microbatches,
+        eval_decode_batches=eval_decode_batches,
+        skip_nonfinite_updates=skip_nonfinite_updates, operative_config_extra=chosen)
     if mode == "train" and replicas is not None:
       from models.transformer import spmd_train_loop  # pylint: disable=g-import-not-at-top
-      return spmd_train_loop.run_spmd_train(
-          checked, replicas, model_dir, vocabulary, train_dataset_fn, dataset_split,
-          batch_size, sequence_length, variable_dtype, train_steps, optimizer,
-          learning_rate_schedule, save_checkpoints_steps, iterations_per_loop,
-          total_run_steps, keep_checkpoint_max, skip_nonfinite_updates,
-          eval_dataset_fn, eval_steps)
+      return spmd_train_loop.run_spmd_train(config, replicas)
     if mode == "train":
       from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
-      return train_loop.run_train(
-          checked, mesh_impl, model_dir, vocabulary, train_dataset_fn, eval_dataset_fn,
-          dataset_split, batch_size, sequence_length, variable_dtype, train_steps,
-          optimizer, learning_rate_schedule, save_checkpoints_steps, keep_checkpoint_max,
-          iterations_per_loop, eval_steps, init_checkpoint, num_microbatches,
-          eval_decode_batches, skip_nonfinite_updates, operative_config_extra=chosen,
-          total_run_steps=total_run_steps)
+      return train_loop.run_train(config, mesh_impl)
     checkpoint = _checkpoint_at(model_dir, eval_checkpoint_step)
     if mode in ("eval", "perplexity_eval"):
       from models.transformer import evaluation  # pylint: disable=g-import-not-at-top
-      return evaluation.run_eval(
-          checked, mesh_impl, model_dir, checkpoint, vocabulary, eval_dataset_fn,
-          dataset_split, batch_size, sequence_length, variable_dtype,
-          _eval_mode_steps(perplexity_eval_steps, eval_steps), eval_dir_suffix,
-          eval_decode_batches)
+      return evaluation.run_eval(config, mesh_impl, checkpoint, eval_dir_suffix)
     if mode == "decode":
       return decode_io.run_decode(
           checked, mesh_impl, model_dir, checkpoint, vocabulary, batch_size,

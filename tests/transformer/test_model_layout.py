@@ -107,9 +107,8 @@ def test_trainer_gives_the_model_the_mesh_impls_own_layout(tmp_path, monkeypatch
   from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
   seen = {}
 
-  def fake_run_train(model_fn, mesh_impl, *args, **kwargs):
-    del args, kwargs
-    seen["model"], seen["mesh_impl"] = model_fn(), mesh_impl
+  def fake_run_train(config, mesh_impl):
+    seen["model"], seen["mesh_impl"] = config.model_fn(), mesh_impl
   monkeypatch.setattr(train_loop, "run_train", fake_run_train)
   corpus = trainer_helpers.write_corpus(tmp_path)
   trainer_helpers.run_with(trainer_helpers.tiny_lm_bindings(tmp_path / "m", corpus) + [
