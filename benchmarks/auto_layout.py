@@ -95,7 +95,8 @@ def _paper_transformer_512():
   """The Unitransformer LM at PAPER_SIZES, bfloat16 activations, Adafactor."""
   import gin  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
-  from models.transformer import gin_setup, model_graph, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer import model_graph, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top
   s = PAPER_SIZES
   gin.clear_config()

@@ -48,7 +48,8 @@ def build_decode(size, length, new_tokens, cached):
   after the prompt, on the gin-configured LM, by the cached or the recompute path."""
   import gin  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
-  from models.transformer import decoding, gin_setup, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer import decoding, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   s = common.TRANSFORMER_SIZES[size]
   gin.clear_config()
   try:

@@ -97,7 +97,8 @@ def build_lm(s, recompute_grads=False, shard_optimizer_state=False, bf16=False):
   gin_configs/bf16.gin's bfloat16 activations."""
   import gin  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
-  from models.transformer import gin_setup, model_graph, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer import model_graph, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   try:

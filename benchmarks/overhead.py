@@ -57,7 +57,8 @@ def make_optimizers(name, min_dim_size_to_factor=128):
 def build_mtf_lm(size, optimizer):
   """The train-mode ModelGraph of the gin-configured Unitransformer LM at this size."""
   import gin  # pylint: disable=g-import-not-at-top
-  from models.transformer import gin_setup, model_graph, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer import model_graph, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top
   s = common.TRANSFORMER_SIZES[size]
   gin.clear_config()

@@ -56,13 +56,13 @@ def main(_):
   del _
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from mesh_tf.errors import MtfError  # pylint: disable=g-import-not-at-top
-  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   params = list(FLAGS.gin_param)
   if FLAGS.model_dir:
     params.append("utils.run.model_dir = %r" % FLAGS.model_dir)
   if FLAGS.mode:
     params.append("utils.run.mode = %r" % FLAGS.mode)
-  from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import cluster_setup  # pylint: disable=g-import-not-at-top
   try:
     gin_setup.parse_gin(FLAGS.gin_file, params, FLAGS.gin_location_prefix or None)
     cluster_setup.run_in_role(FLAGS.cluster, _run_chief)

@@ -15,14 +15,14 @@ import mesh_tf as mtf
 from mesh_tf.checkpoint import discovery, step_from_prefix
 from mesh_tf.errors import MtfError
 from mesh_tf.shapes import MeshLayout
-from models.transformer import auto_layout
-from models.transformer import decode_io
-from models.transformer.decode_io import clean_decodes  # the original's utils name
-from models.transformer import model_dir_guard
-from models.transformer import run_config
+from models.transformer.trainer import auto_layout
+from models.transformer.trainer import decode_io
+from models.transformer.trainer.decode_io import clean_decodes  # the original's utils name
+from models.transformer.trainer import model_dir_guard
+from models.transformer.trainer import run_config
 
 # The original's entry points (they take the MeshEstimator of get_estimator).
-from models.transformer.entry_points import (
+from models.transformer.trainer.entry_points import (
     compute_log_likelihoods, decode, decode_from_dataset, decode_from_file,
     encode_delimited_lm, encode_inputs, eval_model, export_model,
     flexible_ckpt_init_mapping, get_estimator, infer_model, save_scores,
@@ -151,7 +151,7 @@ def get_step_from_checkpoint_path(checkpoint_path):
 
 def write_lines_to_file(lines, filename):
   """Writes one line per entry to filename (atomically), creating its directory."""
-  from models.transformer import run_setup  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import run_setup  # pylint: disable=g-import-not-at-top
   run_setup.write_text_atomically(filename, "".join("%s\n" % line for line in lines))
 
 
@@ -269,7 +269,7 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
                       skip_seen_data=(skip_seen_data, False),
                       seen_data_init_step=(seen_data_init_step, 0),
                       checkpoint_input_pipeline=(checkpoint_input_pipeline, False))
-  from models.transformer import run_setup  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import run_setup  # pylint: disable=g-import-not-at-top
   if mode not in MODES:
     raise MtfError("unknown mode %r; choose one of %s" % (mode, ", ".join(MODES)))
   train_steps, save_checkpoints_steps, iterations_per_loop, eval_steps = (
@@ -279,7 +279,7 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
           auto_layout=auto_layout.wants_auto(layout_rules)))
   export_path = export_path or None
   with contextlib.ExitStack() as held:
-    from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
+    from models.transformer.trainer import cluster_setup  # pylint: disable=g-import-not-at-top
     replicas = cluster_setup.spmd_replicas()  # None unless a multi-client SPMD run
     if mode == "train" and cluster_setup.claims_model_dir():  # one trainer per model_dir
       held.enter_context(model_dir_guard.claimed_model_dir(model_dir))
@@ -319,7 +319,7 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
         output_vocab_size=decode_io.vocab_size(vocabulary), layout_rules=mesh_layout)
     checked = _checked_model_fn(model_fn, batch_size, sequence_length, mesh_layout,
                                 strict_layout)
-    from models.transformer import run_record  # pylint: disable=g-import-not-at-top
+    from models.transformer.trainer import run_record  # pylint: disable=g-import-not-at-top
     held.enter_context(run_record.expecting(  # saved with, and checked on, checkpoints
         run_record.vocabulary_record(vocabulary), checked.model_record(),
         allow_checkpoint_mismatch))
@@ -338,20 +338,20 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
         eval_decode_batches=eval_decode_batches,
         skip_nonfinite_updates=skip_nonfinite_updates, operative_config_extra=chosen)
     if mode == "train" and replicas is not None:
-      from models.transformer import spmd_train_loop  # pylint: disable=g-import-not-at-top
+      from models.transformer.trainer import spmd_train_loop  # pylint: disable=g-import-not-at-top
       return spmd_train_loop.run_spmd_train(config, replicas)
     if mode == "train":
-      from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
+      from models.transformer.trainer import train_loop  # pylint: disable=g-import-not-at-top
       return train_loop.run_train(config, mesh_impl)
     checkpoint = _checkpoint_at(model_dir, eval_checkpoint_step)
     if mode in ("eval", "perplexity_eval"):
-      from models.transformer import evaluation  # pylint: disable=g-import-not-at-top
+      from models.transformer.trainer import evaluation  # pylint: disable=g-import-not-at-top
       return evaluation.run_eval(config, mesh_impl, checkpoint, eval_dir_suffix)
     if mode == "decode":
       return decode_io.run_decode(
           checked, mesh_impl, model_dir, checkpoint, vocabulary, batch_size,
           sequence_length, variable_dtype, decode_input_file, decode_output_file)
-    from models.transformer import export  # pylint: disable=g-import-not-at-top
+    from models.transformer.trainer import export  # pylint: disable=g-import-not-at-top
     return export.run_export(
         model_fn, model_dir, _checkpoint_at(model_dir, export_checkpoint_step), vocabulary,
         batch_size, sequence_length, variable_dtype,
@@ -369,7 +369,7 @@ def _refuse_unsupported(**given_and_default):
 
 def _default_binding(selector, name, fallback):
   """The value gin_configs/defaults.gin binds to selector.name (fallback if none)."""
-  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   path = os.path.join(gin_setup.DEFAULT_GIN_LOCATION, "defaults.gin")
   try:
     with open(path) as f:
@@ -440,7 +440,7 @@ def _check_layout(model, batch_size, sequence_length, mesh_layout, strict_layout
   import difflib  # pylint: disable=g-import-not-at-top
   from mesh_tf.errors import LayoutError  # pylint: disable=g-import-not-at-top
   from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
-  from models.transformer import run_record  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import run_record  # pylint: disable=g-import-not-at-top
   from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top
   graph = model_graph.ModelGraph(model, batch_size, sequence_length, ["inputs", "targets"],
                                  ModeKeys.EVAL, get_variable_dtype())
@@ -671,7 +671,7 @@ def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
   the absl flags that main.py defines (absent flags count as empty); then locks the
   config unless finalize_config is False. skip_unknown is gin's option."""
   from absl import flags  # pylint: disable=g-import-not-at-top
-  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   flag_values = flags.FLAGS
 
   def flag(name):

@@ -33,7 +33,8 @@ def cluster_command(params, cluster, mode="train"):
 
 def run_here(params, extra=()):
   """utils.run in this process (8 local CPUs) with the toy LM's files and params."""
-  from models.transformer import gin_setup, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   try:
     gin_setup.parse_gin(GIN_FILES, list(params) + list(extra))
@@ -44,7 +45,7 @@ def run_here(params, extra=()):
 
 def losses_of(model_dir):
   """[(step, loss)] of the run's loss summaries."""
-  from models.transformer import summaries  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import summaries  # pylint: disable=g-import-not-at-top
   return sorted(summaries.read_scalars(str(model_dir))["loss"])
 
 

@@ -5,7 +5,7 @@ import gin
 import pytest
 
 from mesh_tf import cluster
-from models.transformer import cluster_setup
+from models.transformer.trainer import cluster_setup
 
 
 @pytest.fixture(autouse=True)

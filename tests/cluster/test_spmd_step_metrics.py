@@ -5,7 +5,7 @@ import glob
 import re
 
 import lm_cluster_helpers
-from models.transformer import summaries
+from models.transformer.trainer import summaries
 
 # trainer_helpers.tiny_lm_bindings' LM (see tests/transformer/test_step_metrics.py):
 # 6 x 128 tokens x (1 layer x (4*16*16 + 2*16*32 + 2*16*16) + 16*384 vocab).

@@ -14,7 +14,7 @@ import lm_cluster_helpers
 import mesh_tf as mtf
 from mesh_tf import cluster
 from mesh_tf.backends import simd_tpu
-from models.transformer import cluster_setup
+from models.transformer.trainer import cluster_setup
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                 "backends", "tpu_contract"))

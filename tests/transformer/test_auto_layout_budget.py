@@ -8,10 +8,10 @@ import pytest
 
 from mesh_tf import analysis
 from mesh_tf.auto_mtf.layout_optimizer import SolverError
-from models.transformer import auto_layout
-from models.transformer import gin_setup
+from models.transformer.trainer import auto_layout
+from models.transformer.trainer import gin_setup
 from models.transformer import model_graph
-from models.transformer import train_loop
+from models.transformer.trainer import train_loop
 from models.transformer import utils
 from models.transformer.context import ModeKeys
 

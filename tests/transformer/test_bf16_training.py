@@ -14,7 +14,8 @@ import tensorflow as tf
 import mesh_tf as mtf
 import trainer_helpers
 from models import train_steps
-from models.transformer import gin_setup, model_graph, transformer, transformer_layers
+from models.transformer import model_graph, transformer, transformer_layers
+from models.transformer.trainer import gin_setup
 from models.transformer import utils
 from models.transformer.context import ModeKeys
 

@@ -252,7 +252,7 @@ def test_models_without_incremental_layers_fall_back_to_recompute():
 def test_decode_graph_lm_beam_search_cached_equals_recompute(tmp_path):
   """decode mode's DecodeGraph (utils.decode_options.beam_size = 2 on an LM): the
   continuation of each prompt, the same by both paths."""
-  from models.transformer import decode_io  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import decode_io  # pylint: disable=g-import-not-at-top
   results = []
   for cached in (False, True):
     with decoding.decoding_mode(cached):

@@ -14,7 +14,7 @@ from decode_checks import assert_greedy_lm_continuations
 from decode_checks import teacher_forced_log_probs
 from mesh_tf.errors import MtfError
 from models.transformer import dataset as dataset_lib
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_setup
 from models.transformer import synthetic_tasks
 from models.transformer import utils
 from models.transformer.vocabulary import ByteVocabulary

@@ -6,7 +6,7 @@ import pytest
 
 import trainer_helpers
 from models.transformer import dataset
-from models.transformer import summaries
+from models.transformer.trainer import summaries
 
 STEPS, STOP = 6, 3
 TWO_BY_FOUR = ["utils.run.mesh_shape = 'batch:2,model:4'", "utils.run.layout_rules = "

@@ -7,8 +7,8 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 import trainer_helpers
-from models.transformer import decode_io
-from models.transformer import export
+from models.transformer.trainer import decode_io
+from models.transformer.trainer import export
 from models.transformer.vocabulary import ByteVocabulary
 
 

@@ -5,7 +5,7 @@ whose TF ops call Python cannot serve strings from a loaded SavedModel, so there
 import numpy as np
 import tensorflow as tf
 
-from models.transformer import export
+from models.transformer.trainer import export
 from models.transformer.vocabulary import ByteVocabulary
 from test_export import _decode_fn
 

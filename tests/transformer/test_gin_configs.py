@@ -16,7 +16,8 @@ import pytest
 
 import mesh_tf as mtf
 from mesh_tf.shapes import MeshLayout
-from models.transformer import gin_setup, model_graph, model_layout, utils
+from models.transformer import model_graph, model_layout, utils
+from models.transformer.trainer import gin_setup
 from models.transformer.context import ModeKeys
 
 GIN_ROOT = gin_setup.DEFAULT_GIN_LOCATION

@@ -10,7 +10,8 @@ import mtf_testing
 import trainer_helpers
 from mesh_tf.errors import LayoutError
 from mesh_tf.shapes import MeshLayout
-from models.transformer import gin_setup, model_graph, model_layout, transformer
+from models.transformer import model_graph, model_layout, transformer
+from models.transformer.trainer import gin_setup
 from models.transformer import transformer_layers, utils
 from models.transformer.context import Context, ModeKeys
 from models.transformer.vocabulary import ByteVocabulary
@@ -104,7 +105,7 @@ def test_agreeing_layouts_lower_and_rule_order_does_not_matter():
 
 
 def test_trainer_gives_the_model_the_mesh_impls_own_layout(tmp_path, monkeypatch):
-  from models.transformer import train_loop  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import train_loop  # pylint: disable=g-import-not-at-top
   seen = {}
 
   def fake_run_train(config, mesh_impl):
@@ -133,7 +134,7 @@ def test_get_estimator_gives_the_model_the_mesh_impls_own_layout(tmp_path):
 
 
 def test_decode_graph_is_checked_unless_built_for_any_mesh():
-  from models.transformer import decode_io  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import decode_io  # pylint: disable=g-import-not-at-top
   single = mtf.PlacementMeshImpl("", "", [""])
   dtype = mtf.VariableDType(tf.float32)
   checked = decode_io.DecodeGraph(_lm(RULES, MESH), 2, 8, dtype)

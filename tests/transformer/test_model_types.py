@@ -15,8 +15,8 @@ import decode_checks
 import mesh_tf as mtf
 import trainer_helpers
 from mesh_tf.errors import MtfError
-from models.transformer import decode_io
-from models.transformer import gin_setup
+from models.transformer.trainer import decode_io
+from models.transformer.trainer import gin_setup
 from models.transformer import model_graph
 from models.transformer import utils
 from models.transformer.context import ModeKeys

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_setup
 from models.transformer import model_graph
 from models.transformer import utils
 from models.transformer.context import ModeKeys

@@ -14,7 +14,7 @@ import trainer_helpers
 from models.transformer import model_graph
 from models.transformer import transformer
 from models.transformer import utils
-from models.transformer import decode_io
+from models.transformer.trainer import decode_io
 from models.transformer.context import ModeKeys
 from models.transformer.vocabulary import ByteVocabulary
 
@@ -36,7 +36,7 @@ def _distillation(checkpoint, initialize_student_weights=False):
 
 
 def _parse(params):
-  from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   gin_setup.parse_gin([], params)
 

@@ -18,8 +18,8 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from models.transformer import gin_compat
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_compat
+from models.transformer.trainer import gin_setup
 from models.transformer import transformer
 from models.transformer.context import ModeKeys
 

@@ -10,7 +10,7 @@ import gin
 import pytest
 
 import trainer_helpers
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_setup
 from models.transformer import utils
 
 ORIG_GIN = pathlib.Path(trainer_helpers.REPO_ROOT).parent / "shared" / "fixtures" / \

@@ -7,7 +7,7 @@ import pytest
 
 import trainer_helpers
 from mesh_tf.errors import MtfError
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_setup
 from models.transformer import utils
 
 

@@ -9,8 +9,8 @@ import tensorflow as tf
 
 import trainer_helpers
 from trainer_helpers import run_with
-from models.transformer import step_metrics
-from models.transformer import summaries
+from models.transformer.trainer import step_metrics
+from models.transformer.trainer import summaries
 
 DP_MP_2X4 = ["utils.run.mesh_shape = 'b:2;m:4'",
              "utils.run.layout_rules = 'batch:b;d_ff:m;heads:m;vocab:m'"]

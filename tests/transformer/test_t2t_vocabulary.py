@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_setup
 from models.transformer import t2t_vocabulary
 
 # '<pad>' and '<EOS>' take ids 0 and 1, as in tensor2tensor's files.

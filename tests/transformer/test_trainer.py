@@ -7,7 +7,7 @@ import pytest
 
 import trainer_helpers
 from trainer_helpers import run_with
-from models.transformer import summaries
+from models.transformer.trainer import summaries
 from models.transformer import utils
 
 

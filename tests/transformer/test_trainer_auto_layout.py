@@ -8,7 +8,7 @@ import pytest
 import mesh_tf as mtf
 import trainer_helpers
 from mesh_tf.errors import MtfError
-from models.transformer import auto_layout
+from models.transformer.trainer import auto_layout
 from models.transformer import utils
 
 
@@ -41,7 +41,7 @@ def test_auto_layout_chooses_trains_and_records(tmp_path, capsys):
     return utils.build_model(model_type="lm", input_vocab_size=256,
                              output_vocab_size=256)
   try:
-    from models.transformer import gin_setup  # pylint: disable=g-import-not-at-top
+    from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
     gin_setup.parse_gin([], trainer_helpers.tiny_lm_bindings(model_dir, corpus)[:7])
     chosen, _ = auto_layout.choose(model_fn, 8, 8, 16, utils.get_variable_dtype(), None)
   finally:

@@ -8,7 +8,7 @@ import numpy as np
 
 import trainer_helpers
 from decode_checks import assert_greedy_lm_continuations
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_setup
 from models.transformer import utils
 from models.transformer.vocabulary import ByteVocabulary
 from trainer_helpers import run_with

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import trainer_helpers
 from decode_checks import assert_greedy_decodes
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_setup
 from models.transformer import synthetic_tasks
 from models.transformer import utils
 from models.transformer.vocabulary import ByteVocabulary

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import trainer_helpers
-from models.transformer import stop_signals
+from models.transformer.trainer import stop_signals
 
 
 def _start(params, log_dir):

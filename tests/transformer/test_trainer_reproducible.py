@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import trainer_helpers
 from trainer_helpers import run_with
-from models.transformer import run_setup
+from models.transformer.trainer import run_setup
 
 
 def _train(tmp_path, name, corpus, extra=()):

@@ -7,8 +7,8 @@ import gin
 
 import trainer_helpers
 from decode_checks import greedy_lm_decode
-from models.transformer import decode_io
-from models.transformer import gin_setup
+from models.transformer.trainer import decode_io
+from models.transformer.trainer import gin_setup
 from models.transformer import utils
 from models.transformer.vocabulary import SentencePieceVocabulary
 from trainer_helpers import run_with

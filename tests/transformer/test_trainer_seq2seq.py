@@ -13,10 +13,10 @@ import mtf_testing
 import trainer_helpers
 from mesh_tf.errors import MtfError
 from models.transformer import dataset as dataset_lib
-from models.transformer import evaluation
-from models.transformer import gin_setup
-from models.transformer import run_setup
-from models.transformer import summaries
+from models.transformer.trainer import evaluation
+from models.transformer.trainer import gin_setup
+from models.transformer.trainer import run_setup
+from models.transformer.trainer import summaries
 from models.transformer import utils
 from models.transformer.vocabulary import ByteVocabulary
 

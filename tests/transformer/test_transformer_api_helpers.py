@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from models.transformer import gin_setup
+from models.transformer.trainer import gin_setup
 from models.transformer import learning_rate_schedules
 from models.transformer import transformer
 from models.transformer import transformer_layers

@@ -71,7 +71,8 @@ def start_main(params, mode=None, **popen_kwargs):
 
 def run_with(params, **kwargs):
   """utils.run in this process under exactly these gin params (plus defaults.gin)."""
-  from models.transformer import gin_setup, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer import utils  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   gin.clear_config()
   try:
     gin_setup.parse_gin([], params)

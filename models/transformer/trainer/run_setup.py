@@ -54,7 +54,7 @@ def make_mesh_impl(mesh_layout, devices=None):
   process's)."""
   mesh_shape = mesh_layout.shape
   backend = configured_backend()
-  from models.transformer import cluster_setup  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import cluster_setup  # pylint: disable=g-import-not-at-top
   if devices is None:
     devices = cluster_setup.mesh_devices(mesh_shape, backend)  # None: one process
   if devices is None:

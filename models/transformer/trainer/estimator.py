@@ -11,12 +11,12 @@ default) and runs: `train` the trainer of `train_loop` (under model_dir's lock),
 import tensorflow as tf
 
 import mesh_tf as mtf
-from models.transformer import decode_io
-from models.transformer import evaluation
-from models.transformer import model_dir_guard
+from models.transformer.trainer import decode_io
+from models.transformer.trainer import evaluation
+from models.transformer.trainer import model_dir_guard
 from models.transformer import model_graph
-from models.transformer import run_setup
-from models.transformer import train_loop
+from models.transformer.trainer import run_setup
+from models.transformer.trainer import train_loop
 from models.transformer.context import ModeKeys
 
 
@@ -164,7 +164,7 @@ class MeshEstimator:
 
   def export(self, export_dir, vocabulary, checkpoint_path=None, batch_size=None):
     """Writes a SavedModel decoding ids and text (export.run_export); returns its path."""
-    from models.transformer import export  # pylint: disable=g-import-not-at-top
+    from models.transformer.trainer import export  # pylint: disable=g-import-not-at-top
     return export.run_export(self.model_fn, self.model_dir, checkpoint_path, vocabulary,
                              batch_size or self.batch_size, self.sequence_length,
                              self.variable_dtype, export_dir)

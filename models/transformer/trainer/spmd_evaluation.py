@@ -5,9 +5,9 @@ writes them, as train_loop's Evaluator does in one process."""
 import tensorflow as tf
 
 from mesh_tf.cluster import input_share
-from models.transformer import evaluation
+from models.transformer.trainer import evaluation
 from models.transformer import model_graph
-from models.transformer import run_setup
+from models.transformer.trainer import run_setup
 from models.transformer.context import ModeKeys
 
 

@@ -29,13 +29,13 @@ from mesh_tf.checkpoint.save_restore import DEFAULT_BASENAME
 from mesh_tf.cluster import agreement
 from mesh_tf.cluster import spmd_training
 from models.transformer import model_graph
-from models.transformer import run_record
-from models.transformer import run_setup
-from models.transformer import spmd_evaluation
-from models.transformer import step_loop
-from models.transformer import step_metrics
-from models.transformer import stop_signals
-from models.transformer import train_loop
+from models.transformer.trainer import run_record
+from models.transformer.trainer import run_setup
+from models.transformer.trainer import spmd_evaluation
+from models.transformer.trainer import step_loop
+from models.transformer.trainer import step_metrics
+from models.transformer.trainer import stop_signals
+from models.transformer.trainer import train_loop
 from models.transformer.context import ModeKeys
 
 

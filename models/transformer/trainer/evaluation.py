@@ -8,12 +8,12 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.checkpoint import step_from_prefix
-from models.transformer import decode_io
+from models.transformer.trainer import decode_io
 from models.transformer import decoding
 from models.transformer import model_graph
-from models.transformer import run_record
-from models.transformer import run_setup
-from models.transformer import summaries
+from models.transformer.trainer import run_record
+from models.transformer.trainer import run_setup
+from models.transformer.trainer import summaries
 from models.transformer.context import ModeKeys
 
 # The metrics written to eval_results-<step>.txt and TensorBoard, when present.

@@ -52,7 +52,7 @@ def vocabulary_record(vocabulary):
   """{setting: value} of a vocabulary: "type", "size" and, where it has a model file
   (SentencePiece model, t2t subwords file, ...), "model_sha256". An (inputs, targets)
   pair gives each key twice, prefixed "inputs " and "targets "."""
-  from models.transformer import decode_io  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import decode_io  # pylint: disable=g-import-not-at-top
   if isinstance(vocabulary, tuple):
     record = {}
     for role, v in zip(("inputs", "targets"), vocabulary):

@@ -39,6 +39,6 @@ class RunConfig:
   @property
   def loop(self):
     """The step loop's part of it (step_loop.LoopConfig)."""
-    from models.transformer import step_loop  # pylint: disable=g-import-not-at-top
+    from models.transformer.trainer import step_loop  # pylint: disable=g-import-not-at-top
     return step_loop.LoopConfig(self.train_steps, self.save_checkpoints_steps,
                                 self.iterations_per_loop, self.skip_nonfinite_updates)

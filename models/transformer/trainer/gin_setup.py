@@ -9,7 +9,8 @@ import gin
 
 from mesh_tf.errors import MtfError
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 DEFAULT_GIN_LOCATION = os.path.join(REPO_ROOT, "gin_configs")
 
 # Modules whose gin configurables a config may name.
@@ -22,11 +23,11 @@ CONFIGURABLE_MODULES = (
     "models.transformer.t2t_vocabulary", "models.transformer.learning_rate_schedules",
     "models.transformer.dataset", "models.transformer.default_corpus",
     "models.transformer.synthetic_tasks", "models.transformer.decoding",
-    "models.transformer.decode_io", "models.transformer.adaptive_softmax",
+    "models.transformer.trainer.decode_io", "models.transformer.adaptive_softmax",
     "models.transformer.funnel_transformer", "models.transformer.universal_transformer",
     "models.transformer.evolved_transformer", "models.transformer.heterogeneous_moe",
     "models.transformer.memory_layers", "models.transformer.fixup_layers",
-    "models.transformer.t2t_vocabulary", "models.transformer.step_metrics")
+    "models.transformer.t2t_vocabulary", "models.transformer.trainer.step_metrics")
 
 
 def import_configurables():
@@ -108,7 +109,7 @@ def _parse_original_config_file(path, skip_unknown=False):
   """Parses path through gin_compat if it is an original Mesh-TensorFlow config (it
   names mesh_tensorflow modules), printing the bindings it skipped; returns whether
   it did."""
-  from models.transformer import gin_compat  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_compat  # pylint: disable=g-import-not-at-top
   with open(path) as f:
     text = f.read()
   if not gin_compat.is_original_config(text):
@@ -122,7 +123,7 @@ def _parse_original_config_file(path, skip_unknown=False):
 def parse_gin_file(path):
   """Parses one gin file as parse_gin does (an original Mesh-TensorFlow config through
   gin_compat) and returns the gin_compat.SkippedBinding list of what it left out."""
-  from models.transformer import gin_compat  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_compat  # pylint: disable=g-import-not-at-top
   import_configurables()
   with open(path) as f:
     text = f.read()

@@ -19,8 +19,8 @@ from mesh_tf.auto_mtf import memory_estimator
 from mesh_tf.auto_mtf.layout_optimizer import SolverError
 from mesh_tf.shapes import MeshLayout
 from models.transformer import model_graph
-from models.transformer import run_setup
-from models.transformer import train_loop
+from models.transformer.trainer import run_setup
+from models.transformer.trainer import train_loop
 from models.transformer.context import ModeKeys
 
 AUTO = "auto"

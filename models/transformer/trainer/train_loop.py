@@ -21,14 +21,14 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from models import train_steps as shared_steps
-from models.transformer import cluster_setup
-from models.transformer import evaluation
+from models.transformer.trainer import cluster_setup
+from models.transformer.trainer import evaluation
 from models.transformer import model_graph
-from models.transformer import run_record
-from models.transformer import run_setup
-from models.transformer import step_metrics
-from models.transformer import step_loop
-from models.transformer import stop_signals
+from models.transformer.trainer import run_record
+from models.transformer.trainer import run_setup
+from models.transformer.trainer import step_metrics
+from models.transformer.trainer import step_loop
+from models.transformer.trainer import stop_signals
 from models.transformer.context import ModeKeys
 
 

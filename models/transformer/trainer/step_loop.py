@@ -12,9 +12,9 @@ import dataclasses
 import math
 
 import mesh_tf as mtf
-from models.transformer import evaluation
-from models.transformer import progress as progress_lib
-from models.transformer import summaries
+from models.transformer.trainer import evaluation
+from models.transformer.trainer import progress as progress_lib
+from models.transformer.trainer import summaries
 
 
 @dataclasses.dataclass(frozen=True)

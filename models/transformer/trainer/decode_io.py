@@ -15,7 +15,7 @@ import tensorflow as tf
 import mesh_tf as mtf
 from models.transformer import model_graph
 from models.transformer import model_layout
-from models.transformer import run_record
+from models.transformer.trainer import run_record
 
 DEFAULT_PROMPTS = ("The ", "In the beginning ", "A function ", "When the ")
 

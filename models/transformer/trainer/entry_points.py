@@ -17,10 +17,10 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.errors import MtfError
 from mesh_tf.shapes import MeshLayout
-from models.transformer import decode_io
-from models.transformer import evaluation
+from models.transformer.trainer import decode_io
+from models.transformer.trainer import evaluation
 from models.transformer import model_graph
-from models.transformer import run_setup
+from models.transformer.trainer import run_setup
 
 
 def _vocab(vocabulary, key):
@@ -65,7 +65,7 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules, model_dir, b
   cluster are accepted and unused (TF 2 needs none of them); use_tpu, predict_fn,
   variable_filter and ensemble_inputs are not supported and must be off.
   """
-  from models.transformer import estimator as estimator_lib  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import estimator as estimator_lib  # pylint: disable=g-import-not-at-top
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
   del autostack, tpu_job_name, cluster
   unsupported = {"use_tpu": use_tpu, "predict_fn": predict_fn,

@@ -9,8 +9,8 @@ TensorFlow. Signatures (see build_module): "serving_default" takes a string vect
 import tensorflow as tf
 
 import mesh_tf as mtf
-from models.transformer import decode_io
-from models.transformer import run_record
+from models.transformer.trainer import decode_io
+from models.transformer.trainer import run_record
 
 
 def _checked_prompts(ids, length, vocab_size):
