@@ -38,3 +38,4 @@ from mesh_tf.layers.convolution import (conv1d, conv2d, conv2d_transpose,
 from mesh_tf.layers.correlation import corr
 from mesh_tf.layers.pooling import avg_pool2d, avg_pool3d, max_pool2d, max_pool3d
 from mesh_tf.layers.reversible import reversible_half_residual_and_swap
+from mesh_tf.layers.pipeline import pipeline, pipeline_schedule
