@@ -204,7 +204,14 @@ def unstack(x, dim, name=None):
 def _local_shift(t, offset, axis, size, wrap):
   """Shift of a tensor holding the whole dim (size elements along axis)."""
   if wrap:
-    return tf.roll(t, offset, axis)
+    # The no-wrap shift of x plus the no-wrap shift of the part that falls off, moved to
+    # the other end: under XLA's SPMD partitioner both are neighbour exchanges
+    # (collective-permutes) where tf.roll of a split dim reshards with all-to-alls.
+    offset %= size
+    if offset == 0:
+      return t
+    fell_off = _local_shift(t, offset - size, axis, size, wrap=False)
+    return _local_shift(t, offset, axis, size, wrap=False) + fell_off
   if abs(offset) >= size:
     return tf.zeros_like(t)
   p = [[0, 0]] * t.shape.rank

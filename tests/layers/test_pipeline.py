@@ -249,10 +249,8 @@ def test_gspmd_plain_shift_is_a_collective_permute(xla_partitioned):
 
 
 @pytest.mark.jax
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: the GSPMD backend lowers a wrapping mtf.shift to tf.roll on the global "
-    "tensor; XLA reshards the split stages dim around it with all-to-alls instead of a "
-    "collective-permute to the neighbour (the numbers are right)"))
 def test_gspmd_circular_shift_is_a_collective_permute(xla_partitioned):
+  """The circular schedule's wrapping shift is a neighbour exchange too (a wrapping
+  shift is lowered as two no-wrap shifts, not tf.roll, which XLA reshards)."""
   kinds = xla_partitioned["circular-S2-M4-R2"][2]
   assert "collective-permute" in kinds and "all-to-all" not in kinds, sorted(set(kinds))
