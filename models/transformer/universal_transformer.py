@@ -2,9 +2,19 @@
 
 The stack's `layers` form one block, applied num_inrecurrence_layers times per step for
 num_rec_steps steps, always with the same weights. Each step first adds (or concatenates
-and projects back with the dense "step_preprocess_projection") timing signals: the
-sinusoid of the positions and a signal of the step (sinusoid, or the learned rows of
-"layer_embedding"). Recurrence types:
+and projects back with the dense "step_preprocess_projection") a signal of the step
+(sinusoid, or the learned rows of "layer_embedding"; a step past the table's rows gets
+zeros, as the original's gather gave).
+
+Position signal: the original (0.1.21) never adds the sinusoid of the positions, whatever
+add_position_timing_signal says (its test names that flag twice and only decides the
+concat projection). The port matches those numbers by default; the port's flag
+apply_position_timing_signal=True adds the sinusoid (from position_start_index) when
+add_position_timing_signal asks. With "concat", the original fails whenever a signal
+is asked for (its concat of the step signal, and its projection, raise), so the port's
+concat-and-project has no original numbers to match.
+
+Recurrence types:
 
 - "basic": x <- block(step_preprocess(x)).
 - "highway": x <- x * carry + block(...) * transform, with gates sigmoid(dense(...))
@@ -20,18 +30,21 @@ sinusoid of the positions and a signal of the step (sinusoid, or the learned row
   (the ACT paper's weighted sum); "global": as "basic" with one p per sequence, the mean
   of the positions' p (it pools over the whole sequence, so it cannot decode
   incrementally); "random": as "basic" with p drawn uniformly from [0, 1) (no halting
-  unit). Steps after every position halted change nothing, so the loop is unrolled to
-  act_max_steps. The ponder cost act_loss_weight * mean(N + R) (N: the steps a position
-  took) goes to context.losses when act_loss_weight > 0 (a port parameter; the
-  original's UTLayerStack takes no ponder-cost weight, so it defaults to 0).
+  unit). As in the original, the loop is unrolled to act_max_steps + 1 steps (steps
+  0 .. act_max_steps; the last one's learned step signal is zeros). The ponder cost
+  act_loss_weight * mean(N + R) (N: the steps a position took) goes to context.losses
+  when act_loss_weight > 0 (a port parameter; the original's UTLayerStack takes no
+  ponder-cost weight, so it defaults to 0).
 
 Optionally num_vanilla_transformer_layers ordinary passes through the block run before
-and/or after the recurrence. Each layer is pre-norm residual (layer norm, dropout,
-residual), or, with use_gated_transformer, a gate between its input x and output y by
-gating_type: "highway": x * carry + y * transform (two gates from x); "gru": update and
-reset gates z, r = sigmoid(dense([x, y])), candidate c = tanh(dense([r * x, y])), giving
-(1 - z) * y + z * c (the GRU transition function of the UT paper's implementation).
-The stack ends with a layer norm and dropout.
+and/or after the recurrence. Each layer is pre-norm residual: x + dropout(y) for the
+layer's output y on the normed x, or, with use_gated_transformer, x + dropout(g) for a
+gate g of x and y by gating_type: "highway": x * carry + y * transform (two gates from
+x); "gru": update and reset gates z, r = sigmoid(dense([x, y])), candidate
+c = sigmoid(dense([r * x, y])) (a sigmoid, as in the original), g = (1 - z) * y + z * c.
+Gate inputs are layer-normed in place, as in the original: a second gate over the same
+inputs (the carry gate, the GRU's reset gate, the highway recurrence's uncoupled carry
+gate) sees them normed twice. The stack ends with a layer norm and dropout.
 
 Variables carry the original's (mesh-tensorflow 0.1.21) names and shapes, so its
 checkpoints load: in the stack's scope "layer_embedding" [steps, d_model],
@@ -103,12 +116,14 @@ class UTLayerStack(TransformerLayer):
   layers; couple_carry_transform_gates (highway recurrence only); act_type ("basic");
   recurrence_type ("basic", "highway", "act"); act_max_steps, act_epsilon;
   num_rec_steps; num_inrecurrence_layers; position_start_index (an int, or "step":
-  step * length // steps); add_or_concat_timing_signal ("add", "concat");
-  step_timing_signal_type ("learned", "sinusoid"); add_position_timing_signal,
-  add_step_timing_signal; mix_with_transformer_before_ut, mix_with_transformer_after_ut;
-  gates_inputs (letters of "sti"); gate_ffn_layer ("dense", "dense_relu_dense");
-  use_gated_transformer; gating_type ("highway", "gru"). The port's own: act_loss_weight
-  (the ponder cost's weight, 0 = none as in the original).
+  step * length // steps; "random" only while the position signal is not applied);
+  add_or_concat_timing_signal ("add", "concat"); step_timing_signal_type ("learned",
+  "sinusoid"); add_position_timing_signal, add_step_timing_signal;
+  mix_with_transformer_before_ut, mix_with_transformer_after_ut; gates_inputs (letters
+  of "sti"); gate_ffn_layer ("dense", "dense_relu_dense"); use_gated_transformer;
+  gating_type ("highway", "gru"). The port's own: act_loss_weight (the ponder cost's
+  weight, 0 = none as in the original); apply_position_timing_signal (False, as the
+  original: add_position_timing_signal adds nothing; True adds it).
   """
 
   def __init__(self, layers, dropout_rate=0.0, norm_epsilon=1e-6,
@@ -123,7 +138,8 @@ class UTLayerStack(TransformerLayer):
                mix_with_transformer_before_ut=gin.REQUIRED,
                mix_with_transformer_after_ut=gin.REQUIRED, gates_inputs=gin.REQUIRED,
                gate_ffn_layer=gin.REQUIRED, use_gated_transformer=gin.REQUIRED,
-               gating_type=gin.REQUIRED, act_loss_weight=0.0):
+               gating_type=gin.REQUIRED, act_loss_weight=0.0,
+               apply_position_timing_signal=False):
     _check_choice("recurrence_type", recurrence_type, _RECURRENCE_TYPES)
     _check_choice("act_type", act_type, _ACT_TYPES)
     _check_choice("add_or_concat_timing_signal", add_or_concat_timing_signal,
@@ -132,7 +148,9 @@ class UTLayerStack(TransformerLayer):
                   ("learned", "sinusoid"))
     _check_choice("gate_ffn_layer", gate_ffn_layer, ("dense", "dense_relu_dense"))
     _check_choice("gating_type", gating_type, _GATING_TYPES)
-    if not isinstance(position_start_index, int) and position_start_index != "step":
+    # "random" is accepted, as by the original, only where no position signal is added.
+    if (not isinstance(position_start_index, int) and position_start_index != "step" and
+        (apply_position_timing_signal or position_start_index != "random")):
       raise mtf.MtfError("UTLayerStack: position_start_index=%r must be an int or "
                          "'step'" % (position_start_index,))
     if not gates_inputs or set(gates_inputs) - set("sti"):
@@ -218,6 +236,8 @@ class UTLayerStack(TransformerLayer):
         context.mesh, "layer_embedding", mtf.Shape([steps_dim, channels]),
         initializer=tf.random_normal_initializer(stddev=channels.size ** -0.5),
         dtype=context.variable_dtype)
+    if not 0 <= layer < num_layers:  # the original's gather gave zeros out of range
+      return mtf.zeros(context.mesh, mtf.Shape([channels]), dtype=table.dtype)
     row = mtf.slice(table, layer, 1, steps_dim.name)
     return mtf.reduce_sum(row, reduced_dim=row.shape.dims[0]) * channels.size ** 0.5
 
@@ -254,7 +274,7 @@ class UTLayerStack(TransformerLayer):
     model_dim = x.shape.dims[-1]
     original = x
     self._signal_dim = model_dim  # concatenated signals keep the model width
-    if self.add_position_timing_signal:
+    if self.add_position_timing_signal and self.apply_position_timing_signal:
       x = self.add_position_timing_signal_func(context, x, step)
     if self.add_step_timing_signal:
       x = self.add_step_timing_signal_func(context, x, step)
@@ -281,8 +301,9 @@ class UTLayerStack(TransformerLayer):
     names = names or _ScopeNames()
     model_dim = inputs_list[0].shape.dims[-1]
     if preprocess:
-      inputs_list = [self._layer_norm(context, self._masked(x, mask))
-                     for x in inputs_list]
+      # In place, as in the original: a list given again is normalized again.
+      inputs_list[:] = [self._layer_norm(context, self._masked(x, mask))
+                        for x in inputs_list]
     wide = mtf.Dimension("ffn_input_channels", model_dim.size * len(inputs_list))
     x = mtf.concat([mtf.rename_dimension(t, model_dim.name, wide.name)
                     for t in inputs_list], wide.name)
@@ -316,12 +337,14 @@ class UTLayerStack(TransformerLayer):
           activation=activation, preprocess=True, names=names)
 
     if self.gating_type == "gru":
-      update = gate([x, transformed_x])
-      reset = gate([x, transformed_x])
-      candidate = gate([reset * x, transformed_x], mtf.tanh)
+      inputs = [x, transformed_x]
+      update = gate(inputs)
+      reset = gate(inputs)  # of the normalized inputs, normalized again
+      candidate = gate([reset * x, transformed_x])
       return (1.0 - update) * transformed_x + update * candidate
-    transform = gate([x])
-    carry = gate([x])
+    inputs = [x]
+    transform = gate(inputs)
+    carry = gate(inputs)  # of the normalized x, normalized again
     return x * carry + transformed_x * transform
 
   def vanilla_transformer_layer(self, context, x, mask):
@@ -335,11 +358,9 @@ class UTLayerStack(TransformerLayer):
             if y.shape != x.shape:
               raise mtf.ShapeError("UTLayerStack: layer %s returned %s for input %s" % (
                   layer.name, y.shape, x.shape), op=layer.name)
-            y = self._dropout(context, y)
             if self.use_gated_transformer:
-              x = self.gating(context, x, y, mask)
-            else:
-              x += y
+              y = self.gating(context, x, y, mask)
+          x += self._dropout(context, y)
     return x
 
   def _block(self, context, x, mask):
@@ -419,7 +440,7 @@ class UTLayerStack(TransformerLayer):
     remainders = mtf.zeros(context.mesh, halting_shape, dtype=x.dtype)
     ponder_times = mtf.zeros(context.mesh, halting_shape, dtype=x.dtype)
     state, output = x, mtf.zeros_like(x)
-    for step in range(self.act_max_steps):
+    for step in range(self.act_max_steps + 1):  # one more step, as the original
       state = self.step_preprocess(context, state, step)
       p = self._halting_probability(context, state, halting_shape)
       running = mtf.cast(mtf.less(halting, 1.0), x.dtype)

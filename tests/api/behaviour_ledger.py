@@ -85,15 +85,6 @@ LEDGER = [
          readme="No master variables",
          ours="tests/lowering/test_orig_behaviour_graph_mode.py"),
     # --- differences known without a failing original test ---
-    dict(area="transformer.universal_transformer", test=None, kind=NOT_YET,
-         reason="UTLayerStack's variables are the original's (names and shapes), but "
-                "four computations differ: the original never adds the position timing "
-                "signal (its condition tests add_position_timing_signal twice), its ACT "
-                "loop runs act_max_steps + 1 steps (the last step's learned signal row "
-                "is zeros), a gated layer keeps the residual (x + dropout(gate(x, y))) "
-                "where the port gates x and dropout(y), and its GRU candidate uses a "
-                "sigmoid where the port uses tanh; an original UT checkpoint loads, but "
-                "its outputs differ here"),
     dict(area="ops.stack", test=None, kind=DELIBERATE,
          reason="mtf.stack(axis=-1) puts the new dim last, as tf.stack; the original's "
                 "shape and data disagreed there",

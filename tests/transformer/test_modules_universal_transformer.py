@@ -3,7 +3,8 @@ global, random; the ponder cost; timing signals added or concatenated, learned o
 sinusoid step signals, highway- and GRU-gated layers, vanilla layers around the
 recurrence), forward and every gradient against plain TF from the same weights, on one
 device and on a dp+mp layout on placement and SIMD emulation; weight sharing across
-steps; bad options."""
+steps; bad options; the original's quirks (no position signal, one more ACT step,
+the gated residual, the GRU's sigmoid candidate, gate inputs normalized again)."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -72,21 +73,25 @@ class Reference:
       return x + y
     gate = self.gates(p + "_DenseReluDense")
     if self.o["gating_type"] == "gru":
-      update = gate([x, y])
-      reset = gate([x, y])
-      candidate = gate([reset * x, y], tf.tanh)
-      return (1 - update) * y + update * candidate
-    transform = gate([x])
-    carry = gate([x])  # a gated layer's carry gate is never coupled
-    return x * carry + y * transform
+      inputs = [x, y]
+      update = gate(inputs)
+      reset = gate(inputs)  # the inputs normalized twice
+      candidate = gate([reset * x, y])
+      return x + (1 - update) * y + update * candidate
+    inputs = [x]
+    transform = gate(inputs)
+    carry = gate(inputs)  # never coupled; x normalized twice
+    return x + x * carry + y * transform
 
   def gates(self, scope):
     """A function making the gates of scope in turn: unnamed dense layers whose kernel
-    and bias take the scope's next two numbers, over inputs normed with one norm."""
+    and bias take the scope's next two numbers, over inputs normed with one norm (in
+    place: a list passed again is normed again, as in the original)."""
     count = [0]
 
     def gate(inputs, activation=tf.sigmoid):
-      normed = tf.concat([layer_norm(t, self.v, scope) for t in inputs], -1)
+      inputs[:] = [layer_norm(t, self.v, scope) for t in inputs]
+      normed = tf.concat(inputs, -1)
       names = ["dense_%d" % i if i else "dense" for i in (count[0], count[0] + 1)]
       count[0] += 2
       y = (normed @ self.v[_key(scope, names[0] + "_kernel")] +
@@ -96,7 +101,8 @@ class Reference:
 
   def preprocess(self, x, step):
     signals = []
-    if self.o["add_position_timing_signal"]:
+    if (self.o["add_position_timing_signal"] and
+        self.o.get("apply_position_timing_signal")):
       start = self.o["position_start_index"]
       if start == "step":
         steps = (self.o["act_max_steps"] if self.o["recurrence_type"] == "act"
@@ -105,10 +111,12 @@ class Reference:
       signals.append(tf_timing(np.arange(LENGTH) + start, D_MODEL))
     if self.o["add_step_timing_signal"]:
       if self.o["step_timing_signal_type"] == "learned":
-        signals.append(self.v["layer_embedding"][step] * D_MODEL ** 0.5)
+        table = self.v["layer_embedding"]  # a step past its rows: zeros
+        row = table[step] if step < table.shape[0] else tf.zeros_like(table[0])
+        signals.append(row * D_MODEL ** 0.5)
       else:
         signals.append(tf_timing(float(step), D_MODEL))
-    if self.o["add_or_concat_timing_signal"] == "add":
+    if self.o["add_or_concat_timing_signal"] == "add" or not signals:
       return x + sum(signals)
     wide = tf.concat([x] + [tf.broadcast_to(s, x.shape) for s in signals], -1)
     return wide @ self.v["step_preprocess_projection_kernel"]
@@ -153,7 +161,7 @@ class Reference:
     remainders = tf.zeros_like(halting)
     ponder = tf.zeros_like(halting)
     state, output = x, tf.zeros_like(x)
-    for step in range(self.o["act_max_steps"]):
+    for step in range(self.o["act_max_steps"] + 1):
       state = self.preprocess(state, step)
       p = tf.sigmoid(state @ kernel + bias)[..., 0]
       if pooled:
@@ -184,8 +192,10 @@ CONFIGS = {
         recurrence_type="highway", add_or_concat_timing_signal="concat",
         step_timing_signal_type="sinusoid", couple_carry_transform_gates=False,
         use_gated_transformer=True, position_start_index=3,
-        mix_with_transformer_after_ut=True),
-    "act_step_positions": dict(recurrence_type="act", position_start_index="step"),
+        mix_with_transformer_after_ut=True, apply_position_timing_signal=True),
+    "act_step_positions": dict(recurrence_type="act", position_start_index="step",
+                               apply_position_timing_signal=True),
+    "act_no_position_signal": dict(recurrence_type="act"),
     "act_accumulated": dict(recurrence_type="act", act_type="accumulated",
                             act_max_steps=4),
     "act_global_gru_gated": dict(
@@ -228,13 +238,8 @@ def test_ut_layer_stack_matches_tf(config, case):
 
 
 def test_act_halts_every_position_within_the_steps():
-  graph = mtf.Graph()
-  mesh = mtf.Mesh(graph, "m")
-  from models.transformer.context import Context  # pylint: disable=g-import-not-at-top
-  batch, length = mtf.Dimension("batch", 2), mtf.Dimension("length", LENGTH)
-  x = mtf.import_tf_tensor(mesh, _x(8), [batch, length, mtf.Dimension("d_model", D_MODEL)])
-  context = Context(None, mesh, [batch], length, mtf.VariableDType(tf.float32),
-                    mode="eval")
+  context, x = _eval_context(seed=8)
+  mesh, graph = x.mesh, x.graph
   _, (ponder, remainders) = _stack(recurrence_type="act", act_max_steps=4).act_layer(
       context, x, None)
   tf.random.set_seed(8)  # the same initial weights whatever ran before
@@ -242,13 +247,13 @@ def test_act_halts_every_position_within_the_steps():
   ponder = lowering.export_to_tf_tensor(ponder).numpy()
   remainders = lowering.export_to_tf_tensor(remainders).numpy()
   # A position that halts at step n has ponder time n and a remainder in (0, 1], 1 only
-  # when it halts at once (n = 1); one still running after the last step has ponder
-  # time 4 and no remainder.
-  assert ponder.min() >= 1 and ponder.max() <= 4, ponder
+  # when it halts at once (n = 1); one still running after the last of the
+  # act_max_steps + 1 steps has ponder time 5 and no remainder.
+  assert ponder.min() >= 1 and ponder.max() <= 5, ponder
   assert np.all((remainders >= 0) & (remainders <= 1)), remainders
   assert np.all(ponder[remainders == 1] == 1), (ponder, remainders)
   halted = remainders > 0
-  assert halted.any() and np.all(ponder[~halted] == 4), (ponder, remainders)
+  assert halted.any() and np.all(ponder[~halted] == 5), (ponder, remainders)
 
 
 @pytest.mark.parametrize("option,value,message", [
@@ -259,7 +264,13 @@ def test_act_halts_every_position_within_the_steps():
     ("position_start_index", "random", "position_start_index='random'")])
 def test_unsupported_options_are_named(option, value, message):
   with pytest.raises(mtf.MtfError, match=message):
-    _stack(**{"recurrence_type": "basic", option: value})
+    _stack(**{"recurrence_type": "basic", option: value,
+              "apply_position_timing_signal": True})
+
+
+def test_random_position_start_is_accepted_while_no_position_signal_is_added():
+  """The original accepts it: its position signal is never added."""
+  _stack(recurrence_type="basic", position_start_index="random")
 
 
 @pytest.mark.parametrize("recurrence", ["basic", "highway", "act"])
@@ -352,7 +363,7 @@ def test_random_act_halts_on_noise_without_a_halting_unit():
   y, ponder, remainders, cost, names = _act_outputs("random", steps)
   assert not [n for n in names if "pondering" in n], names
   # Noise in [0, 1) halts every position within the steps; no remainder reaches 1.
-  assert ponder.min() >= 1 and ponder.max() <= steps, ponder
+  assert ponder.min() >= 1 and ponder.max() <= steps + 1, ponder
   assert np.all((remainders >= 0) & (remainders < 1)), remainders
   assert np.all(np.isfinite(y)) and np.abs(y).max() > 0
   np.testing.assert_allclose(cost, 2.0 * np.mean(ponder + remainders), rtol=1e-5)
@@ -374,3 +385,123 @@ def test_global_act_refuses_incremental_decoding():
                     mode="incremental")
   with pytest.raises(mtf.MtfError, match="act_type='global'.*incrementally"):
     _stack(recurrence_type="act", act_type="global").act_layer(context, x, None)
+
+
+# ------------------------------------------------- the original's computations
+def _eval_context(length=LENGTH, seed=5):
+  """An eval-mode Context on a fresh one-processor mesh, and an input x of _x(seed)."""
+  from models.transformer.context import Context  # pylint: disable=g-import-not-at-top
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  batch, length = mtf.Dimension("batch", 2), mtf.Dimension("length", length)
+  x = mtf.import_tf_tensor(mesh, _x(seed),
+                           [batch, length, mtf.Dimension("d_model", D_MODEL)])
+  context = Context(None, mesh, [batch], length, mtf.VariableDType(tf.float32),
+                    mode="eval")
+  return context, x
+
+
+def _evaluate(context, *tensors):
+  tf.random.set_seed(5)  # the same initial weights for graphs of the same variables
+  lowering = mtf.Lowering(context.mesh.graph,
+                          {context.mesh: mtf_testing.backend_mesh_impl(*CASES[0])})
+  return [lowering.export_to_tf_tensor(t).numpy() for t in tensors]
+
+
+def _stack_output(**overrides):
+  context, x = _eval_context()
+  return _evaluate(context, _stack(**overrides).call(context, x))[0]
+
+
+@pytest.mark.parametrize("recurrence", ["basic", "act"])
+def test_position_timing_signal_is_not_added_by_default(recurrence):
+  """As in the original, add_position_timing_signal=True changes nothing; the port's
+  apply_position_timing_signal=True adds it."""
+  options = dict(recurrence_type=recurrence, position_start_index=2)
+  without = _stack_output(add_position_timing_signal=False, **options)
+  asked = _stack_output(add_position_timing_signal=True, **options)
+  applied = _stack_output(add_position_timing_signal=True,
+                          apply_position_timing_signal=True, **options)
+  np.testing.assert_array_equal(asked, without)
+  assert np.abs(applied - without).max() > 1e-3
+
+
+def test_act_runs_one_step_more_than_act_max_steps():
+  """Steps 0 .. act_max_steps, the last with a zero learned step signal."""
+  steps = []
+
+  class Recording(UTLayerStack):
+
+    def step_preprocess(self, context, x, step):
+      steps.append(step)
+      return super().step_preprocess(context, x, step)
+
+  layer = tl.DenseReluDense(hidden_size=D_FF)
+  layer.set_name("layer_000")
+  stack = Recording([layer], **dict(BASE, recurrence_type="act", act_max_steps=3))
+  context, x = _eval_context()
+  _, (ponder, _) = stack.act_layer(context, x, None)
+  channels = x.shape.dims[-1]
+  with mtf.variable_scope("", reuse=tf.compat.v1.AUTO_REUSE):  # the stack's table
+    last = stack.get_layer_timing_signal_learned_1d(context, channels, 3, 3)
+    first = stack.get_layer_timing_signal_learned_1d(context, channels, 0, 3)
+  ponder, last, first = _evaluate(context, ponder, last, first)
+  assert steps == [0, 1, 2, 3], steps
+  assert ponder.max() <= 4
+  np.testing.assert_array_equal(last, np.zeros(D_MODEL))
+  assert np.abs(first).max() > 0
+
+
+def test_gated_layer_keeps_the_residual():
+  """A gated layer adds the gate's output to its input: a zero gate leaves x as it is."""
+
+  class ZeroGate(UTLayerStack):
+
+    def gating(self, context, x, transformed_x, mask):
+      return transformed_x * 0.0
+
+  layer = tl.DenseReluDense(hidden_size=D_FF)
+  layer.set_name("layer_000")
+  stack = ZeroGate([layer], **dict(BASE, recurrence_type="basic",
+                                   use_gated_transformer=True))
+  context, x = _eval_context()
+  y = stack.vanilla_transformer_layer(context, x, None)
+  y, x = _evaluate(context, y, x)
+  np.testing.assert_allclose(y, x, rtol=1e-6, atol=1e-6)
+
+
+def test_gru_gate_candidate_is_a_sigmoid():
+  """The GRU gating's update, reset and candidate layers all end in a sigmoid."""
+  activations = []
+
+  class Recording(UTLayerStack):
+
+    def ffn_layer_multi_inputs(self, *args, **kwargs):
+      activations.append(kwargs.get("activation"))
+      return super().ffn_layer_multi_inputs(*args, **kwargs)
+
+  layer = tl.DenseReluDense(hidden_size=D_FF)
+  layer.set_name("layer_000")
+  stack = Recording([layer], **dict(BASE, recurrence_type="basic",
+                                    use_gated_transformer=True, gating_type="gru"))
+  context, x = _eval_context()
+  stack.vanilla_transformer_layer(context, x, None)
+  assert activations == [mtf.sigmoid] * 3, activations
+
+
+def test_gate_inputs_given_again_are_normalized_again():
+  """As in the original, ffn_layer_multi_inputs normalizes its list in place, so a
+  second gate over the same list sees the inputs normalized twice."""
+  stack = _stack(recurrence_type="highway")
+  context, x = _eval_context()
+  inputs = [x]
+  with mtf.variable_scope("", reuse=tf.compat.v1.AUTO_REUSE):  # one scope, one norm
+    stack.ffn_layer_multi_inputs(context, None, inputs, preprocess=True)
+    once = inputs[0]
+    stack.ffn_layer_multi_inputs(context, None, inputs, preprocess=True)
+    twice = inputs[0]
+  assert once is not x and twice is not once
+  # (With the initial scale 1 and bias 0, a second norm changes almost nothing.)
+  x, once = _evaluate(context, x, once)
+  mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  np.testing.assert_allclose(once, (x - mean) / np.sqrt(var + 1e-6), rtol=1e-4, atol=1e-5)
