@@ -85,11 +85,6 @@ LEDGER = [
          readme="No master variables",
          ours="tests/lowering/test_orig_behaviour_graph_mode.py"),
     # --- differences known without a failing original test ---
-    dict(area="transformer.utils.run (delimited_lm eval)", test=None, kind=NOT_YET,
-         reason="eval mode's loss and perplexity for model_type 'delimited_lm' are the "
-                "model's loss over the whole inputs-then-targets sequence; the "
-                "original's eval perplexity counted the targets part only (token "
-                "accuracy and scores already count only the targets part here)"),
     dict(area="transformer.utils (aligned scoring)", test=None, kind=DELIBERATE,
          reason="scoring a model_type 'aligned' model feeds its real inputs; the "
                 "original fed the shifted targets as inputs, which an aligned model "

@@ -15,11 +15,12 @@ import decode_checks
 import mesh_tf as mtf
 import trainer_helpers
 from mesh_tf.errors import MtfError
-from models.transformer.trainer import decode_io
-from models.transformer.trainer import gin_setup
 from models.transformer import model_graph
 from models.transformer import utils
 from models.transformer.context import ModeKeys
+from models.transformer.trainer import decode_io
+from models.transformer.trainer import evaluation
+from models.transformer.trainer import gin_setup
 from models.transformer.vocabulary import ByteVocabulary
 
 IN_LEN, TG_LEN, BATCH, STEPS = 6, 6, 8, 60
@@ -95,8 +96,10 @@ def restored_graph(run, model_type, feature_keys, sequence_length):
   mesh_impl = mtf.PlacementMeshImpl("", "", [""])
   graph.lowering(mesh_impl)
   mtf.restore_checkpoint(run["model_dir"], mesh_impl)
+  xent_sum, _, counted = evaluation.eval_counts(graph)
   tensors = {"targets": graph.targets, "weights": graph.weights, "loss": graph.loss,
-             "logits": mtf.cast(graph.logits, tf.float32)}
+             "logits": mtf.cast(graph.logits, tf.float32), "xent_sum": xent_sum,
+             "counted": counted}
 
   def run_graph(features):
     lowering = graph.lowering(mesh_impl, {k: tf.constant(v, tf.int32)
@@ -162,6 +165,14 @@ def test_delimited_lm_trains_on_the_text2self_sequences(trained):
   positions = np.arange(expected.shape[1])[None, :]
   np.testing.assert_array_equal(delimited["weights"],
                                 (positions > first_eos) & (expected > 0))
+  # Eval perplexity is exp of the mean cross-entropy over those positions only (the
+  # original's neg_log_perplexity), not of the loss over the whole sequence.
+  xent = -np.take_along_axis(log_softmax(delimited["logits"].astype(np.float64)),
+                             expected[..., None], -1)[..., 0]
+  np.testing.assert_allclose(delimited["xent_sum"], (xent * delimited["weights"]).sum(),
+                             rtol=1e-5)
+  assert delimited["counted"] == delimited["weights"].sum()
+  assert abs(delimited["xent_sum"] / delimited["counted"] - delimited["loss"]) > 1e-3
 
 
 def test_delimited_lm_decodes_and_scores_the_continuation(trained, tmp_path):

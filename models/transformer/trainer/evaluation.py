@@ -44,6 +44,22 @@ def token_accuracy_counts(logits, targets, vocab_size, weights=None):
   return mtf.reduce_sum(correct), mtf.reduce_sum(weights)
 
 
+def eval_counts(graph):
+  """mtf scalars (cross-entropy sum, correct, counted) of an eval ModelGraph's batch,
+  over the positions eval counts (graph.weights: not padding; for a "delimited_lm" the
+  targets part only). Perplexity is exp(cross-entropy sum / counted), as the original's
+  neg_log_perplexity metric (a per-token mean, whatever the model's loss normalizes by).
+  """
+  logits = mtf.cast(graph.logits, tf.float32)
+  vocab_dim = logits.shape.dims[-1]
+  xent = mtf.layers.softmax_cross_entropy_with_logits(
+      logits, mtf.one_hot(graph.targets, vocab_dim, dtype=tf.float32), vocab_dim)
+  xent_sum = mtf.reduce_sum(xent * mtf.broadcast(graph.weights, xent.shape))
+  correct, total = token_accuracy_counts(graph.logits, graph.targets,
+                                         output_vocab_size(graph.model), graph.weights)
+  return xent_sum, correct, total
+
+
 def exact_matches(decoded, targets):
   """(matches, rows): how many rows of decoded equal their target row, counting only
   rows whose target is not all padding; both are cut after EOS and zero-padded to a
@@ -73,14 +89,13 @@ class Evaluator:
     self.graph = model_graph.ModelGraph(model_fn(), batch_size, sequence_length,
                                         feature_keys, ModeKeys.EVAL, variable_dtype)
     graph = self.graph
-    correct, total = token_accuracy_counts(graph.logits, graph.targets,
-                                           output_vocab_size(graph.model), graph.weights)
+    counts = eval_counts(graph)
     graph.lowering(mesh_impl)  # creates (or finds) the variables eagerly
 
     @tf.function(jit_compile=jit)
     def eval_step(features):
       lowering = graph.lowering(mesh_impl, features)
-      return tuple(lowering.export_to_tf_tensor(t) for t in (graph.loss, correct, total))
+      return tuple(lowering.export_to_tf_tensor(t) for t in (graph.loss,) + counts)
     self.eval_step = eval_step
     self.decode_fn = None
     if self.decode_batches:
@@ -104,7 +119,7 @@ class Evaluator:
   def evaluate(self, dataset, steps, dataset_split="validation"):
     """Metrics over up to `steps` batches: {"loss", "perplexity", "token_accuracy",
     "batches"}, plus {"sequence_accuracy", "decoded_sequences"} when decoding."""
-    losses, correct, total = [], 0.0, 0.0
+    losses, xent, correct, total = [], 0.0, 0.0, 0.0
     matches = rows = 0
     iterator = iter(dataset)
     for index in range(steps):
@@ -112,8 +127,9 @@ class Evaluator:
         batch = run_setup.next_batch(iterator, dataset_split)
       except StopIteration:
         break
-      loss, batch_correct, batch_total = self.eval_step(batch)
+      loss, batch_xent, batch_correct, batch_total = self.eval_step(batch)
       losses.append(float(loss))
+      xent += float(batch_xent)
       correct += float(batch_correct)
       total += float(batch_total)
       if self.decode_fn is not None and index < self.decode_batches:
@@ -124,7 +140,8 @@ class Evaluator:
     if not losses:
       raise mtf.MtfError("eval split %r yielded no full batch" % dataset_split)
     loss = sum(losses) / len(losses)
-    results = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)),
+    per_token = xent / total if total else loss
+    results = {"loss": loss, "perplexity": math.exp(min(per_token, 700.0)),
                "token_accuracy": correct / total if total else 0.0,
                "batches": len(losses)}
     if self.decode_fn is not None:

@@ -25,9 +25,7 @@ class SpmdEvaluator:
     self.replicas = replicas
     graph = model_graph.ModelGraph(model_fn(), batch_size, sequence_length, feature_keys,
                                    ModeKeys.EVAL, variable_dtype)
-    correct, total = evaluation.token_accuracy_counts(
-        graph.logits, graph.targets, evaluation.output_vocab_size(graph.model),
-        graph.weights)
+    counts = evaluation.eval_counts(graph)
     self.rows = input_share.batch_rows(replicas.impls[0],
                                        graph.placeholders["targets"].shape)
 
@@ -37,13 +35,13 @@ class SpmdEvaluator:
       @tf.function
       def eval_step(features):
         lowering = graph.lowering(impl, features)
-        return tuple(lowering.export_to_tf_tensor(t)
-                     for t in (graph.loss, correct, total))
+        return tuple(lowering.export_to_tf_tensor(t) for t in (graph.loss,) + counts)
       return eval_step
     self._steps = [make_step(impl) for impl in replicas.impls]
 
   def eval_step(self, features):
-    """(loss, correct, total) of one eval batch (this process's rows of it)."""
+    """(loss, cross-entropy sum, correct, counted) of one eval batch (this process's
+    rows of it)."""
     return self.replicas.run(lambda r, impl: self._steps[r](features))[0]
 
   def dataset(self, eval_dataset_fn, sequence_length, vocabulary, batch_size):
