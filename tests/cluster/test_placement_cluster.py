@@ -1,7 +1,8 @@
 """A placement mesh over two worker processes (4 CPUs each), driven by one client.
 
-The workers are shared by the tests of this module; the last one kills a worker (and
-restarts it), so keep it last.
+The workers are shared by the tests of this module. The kill test restarts the worker it
+kills on the same address, serving the same 4 CPUs, so the tests pass in any order (run
+with the kill test first, the others still pass).
 """
 import json
 import os
