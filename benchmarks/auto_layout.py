@@ -126,7 +126,7 @@ CASES = {
 }
 
 
-def measured_bytes(mesh_shape, rules, make_lowering, loss, update_ops, feeds,
+def emitted_bytes(mesh_shape, rules, make_lowering, loss, update_ops, feeds,
                    backend="placement"):
   """Bytes per device the backend sends tracing one train step (variables are created
   outside the trace, as the trainer does)."""
@@ -149,12 +149,12 @@ def measured_bytes(mesh_shape, rules, make_lowering, loss, update_ops, feeds,
   return analysis.total_bytes_per_processor(lowerings[-1].comm_records)
 
 
-def _row(label, c, measured, seconds=None):
+def _row(label, c, emitted, seconds=None):
   p = c.prediction
   return [label, c.mesh_shape or "[]", c.layout_rules or "(none)",
           "%.3f" % (1e3 * p.step_time), "%.3f" % (1e3 * p.compute_time),
           "%.3f" % (1e3 * p.comm_time), "%.4g" % p.comm_bytes,
-          "n/a" if measured is None else "%.4g" % measured,
+          "n/a" if emitted is None else "%.4g" % emitted,
           "%.3g" % c.peak_memory, "yes" if c.fits else "NO",
           "" if seconds is None else "%.1f" % seconds]
 
@@ -194,14 +194,14 @@ def run_case(key):
   fitting = [h for h in hand if h[1].fits] or hand
   best_name, best = min(fitting, key=lambda h: h[1].prediction.step_time)
 
-  def measured(c):
+  def emitted(c):
     if make_lowering is None:
       return None
-    return measured_bytes(c.mesh_shape, c.layout_rules, make_lowering, loss, update_ops, feeds)
+    return emitted_bytes(c.mesh_shape, c.layout_rules, make_lowering, loss, update_ops, feeds)
   rows = [["layout", "mesh", "rules", "step ms", "compute ms", "comm ms",
-           "pred B/dev", "meas B/dev", "peak B/dev", "fits", "search s"]]
-  rows.append(_row("auto", chosen, measured(chosen), report.search_seconds))
-  rows.append(_row("best hand: " + best_name, best, measured(best)))
+           "pred B/dev", "emit B/dev", "peak B/dev", "fits", "search s"]]
+  rows.append(_row("auto", chosen, emitted(chosen), report.search_seconds))
+  rows.append(_row("best hand: " + best_name, best, emitted(best)))
   for name, h in hand:
     if name == "paper 16x32" and best_name != name:
       rows.append(_row(name, h, None))

@@ -50,7 +50,7 @@ def main(_):
   print(common.machine_line())
   print("tiny LM %s on 8 virtual CPU devices; %d steps x %d repeats, median per step"
         % (dict(c._asdict()), FLAGS.steps, FLAGS.repeats))
-  rows = [["backend layout", "ms/step", "vs single", "sent B/proc (measured)",
+  rows = [["backend layout", "ms/step", "vs single", "sent B/proc (emitted)",
            "sent B/proc (model)", "weights B/proc", "activations B/proc"]]
   for key, t in times.items():
     base = times[key.split()[0] + " single"]
@@ -62,7 +62,7 @@ def main(_):
                  "%d" % cost.variable_bytes_per_processor,
                  "%d" % cost.activation_bytes_per_processor])
   common.print_table(rows)
-  print("measured = bytes of the collectives the backend emitted while tracing the step;"
+  print("emitted = bytes of the collectives the backend emitted while tracing the step;"
         " n/a where the backend leaves collectives to XLA (GSPMD).")
 
 

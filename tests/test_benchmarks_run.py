@@ -27,14 +27,14 @@ def test_overhead_prints_ratios_to_plain_tf_and_equal_losses():
     assert abs(float(mtf_loss) - float(tf_loss)) < 1e-4, out
 
 
-def test_layouts_prints_measured_and_predicted_bytes():
+def test_layouts_prints_emitted_and_predicted_bytes():
   out = _run("benchmarks.layouts", "--size=tiny", "--steps=1", "--repeats=1",
              "--backends=placement,simd")
   rows = [line.split() for line in out.splitlines() if line.startswith(("placement ",
                                                                          "simd "))]
   assert len(rows) == 8
   for row in rows:
-    assert row[4] == row[5], row  # measured bytes == cost model bytes
+    assert row[4] == row[5], row  # emitted bytes == cost model bytes
 
 
 def test_simd_scaling_prints_equal_op_counts():

@@ -1,5 +1,6 @@
-"""Communication accounting: what the placement backend emits equals the cost model's
-prediction, and for the MLP also the paper's closed-form minimum."""
+"""Communication accounting: the collectives the placement backend emits while it lowers
+(the backend's own record, not a count of traced ops) equal the cost model's prediction,
+and for the MLP also the paper's closed-form minimum."""
 import collections
 
 import pytest
@@ -24,7 +25,7 @@ def _placement(mesh_shape, layout):
   return mtf.PlacementMeshImpl(mesh_shape, layout, ["/cpu:%d" % i for i in range(n)])
 
 
-def _measured_records(model, impl, feeds):
+def _emitted_records(model, impl, feeds):
   """The Lowering made while tracing one train step in a tf.function."""
   lowerings = []
 
@@ -58,15 +59,15 @@ def _tiny_lm():
 
 @pytest.mark.parametrize("build", [_mlp, _tiny_lm], ids=["mlp", "transformer_layer"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_measured_equals_predicted(build, layout):
+def test_emitted_collectives_equal_predicted(build, layout):
   model, feeds = build()
   mesh_shape, rules = LAYOUTS[layout]
-  lowering = _measured_records(model, _placement(mesh_shape, rules), feeds)
+  lowering = _emitted_records(model, _placement(mesh_shape, rules), feeds)
   predicted = analysis.estimate_cost(model.graph, mesh_shape, rules,
                                      fetches=[model.loss] + model.update_ops)
-  measured = collections.Counter(_key(r) for r in lowering.comm_records)
-  assert measured, "a parallel layout must communicate"
-  assert measured == collections.Counter(_key(r) for r in predicted.comm_records)
+  emitted = collections.Counter(_key(r) for r in lowering.comm_records)
+  assert emitted, "a parallel layout must communicate"
+  assert emitted == collections.Counter(_key(r) for r in predicted.comm_records)
   assert predicted.unmodelled_ops == []
   assert analysis.total_bytes_per_processor(lowering.comm_records) == pytest.approx(
       predicted.comm_bytes_per_processor)
@@ -91,7 +92,7 @@ def test_mlp_communication_is_the_closed_form_minimum():
   for layout, want in expected.items():
     model, feeds = _mlp()
     mesh_shape, rules = LAYOUTS[layout]
-    lowering = _measured_records(model, _placement(mesh_shape, rules), feeds)
+    lowering = _emitted_records(model, _placement(mesh_shape, rules), feeds)
     got = analysis.total_bytes_per_processor(lowering.comm_records)
     assert got == pytest.approx(want), layout
 
@@ -105,7 +106,7 @@ def test_transformer_layer_model_parallel_is_the_closed_form_minimum():
   c = lm_config.TinyLmConfig(num_layers=1, heads=8)
   model, feeds = _tiny_lm()
   mesh_shape, rules = "all:8", "d_ff:all;heads:all"
-  lowering = _measured_records(model, _placement(mesh_shape, rules), feeds)
+  lowering = _emitted_records(model, _placement(mesh_shape, rules), feeds)
   activation = c.batch * c.length * c.d_model * 4
   big = [r for r in lowering.comm_records if r.slice_bytes == activation]
   assert len(big) == 4
@@ -118,7 +119,7 @@ def test_transformer_layer_model_parallel_is_the_closed_form_minimum():
 
 def test_summary_and_report_name_kinds_axes_and_ops():
   model, feeds = _mlp()
-  lowering = _measured_records(model, _placement(*LAYOUTS["dp+mp"]), feeds)
+  lowering = _emitted_records(model, _placement(*LAYOUTS["dp+mp"]), feeds)
   summary = lowering.communication_summary()
   assert set(summary) == {("allreduce", "cols"), ("allreduce", "rows")}
   assert sum(summary.values()) == pytest.approx(
@@ -140,5 +141,5 @@ def test_each_collective_kind_has_its_ring_formula():
 
 def test_single_device_step_records_nothing():
   model, feeds = _mlp()
-  lowering = _measured_records(model, mtf.PlacementMeshImpl("", ""), feeds)
+  lowering = _emitted_records(model, mtf.PlacementMeshImpl("", ""), feeds)
   assert lowering.comm_records == []

@@ -225,7 +225,7 @@ def test_gpu_profile_searches_both_mesh_dim_orders():
   assert report.chosen.prediction.step_time == best
 
 
-def test_benchmark_script_prints_the_choice_and_measured_bytes():
+def test_benchmark_script_prints_the_choice_and_emitted_bytes():
   result = subprocess.run(
       [sys.executable, "-m", "benchmarks.auto_layout", "--cases=mlp8"],
       capture_output=True, text=True, timeout=600,
@@ -233,5 +233,5 @@ def test_benchmark_script_prints_the_choice_and_measured_bytes():
   assert result.returncode == 0, result.stderr[-3000:]
   auto = [l.split() for l in result.stdout.splitlines() if l.startswith("auto ")]
   assert len(auto) == 1
-  # Columns: label, mesh, rules, step, compute, comm, predicted B, measured B, ...
+  # Columns: label, mesh, rules, step, compute, comm, predicted B, emitted B, ...
   assert auto[0][6] == auto[0][7], result.stdout

@@ -49,7 +49,7 @@ CASES = [(layout, _mlp) for layout in LAYOUTS] + [("dp+mp", _tiny_lm), ("mp+dp",
 
 @pytest.mark.parametrize("layout, build", CASES,
                          ids=["%s-%s" % (l, b.__name__[1:]) for l, b in CASES])
-def test_crossing_bytes_measured_equal_predicted(layout, build):
+def test_crossing_bytes_emitted_equal_predicted(layout, build):
   mesh_shape, rules = LAYOUTS[layout]
   model, feeds = build()
   impl = mtf.PlacementMeshImpl(mesh_shape, rules, ["/cpu:%d" % i for i in range(8)])
@@ -60,12 +60,12 @@ def test_crossing_bytes_measured_equal_predicted(layout, build):
   for tasks in (2, 4):
     # The mesh as a client lays it over `tasks` workers of 8 / tasks devices each.
     processes = cluster.processes_of_devices(cluster.task_devices(tasks, 8 // tasks))
-    measured = communication.bytes_crossing_processes(emitted, mesh_shape, processes)
+    crossing = communication.bytes_crossing_processes(emitted, mesh_shape, processes)
     want = communication.bytes_crossing_processes(predicted.comm_records, mesh_shape,
                                                   processes)
-    assert sorted(measured) == list(range(tasks))
-    assert measured == pytest.approx(want), tasks
-    assert 0 < sum(measured.values()) <= total + 1e-6
+    assert sorted(crossing) == list(range(tasks))
+    assert crossing == pytest.approx(want), tasks
+    assert 0 < sum(crossing.values()) <= total + 1e-6
   # With one process per processor everything sent crosses; with one process, nothing.
   everyone_apart = communication.bytes_crossing_processes(emitted, mesh_shape, range(8))
   assert sum(everyone_apart.values()) == pytest.approx(total)

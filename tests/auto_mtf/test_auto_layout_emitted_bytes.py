@@ -1,5 +1,5 @@
 """On 8 emulated CPUs: the bytes a backend sends for the chosen layout (and for other
-candidates) equal the search's prediction, and predicted and measured bytes rank the
+candidates) equal the search's prediction, and predicted and emitted bytes (the backend's record of what it sent) rank the
 candidates alike (placement backend for the MLP; SIMD emulation, which traces one
 program instead of eight, for the LM). Models: the README MLP and the `make train` Transformer LM
 (gin_configs/models/lm_cpu_small.gin with readme_lm.gin's batch of 16 x 64)."""
@@ -44,7 +44,7 @@ def test_mlp_chosen_layout_sends_what_was_predicted():
   assert len(picked) == 5
 
   def measure(mesh_shape, rules):
-    return auto_layout.measured_bytes(mesh_shape, rules, m.lowering, m.loss, m.update_ops,
+    return auto_layout.emitted_bytes(mesh_shape, rules, m.lowering, m.loss, m.update_ops,
                            (images, labels))
   _check(picked, measure)
 
@@ -63,6 +63,6 @@ def test_transformer_lm_chosen_layout_sends_what_was_predicted():
     return g.lowering(impl, None if t is None else {"targets": t})
 
   def measure(mesh_shape, rules):
-    return auto_layout.measured_bytes(mesh_shape, rules, make_lowering, g.loss, g.update_ops,
+    return auto_layout.emitted_bytes(mesh_shape, rules, make_lowering, g.loss, g.update_ops,
                            (targets,), backend="simd")
   _check(picked, measure)
