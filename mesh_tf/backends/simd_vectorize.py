@@ -534,7 +534,7 @@ def _replay(graph, placeholders, outputs, args, mesh_shape, recipes):
   control = [c for c in _control_captures(graph) if not tf.executing_eagerly()]
   multi = isinstance(outputs, (tuple, list))
   outs = list(outputs) if multi else [outputs]
-  if not all(isinstance(o, tf.Tensor) and o.graph is graph for o in outs):
+  if not all(direct_ops.of_graph(o, graph) for o in outs):
     raise _Fallback("fn returned a value not computed in its trace")
   with tf.control_dependencies(control):
     for op in graph.get_operations():

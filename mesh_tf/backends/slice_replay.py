@@ -41,7 +41,7 @@ def _signature(args, graph):
   out, first_seen = [], {}
   for a in args:
     if isinstance(a, tf.Tensor):
-      if a.graph is not graph:
+      if not direct_ops.of_graph(a, graph):
         return None
       alias = first_seen.setdefault(a.ref(), len(first_seen))
       out.append(("tensor", a.dtype, tuple(a.shape.as_list()) if a.shape.rank is not None

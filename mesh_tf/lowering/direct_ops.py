@@ -29,6 +29,12 @@ def _could_record_gradients():
     return True
 
 
+def of_graph(t, graph):
+  """Whether t is a symbolic tf.Tensor of graph (an eager tensor captured from outside a
+  function is not: it has no graph)."""
+  return isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph
+
+
 def graph_for(*tensors):
   """The graph being built, where ops on tensors (tf.Tensors of that very graph) may be
   made directly; else None."""
@@ -36,7 +42,7 @@ def graph_for(*tensors):
     return None
   graph = tf.compat.v1.get_default_graph()
   for t in tensors:
-    if not isinstance(t, tf.Tensor) or t.graph is not graph:
+    if not of_graph(t, graph):
       return None
   return graph
 
@@ -167,7 +173,7 @@ def like(op, inputs, attrs):
     value = inputs[arg.name]
     values = [constant(v) if isinstance(v, np.ndarray) else v
               for v in (value if isinstance(value, list) else [value])]
-    if not all(isinstance(t, tf.Tensor) and t.graph is graph for t in values):
+    if not all(of_graph(t, graph) for t in values):
       return None
     inferred = {}
     if arg.number_attr:

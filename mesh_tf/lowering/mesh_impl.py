@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from mesh_tf.lowering import local_einsum
 from mesh_tf.lowering import mesh_state
+from mesh_tf.lowering import reductions
 from mesh_tf.plans import rules as plan_rules
 from mesh_tf.plans.steps import CollectiveRecord
 from mesh_tf.shapes import convert_to_shape, list_product, processor_groups
@@ -38,6 +39,9 @@ class LaidOutVariableBase:
     self.shape = variable.shape
     self.master_dtype = variable.master_dtype
     self.slice_dtype = variable.slice_dtype
+    # Names of the variables a checkpoint stores instead, one per entry of the first
+    # dim (see checkpoint.entries.collect_entries); None: stored whole.
+    self.checkpoint_split = getattr(variable, "checkpoint_split", None)
 
   @staticmethod
   def initial_full_value(variable):
@@ -289,8 +293,10 @@ class MeshImpl(abc.ABC):
   def allreduce(self, x, mesh_axes, reduction_fn_string, record=True):
     """Reduces ("SUM", "MAX", "MIN") across the processors that differ only on mesh_axes.
 
-    record=False leaves it out of comm_log (control traffic, not the model's).
+    record=False leaves it out of comm_log (control traffic, not the model's). An unknown
+    reduction name is a LayoutError on every backend, even over no mesh axes.
     """
+    reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
     if record and mesh_axes and (self.record_lone_allreduce or list_product(
         [self._shape[a].size for a in mesh_axes]) > 1):
       self.record_collective("allreduce", mesh_axes, x.slice_shape, x.dtype)
