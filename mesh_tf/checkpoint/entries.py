@@ -49,6 +49,52 @@ class Entry:
       self.state.assign(value)
 
 
+class SliceEntry(Entry):
+  """Entry `index` along the first dim of a laid-out variable that a checkpoint stores
+  as one key per entry of that dim (see `collect_entries`)."""
+
+  def __init__(self, name, state, index):
+    super().__init__(name, state)
+    self.index = index
+    self.shape = self.shape[1:]
+
+  def __repr__(self):
+    return "SliceEntry(%r, %s[%d], %s)" % (self.name, self.state.name, self.index,
+                                          self.dtype.name)
+
+  def read(self):
+    return self.state.read_full()[self.index]
+
+  def write(self, value):
+    full = self.state.read_full()
+    value = tf.cast(value, full.dtype)[tf.newaxis]
+    self.state.assign_full(tf.concat([full[:self.index], value, full[self.index + 1:]],
+                                     0))
+
+
+def _split_names(states):
+  """{name: checkpoint keys} of the states stored as one key per entry of their first
+  dim: laid-out variables with a `checkpoint_split` list of names, and those named like
+  one of them plus a suffix (its optimizer slots, "<var>_slot_vr") whose first dim is
+  the same, which are split into the names plus that suffix."""
+  splits = {name: list(state.checkpoint_split) for name, state in states.items()
+            if getattr(state, "checkpoint_split", None)}
+  out = dict(splits)
+  for name, state in states.items():
+    if name in splits or not hasattr(state, "read_full") or not state.shape.dims:
+      continue
+    bases = [b for b in splits if name.startswith(b) and
+             states[b].shape.dims[0] == state.shape.dims[0]]
+    if bases:
+      base = max(bases, key=len)
+      out[name] = [n + name[len(base):] for n in splits[base]]
+  for name, names in out.items():
+    if len(names) != states[name].shape.dims[0].size:
+      raise CheckpointError("variable %r has %d checkpoint names for its first dim %s"
+                            % (name, len(names), states[name].shape.dims[0]), tensor=name)
+  return out
+
+
 def _variable_dicts(source):
   """Yields dicts name -> state from a Lowering, MeshImpl, dict, or a list of those."""
   if isinstance(source, dict):
@@ -77,6 +123,10 @@ def collect_entries(source, extra_variables=None):
     extra_variables: optional dict name -> tf.Variable saved beside them (e.g.
       "global_step").
 
+  A laid-out variable with a `checkpoint_split` list of names (a pipeline's stacked
+  stage weights) is stored as one key per entry of its first dim, under those names,
+  and so are its optimizer slots (see `_split_names`).
+
   Raises:
     CheckpointError: if two different states claim the same name.
   """
@@ -88,4 +138,12 @@ def collect_entries(source, extra_variables=None):
         raise CheckpointError("two different variables are named %r; checkpoint keys "
                               "must be unique" % name, tensor=name)
       states[name] = state
-  return {name: Entry(name, states[name]) for name in sorted(states)}
+  entries, split = {}, _split_names(states)
+  for name, state in states.items():
+    keys = split.get(name, [name])
+    for i, key in enumerate(keys):
+      if key in entries or (key != name and key in states):
+        raise CheckpointError("two different variables are named %r; checkpoint keys "
+                              "must be unique" % key, tensor=key)
+      entries[key] = SliceEntry(key, state, i) if name in split else Entry(key, state)
+  return {name: entries[name] for name in sorted(entries)}

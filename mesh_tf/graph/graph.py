@@ -78,6 +78,7 @@ class Graph:
     self._all_variables = []
     self._names_in_use = {}
     self._variable_names = {}
+    self._custom_getters = []
 
   def __repr__(self):
     return "<mtf.Graph with %d operations>" % len(self._operations)
@@ -99,6 +100,23 @@ class Graph:
 
   def add_operation(self, op):
     self._operations.append(op)
+
+  @contextlib.contextmanager
+  def custom_getter(self, getter):
+    """Inside, mtf.get_variable on this graph calls getter(next_getter, mesh, name,
+    shape, **kwargs) instead; next_getter (same arguments) is the next getter out, the
+    last one the plain get_variable. A getter may change the shape or initializer
+    (e.g. mtf.layers.pipeline's stage weights gain a leading `stages` dim)."""
+    self._custom_getters.append(getter)
+    try:
+      yield
+    finally:
+      self._custom_getters.remove(getter)
+
+  @property
+  def custom_getters(self):
+    """The active getters of `custom_getter`, outermost first."""
+    return list(self._custom_getters)
 
   def variable_by_name(self, full_name):
     """The Variable op with this full name, or None."""

@@ -178,8 +178,27 @@ def get_variable(mesh, name, shape, dtype=tf.float32, master_dtype=None, slice_d
   dtype may be a tf.DType (overridden per role by master/slice/activation_dtype) or a
   VariableDType. The full name, including enclosing mtf.variable_scope()s, is the
   checkpoint key. Inside a scope with reuse=True (or AUTO_REUSE) an existing variable of
-  that name is returned instead of a new one.
+  that name is returned instead of a new one. Getters of Graph.custom_getter may
+  change the arguments first.
   """
+  getters = getattr(mesh.graph, "custom_getters", None)
+  if getters:
+    def next_getter(i, *args, **kw):
+      if i < 0:
+        return _get_variable(*args, **kw)
+      return getters[i](lambda *a, **k: next_getter(i - 1, *a, **k), *args, **kw)
+    return next_getter(len(getters) - 1, mesh, name, shape, dtype=dtype,
+                       master_dtype=master_dtype, slice_dtype=slice_dtype,
+                       activation_dtype=activation_dtype, initializer=initializer,
+                       trainable=trainable, **kwargs)
+  return _get_variable(mesh, name, shape, dtype, master_dtype, slice_dtype,
+                       activation_dtype, initializer, trainable, **kwargs)
+
+
+def _get_variable(mesh, name, shape, dtype=tf.float32, master_dtype=None,
+                  slice_dtype=None, activation_dtype=None, initializer=None,
+                  trainable=True, **kwargs):
+  """get_variable without the custom getters."""
   if isinstance(dtype, VariableDType):
     vdtype = dtype
   else:

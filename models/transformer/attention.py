@@ -387,7 +387,11 @@ class AttentionParams:
     var = mtf.get_variable(self.mesh, name, mtf.Shape(stored),
                            initializer=tf.random_normal_initializer(stddev=stddev),
                            dtype=self.variable_dtype)
-    return mtf.reshape(var, mtf.Shape(shape)) if stored != shape else var
+    if stored == shape:
+      return var
+    # Keeps dims a Graph.custom_getter put before the stored ones (a pipeline's stages).
+    extra = var.shape.dims[:len(var.shape.dims) - len(stored)]
+    return mtf.reshape(var, mtf.Shape(extra + shape))
 
   def init_weights(self):
     """Creates the variables q (unless no_query), k, v (or kv if shared_kv) and o; with

@@ -28,6 +28,7 @@ from models.transformer.layer_stack import (  # pylint: disable=unused-import,g-
 from models.transformer.vocab_embeddings import VocabEmbedding  # pylint: disable=unused-import
 from models.transformer.layer_stack import sublayer_rms_norm_subsampled  # pylint: disable=unused-import
 from models.transformer.reversible_layer_stack import ReversibleLayerStack  # pylint: disable=unused-import
+from models.transformer.pipelined_layer_stack import PipelinedLayerStack  # pylint: disable=unused-import
 from models.transformer.transformer_layer import TransformerLayer  # pylint: disable=unused-import
 from models.transformer.ensemble_logits import (  # pylint: disable=unused-import,g-multiple-import
     reduce_ensemble_logits, reduce_ensemble_logits_mean_logit,

@@ -88,7 +88,14 @@ def model_record(graph):
   record = {}
   for variable in graph.trainable_variables:
     shapes = [_shape_text(variable.outputs[0].shape)] + sorted(views.get(variable.name, []))
-    record[variable.name] = "; ".join(shapes)
+    names = getattr(variable, "checkpoint_split", None)
+    if names:  # stored as one variable per entry of its first dim (pipeline stages)
+      dims = variable.outputs[0].shape.dims
+      first = _shape_text(mtf.Shape(dims[:1])) + ","
+      shapes = [_shape_text(mtf.Shape(dims[1:]))] + [
+          v[len(first):] if v.startswith(first) else v for v in shapes[1:]]
+    for name in names or [variable.name]:
+      record[name] = "; ".join(shapes)
   return record
 
 
