@@ -5,7 +5,7 @@ caches ("first_part" prefill, then one position per step) and once recomputing t
 whole prefix (`decoding.decoding_mode(cached=False)`), lowers the recompute graph on
 one device, and checks that the cached graph, given the same weights (through a
 checkpoint), decodes the same ids -- and beam scores within float tolerance -- on one
-device, on a dp+mp placement mesh, in SIMD emulation and under GSPMD.
+device, on a 2x2 dp+mp placement mesh, in SIMD emulation and under GSPMD.
 """
 import gin
 import numpy as np
@@ -21,6 +21,14 @@ BATCH, LENGTH, VOCAB = 2, 8, 10  # the vocab dim is padded to 16
 PROMPTS = np.array([[5, 7, 0, 0, 0, 0, 0, 0], [3, 9, 4, 0, 0, 0, 0, 0]], np.int32)
 ENCODER_INPUTS = np.array([[4, 6, 8, 2, 0, 0, 0, 0], [9, 3, 0, 0, 0, 0, 0, 0]], np.int32)
 DP_MP = ("rows:2;cols:4", "batch:rows;heads:cols;d_ff:cols;vocab:cols")
+# Placement runs each processor's ops eagerly, so its dp+mp mesh is 2x2 (the SIMD and
+# GSPMD backends, one program for all processors, take the 2x4 mesh).
+
+
+def placement_dp_mp(layout=DP_MP[1]):
+  """A 2x2 placement mesh: batch over rows, the model dims over cols."""
+  return mtf.PlacementMeshImpl("rows:2;cols:2", layout, ["/cpu:%d" % i for i in range(4)])
+
 FLOAT = mtf.VariableDType(tf.float32)
 
 
@@ -165,7 +173,7 @@ def test_lm_cached_equals_recompute_on_one_device_and_dp_mp(layers_name, tmp_pat
   graph, mesh, tensors, model = program(True)
   assert decoding.supports_incremental_decoding(model)
   _assert_same(_export(graph, mesh, _single(), tensors, checkpoint), expected, LM_LABELS)
-  impl = mtf.PlacementMeshImpl(*DP_MP, ["/cpu:%d" % i for i in range(8)])
+  impl = placement_dp_mp()
   _assert_same(_export(graph, mesh, impl, tensors, checkpoint), expected, LM_LABELS)
 
 
@@ -184,7 +192,7 @@ def test_bitransformer_cached_equals_recompute(tmp_path):
   assert decoding.supports_incremental_decoding(decoder)
   labels = ["greedy", "beam2"]
   _assert_same(_export(graph, mesh, _single(), tensors, checkpoint), expected, labels)
-  impl = mtf.PlacementMeshImpl(*DP_MP, ["/cpu:%d" % i for i in range(8)])
+  impl = placement_dp_mp()
   _assert_same(_export(graph, mesh, impl, tensors, checkpoint), expected, labels)
 
 

@@ -21,8 +21,8 @@ from models.transformer import memory_layers
 from models.transformer import transformer
 from models.transformer import transformer_layers as tl
 from test_cached_decoding import (  # pylint: disable=g-multiple-import
-    DP_MP, ENCODER_INPUTS, FLOAT, LENGTH, LM_LABELS, PROMPTS, VOCAB, _assert_same,
-    _dims, _export, _reference, _single, _stack)
+    DP_MP, ENCODER_INPUTS, FLOAT, LENGTH, PROMPTS, VOCAB, _assert_same,
+    _dims, _export, _reference, _single, _stack, placement_dp_mp)
 
 
 @pytest.fixture(autouse=True)
@@ -106,10 +106,6 @@ def _enc_dec_program(cached):
   return graph, mesh, [greedy, beam2], decoder
 
 
-def _dp_mp(layout=DP_MP[1]):
-  return mtf.PlacementMeshImpl(DP_MP[0], layout, ["/cpu:%d" % i for i in range(8)])
-
-
 @pytest.mark.parametrize("layers_name", sorted(LM_LAYERS))
 def test_lm_cached_equals_recompute(layers_name, tmp_path):
   program = lambda cached: _lm_program(layers_name, cached)
@@ -118,7 +114,7 @@ def test_lm_cached_equals_recompute(layers_name, tmp_path):
   assert decoding.supports_incremental_decoding(model)
   labels = ["greedy", "beams", "beam scores"]
   _assert_same(_export(graph, mesh, _single(), tensors, checkpoint), expected, labels)
-  _assert_same(_export(graph, mesh, _dp_mp(), tensors, checkpoint), expected, labels)
+  _assert_same(_export(graph, mesh, placement_dp_mp(), tensors, checkpoint), expected, labels)
   if layers_name == "random_plus_alpha":
     _assert_same(_export(graph, mesh, mtf.SimdMeshImpl(*DP_MP), tensors, checkpoint),
                  expected, labels)
@@ -131,7 +127,7 @@ def test_enc_dec_variants_cached_equals_recompute(tmp_path):
   labels = ["greedy", "beam2"]
   _assert_same(_export(graph, mesh, _single(), tensors, checkpoint), expected, labels)
   # the branched layer's feed-forward has both heads and d_ff: d_ff stays whole.
-  dp_mp = _dp_mp("batch:rows;heads:cols;vocab:cols")
+  dp_mp = placement_dp_mp("batch:rows;heads:cols;vocab:cols")
   _assert_same(_export(graph, mesh, dp_mp, tensors, checkpoint), expected, labels)
 
 
