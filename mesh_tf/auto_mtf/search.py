@@ -10,7 +10,9 @@ and returns the fastest layout whose memory fits the cap, with a report explaini
 choice. The search is exhaustive, so its answer is the optimum of the model. It
 prunes: only legal layouts are generated (candidates.layouts), mesh dims of equal size
 (and, for profiles whose links are all alike, mesh dim orders) are visited once, and a
-layout over the memory cap is not timed.
+layout over the memory cap is not timed. A pipeline's stages dim
+(valid_layouts.pipeline_stage_dims) is split only over a mesh dim of its size, and is
+always split where the mesh has one.
 """
 import collections
 import numbers
@@ -80,9 +82,18 @@ class LayoutSearch(object):
 
     def allowed(dim, axis):
       return validator.is_valid_assignment(dim, names[axis])
-    return candidates.layouts(sorted(validator.splittable_mtf_dimension_names),
-                              mesh_shape.to_integer_list, allowed, self._conflicts,
-                              symmetric)
+    found = candidates.layouts(sorted(validator.splittable_mtf_dimension_names),
+                               mesh_shape.to_integer_list, allowed, self._conflicts,
+                               symmetric)
+    # A pipeline's stages stay split where the mesh has a dim of their size: whole,
+    # every processor would run every stage, the bubble included.
+    stages = [d for d, s in validator.pipeline_stage_dims.items()
+              if s in mesh_shape.to_integer_list
+              and d in validator.splittable_mtf_dimension_names]
+    if not stages:
+      return found
+    return (layout for layout in found
+            if all(any(d in dims for dims in layout) for d in stages))
 
   def search_mesh(self, mesh_shape, memory_cap, symmetric, prune=True):
     """Candidates of every legal layout of one mesh Shape.
