@@ -1,6 +1,8 @@
 """Test session set-up: 8 virtual CPU devices, configured once before TF initializes."""
 import os
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -52,6 +54,27 @@ def pytest_collection_modifyitems(items):
   items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """With MTF_TEST_CPU_LOG=<file>, appends each test's CPU seconds (this process and the
+  subprocesses it waited for) to that file: the suite's budget is CPU on 2 cores, and
+  wall-clock durations hide what a subprocess costs the other worker."""
+  path = os.environ.get("MTF_TEST_CPU_LOG")
+  if not path:
+    yield
+    return
+  import resource  # pylint: disable=g-import-not-at-top
+
+  def cpu():
+    return sum(r.ru_utime + r.ru_stime for r in (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN)))
+  start = cpu()
+  yield
+  with open(path, "a") as f:
+    f.write("%.2f %s\n" % (cpu() - start, item.nodeid))
+
+
 def pytest_configure(config):
   # Tests that run XLA's SPMD partitioner through jax/jaxlib (the test extra installs
   # them on Python >= 3.11 only; such modules skip below 3.11). `-m "not jax"` leaves
@@ -62,7 +85,6 @@ def pytest_configure(config):
 # ---------------------------------------------------- shared mesh/layout test matrix
 import collections  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import mesh_tf as mtf  # pylint: disable=g-import-not-at-top,wrong-import-position
 

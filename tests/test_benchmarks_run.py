@@ -45,7 +45,7 @@ def test_simd_scaling_prints_equal_op_counts():
 
 
 def test_step_time_prints_every_variant_with_equal_first_losses():
-  out = _run("benchmarks.step_time", "--steps=1", "--repeats=1", "--build_repeats=2",
+  out = _run("benchmarks.step_time", "--steps=1", "--repeats=1", "--build_repeats=1",
              "--batch=8", "--length=8", "--vocab=32", "--d_model=16", "--d_ff=32")
   rows = [line.split() for line in out.splitlines()
           if line.startswith(("plain TF ", "DTensor ", "mesh_tf "))]
