@@ -21,6 +21,10 @@ each tensor costing its slice bytes. Two figures come out:
     all replicas of a replicated value and compute replicated work once), so a tensor
     costs its slice bytes times its number of distinct slices; partial sums that owe an
     allreduce are distinct on every processor of the reduced mesh axes until reduced.
+The per-process figure has every device at its peak at once, as when the devices meet
+in a collective every layer; where they do not (data parallelism), the host's executor
+decides how many peaks coincide, and `MemoryPrediction.process_peak_bounds` gives what holds for a
+process whatever it decides.
 
 `TrainStepMemory(graph, fetches)` does the layout-independent work once (levels and
 lifetimes) and then prices any layout; `predict_memory` is the one-call form.
@@ -58,6 +62,30 @@ class MemoryPrediction(collections.namedtuple("MemoryPrediction", [
   at once on each device; peak_bytes: their sum. The process_* fields are the same
   summed over the devices of one process where each distinct slice is held once.
   """
+
+  def process_peak_bounds(self, replicas=None):
+    """(lower, upper) bytes of one process's peak where its devices' step computations
+    are not run in lockstep, so their activation peaks need not coincide.
+
+    process_peak_bytes (replicas=None), or replicas x peak_bytes for a process of
+    `replicas` multi-client SPMD replicas that share nothing, has every device at its
+    peak at once: the upper bound. That is what happens where the devices meet in a
+    collective every layer; where they meet rarely (data parallelism: only in the
+    gradient reductions), each device's work runs as its own function call or thread,
+    and how the calls interleave on the host's cores sets the process peak (see
+    benchmarks/memory.py). What holds whatever the interleaving: the process keeps all
+    its variables throughout, and some device reaches its own activation peak, so
+
+      lower = process variables (replicas x per-device variables for SPMD)
+              + activation_bytes (one device's activation peak).
+    """
+    if replicas is None:
+      variables = self.process_weight_bytes + self.process_slot_bytes
+      upper = self.process_peak_bytes
+    else:
+      variables = replicas * (self.weight_bytes + self.slot_bytes)
+      upper = replicas * self.peak_bytes
+    return variables + self.activation_bytes, upper
 
 
 def _distinct_slices(layout, shape):
