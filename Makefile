@@ -49,8 +49,14 @@ train: $(STAMP_TRAIN)
 	$(MAIN) --mode=train $(TRAIN_FLAGS)
 	$(MAIN) --mode=decode $(TRAIN_FLAGS)
 
+# `make test` then runs the lowering and the cheap backend tests again with the speed
+# layer off (mesh_tf/lowering/speed_layer.py): the plain path must stay correct on its own.
+# SPEED_LAYER_OFF_TESTS= (empty) leaves that run out.
+SPEED_LAYER_OFF_TESTS ?= tests/lowering tests/backends/test_conformance.py \
+  tests/backends/placement/test_placement_collectives.py
 test: $(STAMP_TEST)
 	$(PY) -m pytest -q $(TEST_ARGS)
+	$(if $(strip $(SPEED_LAYER_OFF_TESTS)),MESH_TF_SPEED_LAYER=0 $(PY) -m pytest -q -n 2 $(SPEED_LAYER_OFF_TESTS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache

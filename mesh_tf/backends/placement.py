@@ -252,6 +252,12 @@ class PlacementMeshImpl(MeshImpl):
   def devices(self):
     return self._devices
 
+  def note_readers(self, laid_out, has_unlowered_reader):
+    """Notes on laid_out whether code yet to be lowered may read it (see
+    LaidOutTensor.may_be_read_later): a segment leaves the rest out of its calls."""
+    if isinstance(laid_out, LaidOutTensor):
+      laid_out.may_be_read_later(has_unlowered_reader)
+
   @property
   def shares_memory(self):
     """Whether every device is a CPU of this process. Then a processor whose inputs are

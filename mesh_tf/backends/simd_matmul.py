@@ -6,6 +6,7 @@ one operand's cores), or in both operands but not the output (a SUM over cores f
 the einsum), makes tf.einsum transpose the big operands and its result. Written as
 `tf.linalg.matmul` with the mesh axes as (broadcast) batch dims instead, the same
 contraction needs only reshapes, plus one reduce_sum over the summed mesh axes.
+(Only the replay calls this: with the speed layer off, neither runs.)
 """
 import numpy as np
 import tensorflow as tf

@@ -20,18 +20,21 @@ mesh axes:
    (inputs broadcast to the full mesh); its graph does not grow with the core count
    either, but it is slower to build.
 
-`stats` counts which path each call took, so tests and benchmarks can see the split.
+Steps 1-2 are part of the speed layer (`mesh_tf.lowering.speed_layer`: the trace graph is
+TF's private FuncGraph). With the layer off, every call takes step 3, the public API.
+
+`stats` counts which path each call took, so tests and benchmarks can see the split
+("plain": calls on tf.vectorized_map because the layer was off).
 """
 import collections
 import inspect
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import func_graph as func_graph_lib  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tf.backends import simd_matmul
 from mesh_tf.backends import slice_fn_key
-from mesh_tf.lowering import direct_ops, local_einsum
+from mesh_tf.lowering import direct_ops, local_einsum, speed_layer
 
 stats = collections.Counter()
 
@@ -490,7 +493,7 @@ class _Replay:
 
 def _trace(fn, args, stacked_positions, k):
   """Traces fn on slice-shaped placeholders; returns (graph, placeholders, outputs)."""
-  graph = func_graph_lib.FuncGraph("simd_slice_fn")
+  graph = speed_layer.internals().FuncGraph("simd_slice_fn")
   with graph.as_default():
     placeholders = {}
     call_args = list(args)
@@ -567,6 +570,10 @@ def run_slicewise(fn, args, stacked_positions, mesh_shape, recipes=None):
   Returns a compact tf.Tensor (or a tuple for several outputs). See the module
   docstring for the two paths.
   """
+  if not speed_layer.enabled():
+    stats["plain"] += 1
+    stats["vectorized_map"] += 1
+    return _vectorized_map(fn, args, stacked_positions, list(mesh_shape))
   k = len(mesh_shape)
   graph, placeholders, outputs = _cached_trace(fn, args, stacked_positions, k)
   try:

@@ -19,6 +19,10 @@ computed once), so a call per distinct slice computes exactly what the per-devic
 would. Only what slice_replay could copy is deferred (no stateful ops, no control
 inputs, nothing placed by the function itself); anything else runs per device as it
 always did, after completing the segments its inputs wait on.
+
+Part of the speed layer (`mesh_tf.lowering.speed_layer`): TF's private internals used
+here are probed there, and segments are only opened while it is on (placement asks
+`direct_ops.graph_for`, None with the layer off).
 """
 import collections
 import itertools
@@ -27,17 +31,10 @@ from absl import logging
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.core.framework import function_pb2
-from tensorflow.core.function.polymorphism import function_type as function_type_lib
-from tensorflow.python.client import pywrap_tf_session
-from tensorflow.python.eager import context
-from tensorflow.python.eager.polymorphic_function import atomic_function
-from tensorflow.python.eager.polymorphic_function import concrete_function
-from tensorflow.python.framework import c_api_util
-from tensorflow.python.framework import function_def_to_graph
-from tensorflow.python.util import compat
 
 from mesh_tf.backends import slice_fn_key
 from mesh_tf.backends import slice_replay
+from mesh_tf.lowering import speed_layer
 
 # "deferred" slice calls; segments completed by "segments" (function calls) or as
 # "copied segments" (ops copied per device); "late segments": results left out of a
@@ -51,29 +48,42 @@ MIN_FUNCTION_OPS = 8
 _names = itertools.count()
 
 
-class _SliceFunction(atomic_function.AtomicFunction):
-  """An AtomicFunction whose FunctionType (a TensorSpec per input and output, which only
-  a gradient or an export asks for) is made when first asked: making it for every
-  segment took a third of `graph_function`."""
+_slice_function_class = None
 
-  __slots__ = ("_specs",)
 
-  def __init__(self, name, inputs, outputs):
-    super().__init__(name, context.context(), None)
-    self._specs = [[(t.shape, t.dtype) for t in ts] for ts in (inputs, outputs)]
+def _slice_function(name, inputs, outputs):
+  """A _SliceFunction: an AtomicFunction whose FunctionType (a TensorSpec per input and
+  output, which only a gradient or an export asks for) is made when first asked: making
+  it for every segment took a third of `graph_function`. (The class is made at first
+  use, from the internals the speed layer probed.)"""
+  global _slice_function_class
+  if _slice_function_class is None:
+    internals = speed_layer.internals()
 
-  @property
-  def function_type(self):
-    if self._function_type is None:
-      inputs, outputs = [tuple(tf.TensorSpec(s, d) for s, d in ts) for ts in self._specs]
-      self._function_type = function_type_lib.from_structured_signature(
-          (inputs, {}), outputs, {})
-    return self._function_type
+    class _SliceFunction(internals.atomic_function.AtomicFunction):
+      __slots__ = ("_specs",)
+
+      def __init__(self, name, inputs, outputs):
+        super().__init__(name, internals.context.context(), None)
+        self._specs = [[(t.shape, t.dtype) for t in ts] for ts in (inputs, outputs)]
+
+      @property
+      def function_type(self):
+        if self._function_type is None:
+          inputs, outputs = [tuple(tf.TensorSpec(s, d) for s, d in ts)
+                             for ts in self._specs]
+          self._function_type = internals.function_type.from_structured_signature(
+              (inputs, {}), outputs, {})
+        return self._function_type
+    _slice_function_class = _SliceFunction
+  return _slice_function_class(name, inputs, outputs)
 
 
 def graph_function(graph, ops, inputs, outputs):
   """An AtomicFunction computing `outputs` from `inputs` with `ops` of `graph` (which
   must hold every op between them), its nodes unplaced so a call places them."""
+  internals = speed_layer.internals()
+  pywrap_tf_session, compat = internals.pywrap_tf_session, internals.compat
   name = "mtf_slices_%d" % next(_names)
   with graph._c_graph.get() as c_graph:  # pylint: disable=protected-access
     fn = pywrap_tf_session.TF_GraphToFunction_wrapper(
@@ -82,7 +92,7 @@ def graph_function(graph, ops, inputs, outputs):
         [t._as_tf_output() for t in outputs],  # pylint: disable=protected-access
         [], [], [], None, "")
   try:
-    with c_api_util.tf_buffer() as buf:
+    with internals.c_api_util.tf_buffer() as buf:
       pywrap_tf_session.TF_FunctionToFunctionDef(fn, buf)
       data = pywrap_tf_session.TF_GetBuffer(buf)
   finally:
@@ -91,8 +101,8 @@ def graph_function(graph, ops, inputs, outputs):
   definition.ParseFromString(compat.as_bytes(data))
   for node in definition.node_def:
     node.ClearField("device")
-  context.context().add_function_def(definition)
-  return _SliceFunction(definition.signature.name, inputs, outputs)
+  internals.context.context().add_function_def(definition)
+  return _slice_function(definition.signature.name, inputs, outputs)
 
 
 class Segment:
@@ -251,6 +261,7 @@ class _Caller:
 
   def __init__(self, graph, function, inputs, outputs):
     graph._add_function_recursive(function)  # pylint: disable=protected-access
+    self._internals = internals = speed_layer.internals()
     self._graph = graph
     self._function = function
     self._in_shapes = [t.shape for t in inputs]
@@ -260,14 +271,14 @@ class _Caller:
     # hands TF after converting its argument, converted once here
     self._out_shapes = [([-1 if d is None else d for d in t.shape.as_list()], False)
                         if t.shape.rank is not None else ([], True) for t in outputs]
-    config = context.context().function_call_options.config_proto_serialized
+    config = internals.context.context().function_call_options.config_proto_serialized
     self._attrs = {
         "Tin": attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
             type=[t.dtype.as_datatype_enum for t in inputs])),
         "Tout": attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
             type=[d.as_datatype_enum for d in self._out_dtypes])),
         "f": attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(
-            name=compat.as_str(function.name))),
+            name=internals.compat.as_str(function.name))),
         "config_proto": attr_value_pb2.AttrValue(s=config),
         "executor_type": attr_value_pb2.AttrValue(s=b""),
         # the outputs' shapes are set from the first device's: without this TF infers
@@ -279,9 +290,10 @@ class _Caller:
     """A call's gradient, where a tape differentiates the traced step from outside: TF's
     forward/backward rewrite of a ConcreteFunction of the body, built once, when asked."""
     if self._concrete is None:
-      body = function_def_to_graph.function_def_to_graph(
+      internals = self._internals
+      body = internals.function_def_to_graph.function_def_to_graph(
           self._function.definition, input_shapes=self._in_shapes)
-      self._concrete = concrete_function.ConcreteFunction.from_func_graph(
+      self._concrete = internals.concrete_function.ConcreteFunction.from_func_graph(
           body, self._function.function_type, {})
     return self._concrete._get_gradient_function()(op, *output_grads)  # pylint: disable=protected-access
 

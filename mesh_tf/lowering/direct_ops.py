@@ -6,27 +6,17 @@ device scopes entered again. Inside a traced step no gradient tape watches, and 
 arguments are tensors of that graph, so these functions make the same op from its type,
 inputs and attrs (about 40 us); TF's C code still infers its shapes and checks them as
 it would for the API's op. Anywhere else (eager execution, under a tape, Python numbers
-or tensors of another graph, dtypes the shortcut does not cover) they call the TF API.
+or tensors of another graph, dtypes the shortcut does not cover) they call the TF API, as
+they do everywhere with the speed layer off (`speed_layer`: its switch, or TF lacking an
+internal used here).
 """
 import functools
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
-from tensorflow.python.ops.resource_variable_ops import ResourceVariable as _ResourceVariable
 
-try:  # where TF keeps it; without it, assume a tape may be recording
-  from tensorflow.python.eager import record as _record  # pylint: disable=g-import-not-at-top
-except ImportError:  # pragma: no cover
-  _record = None
-
-
-def _could_record_gradients():
-  """Whether a gradient tape may be recording the ops made now."""
-  try:
-    return _record.could_possibly_record()
-  except AttributeError:
-    return True
+from mesh_tf.lowering import speed_layer
 
 
 def of_graph(t, graph):
@@ -37,8 +27,9 @@ def of_graph(t, graph):
 
 def graph_for(*tensors):
   """The graph being built, where ops on tensors (tf.Tensors of that very graph) may be
-  made directly; else None."""
-  if tf.executing_eagerly() or _could_record_gradients():
+  made directly; else None (always, with the speed layer off)."""
+  internals = speed_layer.active()
+  if internals is None or tf.executing_eagerly() or internals.could_possibly_record():
     return None
   graph = tf.compat.v1.get_default_graph()
   for t in tensors:
@@ -265,7 +256,9 @@ def _plain_variable(graph, v):
   """Whether reads and writes of v may be made directly in graph: a plain resource
   variable (no caching device, XLA sharding or distribution wrapper) used from a
   tf.function's graph that captures it by reference."""
-  return (graph is not None and type(v) is _ResourceVariable and  # pylint: disable=unidiomatic-typecheck
+  if graph is None:  # graph_for's answer: None where the speed layer is off
+    return False
+  return (type(v) is speed_layer.internals().ResourceVariable and  # pylint: disable=unidiomatic-typecheck
           hasattr(graph, "watch_variable") and not getattr(graph, "capture_by_value", False)
           and getattr(v, "_cached_value", None) is None and
           getattr(v, "_caching_device", None) is None and

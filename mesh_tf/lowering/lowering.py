@@ -15,7 +15,7 @@ import functools
 import tensorflow as tf
 
 from mesh_tf.errors import LayoutError, ShapeError
-from mesh_tf.lowering import lazy_allreduce
+from mesh_tf.lowering import lazy_allreduce, speed_layer
 
 
 # Lowering is plain Python emitting TF ops; AutoGraph must not rewrite it when it runs
@@ -48,6 +48,7 @@ class Lowering:
     self._readers_of, self._readers_count = None, 0  # {mtf Tensor: ops reading it}
     self._counters = collections.Counter()
     self.comm_records = []  # CollectiveRecords of the ops this Lowering emitted
+    speed_layer.refresh()  # the switch as the environment and gin say now
     self._check_meshes_and_layouts()
     self.variables = {}
     with tf.init_scope():
@@ -166,10 +167,9 @@ class Lowering:
     self.verify_slice_shapes(x, laid_out)
     if not isinstance(laid_out, (lazy_allreduce.LazyAllreduceSum,
                                  lazy_allreduce.LazyLaidOutTensor)):
-      laid_out = self.mesh_impl(x).annotate(x, laid_out)
-      note = getattr(laid_out, "may_be_read_later", None)  # placement's deferred slices
-      if note is not None:
-        note(functools.partial(self._has_unlowered_reader, x))
+      impl = self.mesh_impl(x)
+      laid_out = impl.annotate(x, laid_out)
+      impl.note_readers(laid_out, functools.partial(self._has_unlowered_reader, x))
     self.tensors[x] = laid_out
 
   def _has_unlowered_reader(self, x):

@@ -213,6 +213,11 @@ class MeshImpl(abc.ABC):
     del x
     return laid_out
 
+  def note_readers(self, laid_out, has_unlowered_reader):
+    """Hook run on each recorded laid-out value: has_unlowered_reader() tells whether an
+    op reading it is still to be lowered. The default ignores it; placement's deferred
+    slices use it to leave out of a segment what nothing reads any more."""
+
   # ---- layout queries: tensor_layout is the real layout; slices follow slice_layout ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):
     return self._layout.tensor_dimension_to_mesh_axis(tensor_dimension)

@@ -16,6 +16,7 @@ scalar int Tensor), with no length dim; each layer reads its recorded tensors fr
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.transformer import cache_write
 from models.transformer import model_layout
 
 
@@ -179,10 +180,13 @@ def cached_memory(context, tensors):
     if not old.shape.has_dim("memory_length"):
       raise mtf.ShapeError("incremental decoding: cached state %s %s has no "
                            "memory_length dim" % (old.name, old.shape), tensor=old.name)
-    memory_length = old.shape.get_dim_by_name("memory_length")
-    at = mtf.one_hot(context.position, memory_length, dtype=old.dtype)
-    # Multiplying by exact 0/1 keeps the other positions bit for bit.
-    updated.append(mtf.add(old * (1 - at), mtf.cast(new, old.dtype) * at,
-                           output_shape=old.shape))
+    if context.position.shape.ndims:  # per-row positions: a one-hot blend
+      memory_length = old.shape.get_dim_by_name("memory_length")
+      at = mtf.one_hot(context.position, memory_length, dtype=old.dtype)
+      # Multiplying by exact 0/1 keeps the other positions bit for bit.
+      updated.append(mtf.add(old * (1 - at), mtf.cast(new, old.dtype) * at,
+                             output_shape=old.shape))
+    else:  # one position for every row: written in place, O(size of new) per step
+      updated.append(cache_write.write_at_position(old, new, context.position))
   context.record_new_states(updated)
   return updated

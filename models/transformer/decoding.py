@@ -177,6 +177,24 @@ def _prefill(model, ids, bos_id, variable_dtype, model_kwargs):
   return context.new_states, context.constant_states
 
 
+def _cache_layout(state):
+  """A decoding state with its "memory_length" dim moved next to last (keys [batch,
+  memory_length, heads, d_kv] become [batch, heads, memory_length, d_kv]), once
+  between the prefill and the decoding loop. Each incremental step's attention reads the caches by einsum over
+  memory_length with batch and heads as batch dims; in this order TF multiplies them
+  without first transposing the whole cache, which otherwise is the largest per-step
+  cost that grows with the length. Dims are named, so the values are the same."""
+  dims = state.shape.dims
+  names = [d.name for d in dims]
+  if "memory_length" not in names or len(dims) < 3:
+    return state
+  i = names.index("memory_length")
+  if i >= len(dims) - 2:
+    return state
+  order = dims[:i] + dims[i + 1:-1] + [dims[i], dims[-1]]
+  return mtf.transpose(state, mtf.Shape(order))
+
+
 def _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs, temperature=None,
                            sampling_keep_top_k=-1, constant_states=None):
   """logits_fn(step, ids, states) for mtf.beam_search from the decoding caches: the
@@ -243,6 +261,7 @@ def sample_autoregressive(model, partial_sequences, stop_at_token=1, max_steps=N
   if _cached(model):
     states, constant_states = _prefill(model, partial_sequences, bos_id, variable_dtype,
                                        kwargs)
+    states = [_cache_layout(s) for s in states]
     logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, kwargs, temperature,
                                        sampling_keep_top_k, constant_states)
   else:
@@ -316,6 +335,7 @@ def beam_search_with_scores(model, inputs, decode_length, variable_dtype, alpha,
   if _cached(model):
     states, constant_states = _prefill(model, inputs, bos_id, variable_dtype,
                                        model_kwargs)
+    states = [_cache_layout(s) for s in states]
     logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs,
                                        constant_states=constant_states)
   else:

@@ -1,0 +1,298 @@
+"""Cached decoding speed of the README LM: tokens/s of greedy decoding, sampling
+(temperature 1, all ids) and beam search (4 beams), on one device and on the README's
+2x2 mesh (dp+mp), and the time per decoded position at several numbers of new tokens,
+next to the original library's cached decoding of the same model and weights.
+
+The model is the `make train` LM (gin_configs/models/lm_cpu_small.gin + readme_lm.gin:
+2 layers, d_model 64, d_ff 256, 4 heads of 16, byte vocabulary of 259 ids padded to
+384, batch 16), `max_length` bound to prompt + new tokens. Each decode is one
+tf.function (as the trainer's decode mode runs it, decode_io.DecodeGraph) decoding
+`new tokens` positions after a `prompt_length`-token prompt, never stopping at EOS
+(greedy and sampling; beam search runs to the end of the length unless its own test
+stops it earlier, as the original's does). All decodes of one length are timed in
+alternating rounds in the same run (median of --repeats).
+
+Rows: case x mesh. Columns: ms per decoded position (the whole batch) at each length
+and their max/min (flat = 1.0), tokens/s (batch x new tokens / s) at --compare_tokens
+new tokens, and, when the original library's environment exists (--original_python, a
+TF 2.12 venv with mesh-tensorflow 0.1.21; see benchmarks/original_decode.py), its
+tokens/s for the same case in a subprocess, port/original, and whether greedy ids agree
+(the original restores the port's checkpoint by variable name).
+
+Greedy cached ids are also checked against the recompute path (the whole prefix through
+the model at every step) at the smallest length on one device.
+
+  python -m benchmarks.decode_speed [--new_tokens 16,64,256 --repeats 3 --size small
+      --meshes 1,2x2 --cases greedy,sampling,beam4 --original_python PATH]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from benchmarks import common  # sets TF's log level before TF is imported
+import tensorflow as tf  # pylint: disable=g-bad-import-order
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("new_tokens", ["16", "64", "256"], "Numbers of tokens to decode.")
+flags.DEFINE_integer("compare_tokens", None, "New tokens of the tokens/s columns and "
+                     "the original's run (default: the middle of --new_tokens).")
+flags.DEFINE_integer("prompt_length", 8, "Prompt tokens per sequence.")
+flags.DEFINE_integer("repeats", 3, "Timed decodes per case and length (median).")
+flags.DEFINE_enum("size", "small", list(common.TRANSFORMER_SIZES),
+                  "small: the make train model; tiny: a smaller one for smoke tests.")
+flags.DEFINE_list("cases", ["greedy", "sampling", "beam4"], "Decoding cases.")
+flags.DEFINE_list("meshes", ["1", "2x2"], "Meshes: 1 (one device), 2x2 (dp+mp).")
+flags.DEFINE_string("original_python", "/tmp/tf212/bin/python",
+                    "Python of the original library's venv ('' to skip).")
+flags.DEFINE_boolean("check_recompute", True, "Check greedy cached ids against the "
+                     "recompute path at the smallest length (one device).")
+flags.DEFINE_string("json_out", None, "Also write the results here as JSON.")
+
+GIN_FILES = ["models/lm_cpu_small.gin", "readme_lm.gin"]
+CASES = {"greedy": dict(temperature=0.0, beam=1),
+         "sampling": dict(temperature=1.0, beam=1),
+         "beam4": dict(temperature=0.0, beam=4)}
+MESHES = {"1": ("", "", 1),
+          "2x2": ("batch:2;model:2", "batch:batch;d_ff:model;heads:model;vocab:model", 4)}
+MESH_LABELS = {"1": "1 device", "2x2": "2x2 dp+mp"}
+SEED = 1234
+
+
+def _bindings(size, max_length):
+  bindings = ["Unitransformer.max_length = %d" % max_length]
+  if size != "small":
+    s = common.TRANSFORMER_SIZES[size]
+    bindings += ["%s = %d" % (k, s[k])
+                 for k in ("num_layers", "d_model", "d_ff", "num_heads", "d_kv")]
+  return bindings
+
+
+def build_decode(size, mesh_key, case, length, new_tokens, cached=True):
+  """(graph, mesh, prompts placeholder, decoded ids [batch, length]) of one case on
+  the gin-configured LM: the cached path (or the recompute path, cached=False)."""
+  import gin  # pylint: disable=g-import-not-at-top
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  from models.transformer import decoding, utils  # pylint: disable=g-import-not-at-top
+  from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
+  s = common.TRANSFORMER_SIZES[size]
+  mesh_shape, layout, _ = MESHES[mesh_key]
+  spec = CASES[case]
+  gin.clear_config()
+  try:
+    gin_setup.parse_gin(GIN_FILES, _bindings(size, length))
+    model = utils.build_model(model_type="lm", input_vocab_size=s["vocab"],
+                              output_vocab_size=s["vocab"], layout_rules=layout or None,
+                              mesh_shape=mesh_shape or None)
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "my_mesh")
+    dims = [mtf.Dimension("batch", s["batch"]), mtf.Dimension("length", length)]
+    prompts = mtf.import_tf_tensor(mesh, tf.TensorSpec([s["batch"], length], tf.int32),
+                                   dims, name="prompts")
+    variable_dtype = utils.get_variable_dtype()
+    with decoding.decoding_mode(cached):
+      if cached and not decoding.supports_incremental_decoding(model):
+        raise ValueError("the model does not support cached decoding")
+      if spec["beam"] > 1:
+        beam_dims = dims[:1] + [mtf.Dimension("beam", spec["beam"])] + dims[1:]
+        ids = model.beam_search(mtf.broadcast(prompts, beam_dims), decode_length=length,
+                                alpha=0.6, variable_dtype=variable_dtype)
+      else:
+        ids = model.sample_autoregressive(prompts, never_end=True, max_steps=new_tokens,
+                                          temperature=spec["temperature"],
+                                          variable_dtype=variable_dtype)
+    return graph, mesh, prompts, ids
+  finally:
+    gin.clear_config()
+
+
+def random_prompts(size, length, prompt_length, seed=0):
+  """int32 [batch, length]: prompt_length random non-EOS byte ids, then zeros."""
+  s = common.TRANSFORMER_SIZES[size]
+  rng = np.random.RandomState(seed)
+  ids = np.zeros([s["batch"], length], np.int32)
+  ids[:, :prompt_length] = rng.randint(2, s["vocab"], size=[s["batch"], prompt_length])
+  return ids
+
+
+def mesh_impl(mesh_key, devices):
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  mesh_shape, layout, n = MESHES[mesh_key]
+  return mtf.PlacementMeshImpl(mesh_shape, layout, devices[:n])
+
+
+def decode_fn(size, mesh_key, case, new_tokens, prompt_length, checkpoint, devices,
+              cached=True):
+  """A zero-argument tf.function decoding the prompts (the weights of checkpoint,
+  written first with seeded initial values if it does not exist)."""
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  length = prompt_length + new_tokens
+  prompts = tf.constant(random_prompts(size, length, prompt_length))
+  graph, mesh, placeholder, ids = build_decode(size, mesh_key, case, length, new_tokens,
+                                               cached)
+  impl = mesh_impl(mesh_key, devices)
+  tf.random.set_seed(SEED)
+  lowering = mtf.Lowering(graph, {mesh: impl})  # creates the variables
+  if os.path.exists(checkpoint + ".index"):
+    mtf.restore_checkpoint(checkpoint, lowering)
+  else:
+    mtf.save_checkpoint(checkpoint, lowering)
+  tf.random.set_seed(SEED)
+
+  # As decode_io.DecodeGraph.make_decode_fn (jit_compile only where the backend needs it).
+  @tf.function(jit_compile=impl.needs_xla)
+  def decode():
+    return mtf.Lowering(graph, {mesh: impl}, feeds={placeholder: prompts}
+                        ).export_to_tf_tensor(ids)
+  return decode
+
+
+def run_original(python, size, cases, meshes, new_tokens, prompt_length, repeats,
+                 checkpoint_dir):
+  """The original's results ({"case/mesh": {"tok_s":, "ids":}}), or (None, why)."""
+  script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "original_decode.py")
+  s = common.TRANSFORMER_SIZES[size]
+  args = [python, script, "--checkpoint_dir", checkpoint_dir,
+          "--new_tokens", str(new_tokens), "--prompt_length", str(prompt_length),
+          "--repeats", str(repeats), "--cases", ",".join(cases),
+          "--meshes", ",".join(meshes), "--max_length", str(prompt_length + new_tokens)]
+  for k in ("batch", "vocab", "num_layers", "d_model", "d_ff", "num_heads", "d_kv"):
+    args += ["--" + k, str(s[k])]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+  env.pop("PYTHONPATH", None)
+  proc = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+  if proc.returncode:
+    last = (proc.stderr.strip().splitlines() or [""])[-1]
+    return None, "original_decode.py failed (rc %d): %s" % (proc.returncode, last)
+  for line in reversed(proc.stdout.splitlines()):
+    if line.startswith("{"):
+      return json.loads(line), None
+  return None, "original_decode.py printed no JSON"
+
+
+def measure(size, cases, meshes, new_tokens_list, prompt_length, repeats, devices,
+            workdir, check_recompute=True):
+  """{"times": {(case, mesh): {n: s per decode}}, "ids": {(case, mesh, n): ids},
+  "recompute_same": bool or None, "checkpoints": {n: dir}}."""
+  times = {(c, m): {} for c in cases for m in meshes}
+  all_ids, checkpoints, recompute_same = {}, {}, None
+  for n in new_tokens_list:
+    ckpt_dir = os.path.join(workdir, "ckpt_%d" % n)
+    os.makedirs(ckpt_dir, exist_ok=True)
+    checkpoint = os.path.join(ckpt_dir, "model.ckpt")
+    checkpoints[n] = ckpt_dir
+    fns = {(c, m): decode_fn(size, m, c, n, prompt_length, checkpoint, devices)
+           for m in meshes for c in cases}
+    for key, fn in fns.items():
+      all_ids[key + (n,)] = fn().numpy()  # also traces
+    if check_recompute and recompute_same is None and "greedy" in cases and "1" in meshes:
+      recompute = decode_fn(size, "1", "greedy", n, prompt_length, checkpoint, devices,
+                            cached=False)
+      recompute_same = bool(np.array_equal(recompute().numpy(),
+                                           all_ids[("greedy", "1", n)]))
+    for key, t in common.time_alternating(fns, 1, repeats).items():
+      times[key][n] = t
+  return dict(times=times, ids=all_ids, recompute_same=recompute_same,
+              checkpoints=checkpoints)
+
+
+def table(size, cases, meshes, new_tokens_list, compare_tokens, results, original):
+  """The rows (header first) of the results."""
+  batch = common.TRANSFORMER_SIZES[size]["batch"]
+  header = (["case", "mesh"] + ["ms/pos @%d" % n for n in new_tokens_list]
+            + ["max/min", "tok/s @%d" % compare_tokens])
+  if original is not None:
+    header += ["orig tok/s", "port/orig", "greedy ids = orig"]
+  rows = [header]
+  for c in cases:
+    for m in meshes:
+      t = results["times"][(c, m)]
+      per_pos = [t[n] / n * 1000 for n in new_tokens_list]
+      tok_s = batch * compare_tokens / t[compare_tokens]
+      row = [c, MESH_LABELS[m]] + ["%.2f" % p for p in per_pos] + [
+          "%.2f" % (max(per_pos) / min(per_pos)), "%.0f" % tok_s]
+      if original is not None:
+        o = original.get("%s/%s" % (c, m))
+        if o is None:
+          row += ["-", "-", "-"]
+        else:
+          same = "-"
+          if c == "greedy":
+            same = str(bool(np.array_equal(np.asarray(o["ids"]),
+                                           results["ids"][(c, m, compare_tokens)])))
+          row += ["%.0f" % o["tok_s"], "%.2f" % (tok_s / o["tok_s"]), same]
+      rows.append(row)
+  return rows
+
+
+def run(size, cases, meshes, new_tokens_list, compare_tokens, prompt_length, repeats,
+        devices, original_python="", check_recompute=True):
+  """Measures the port (and the original, when original_python exists); returns
+  (table rows, header first; greedy cached ids == recompute ids, or None; a line
+  about the original's run)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    results = measure(size, cases, meshes, new_tokens_list, prompt_length, repeats,
+                      devices, tmp, check_recompute)
+    original, why = None, None
+    if not original_python:
+      why = "no --original_python"
+    elif not os.path.exists(original_python):
+      why = "%s is absent" % original_python
+    else:
+      original, why = run_original(original_python, size, cases, meshes,
+                                   compare_tokens, prompt_length, repeats,
+                                   results["checkpoints"][compare_tokens])
+  if original is None:
+    note = "original library: skipped (%s)" % why
+  else:
+    note = "original library: %s, %d new tokens, median of %d" % (
+        original.pop("_machine", ""), compare_tokens, repeats)
+  rows = table(size, cases, meshes, new_tokens_list, compare_tokens, results, original)
+  return rows, results["recompute_same"], note
+
+
+def main(_):
+  tf.get_logger().setLevel("ERROR")  # the retracing warnings of one function per case
+  new_tokens_list = [int(x) for x in FLAGS.new_tokens]
+  compare = FLAGS.compare_tokens or new_tokens_list[len(new_tokens_list) // 2]
+  if compare not in new_tokens_list:
+    new_tokens_list.append(compare)
+  for c in FLAGS.cases:
+    if c not in CASES:
+      raise app.UsageError("unknown case %r (%s)" % (c, ", ".join(CASES)))
+  for m in FLAGS.meshes:
+    if m not in MESHES:
+      raise app.UsageError("unknown mesh %r (%s)" % (m, ", ".join(MESHES)))
+  devices = common.set_up_virtual_cpus(max(MESHES[m][2] for m in FLAGS.meshes))
+  s = common.TRANSFORMER_SIZES[FLAGS.size]
+  print(common.machine_line())
+  print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
+  sizes = {k: v for k, v in s.items() if k != "length"}
+  print("cached decoding, Unitransformer LM (%s, size %s: %s), prompt %d tokens, "
+        "length = max_length = prompt + new tokens; one tf.function per decode; median "
+        "of %d decodes, all cases of a length alternating" % (
+            " + ".join(GIN_FILES), FLAGS.size, sizes, FLAGS.prompt_length,
+            FLAGS.repeats))
+  rows, recompute_same, note = run(
+      FLAGS.size, FLAGS.cases, FLAGS.meshes, new_tokens_list, compare,
+      FLAGS.prompt_length, FLAGS.repeats, devices, FLAGS.original_python,
+      FLAGS.check_recompute)
+  print(note)
+  common.print_table(rows)
+  if recompute_same is not None:
+    print("greedy cached ids == recompute ids (1 device, %d new tokens): %s" % (
+        min(new_tokens_list), recompute_same))
+  print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
+  if FLAGS.json_out:
+    with open(FLAGS.json_out, "w") as f:
+      json.dump(dict(rows=rows, recompute_same=recompute_same, original=note), f)
+  sys.stdout.flush()
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,61 @@
+"""Smoke test of benchmarks/decode_speed.py at a tiny size: every case decodes on one
+device at two lengths, the table has a row per case with a per-position time per
+length, and greedy cached ids equal the recompute path's. No timing assertions (the
+machine is shared); the original library's side is not run here."""
+import tensorflow as tf
+
+from benchmarks import decode_speed
+
+
+def test_decode_speed_table_tiny_one_device():
+  devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+  cases = list(decode_speed.CASES)
+  rows, recompute_same, note = decode_speed.run(
+      "tiny", cases, ["1"], [16, 32], 32, prompt_length=4, repeats=1,
+      devices=devices, original_python="")
+  header, body = rows[0], rows[1:]
+  assert header[:2] == ["case", "mesh"]
+  assert "ms/pos @16" in header and "ms/pos @32" in header
+  assert "max/min" in header and "tok/s @32" in header
+  assert [r[0] for r in body] == cases
+  assert all(r[1] == "1 device" for r in body)
+  for r in body:
+    assert len(r) == len(header)
+    assert all(float(x) > 0 for x in r[2:])
+  assert recompute_same is True
+  assert "skipped" in note
+
+
+def test_cache_layout_moves_memory_length_next_to_last():
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  from models.transformer import decoding  # pylint: disable=g-import-not-at-top
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  dims = [mtf.Dimension(n, s) for n, s in
+          (("batch", 2), ("memory_length", 5), ("heads", 3), ("d_kv", 4))]
+  k = mtf.zeros(mesh, mtf.Shape(dims))
+  assert [d.name for d in decoding._cache_layout(k).shape.dims] == [  # pylint: disable=protected-access
+      "batch", "heads", "memory_length", "d_kv"]
+  short = mtf.zeros(mesh, mtf.Shape(dims[:2]))
+  assert decoding._cache_layout(short) is short  # pylint: disable=protected-access
+
+
+def test_write_at_position_writes_one_position():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  from models.transformer import cache_write  # pylint: disable=g-import-not-at-top
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  b, h, m, d = (mtf.Dimension("batch", 2), mtf.Dimension("heads", 3),
+                mtf.Dimension("memory_length", 5), mtf.Dimension("d_kv", 4))
+  rng = np.random.RandomState(0)
+  cache_np = rng.rand(2, 3, 5, 4).astype(np.float32)
+  new_np = rng.rand(4, 2, 3).astype(np.float32)  # [d_kv, batch, heads]: any order
+  cache = mtf.import_tf_tensor(mesh, tf.constant(cache_np), mtf.Shape([b, h, m, d]))
+  new = mtf.import_tf_tensor(mesh, tf.constant(new_np), mtf.Shape([d, b, h]))
+  out = cache_write.write_at_position(cache, new, mtf.constant(mesh, 3, dtype=tf.int32))
+  impl = mtf.PlacementMeshImpl("", "", [""])
+  got = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(out).numpy()
+  want = cache_np.copy()
+  want[:, :, 3, :] = new_np.transpose(1, 2, 0)
+  np.testing.assert_array_equal(got, want)
