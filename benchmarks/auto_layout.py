@@ -33,16 +33,19 @@ from absl import flags
 from benchmarks import common
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("cases", ["mlp8", "lm8", "tiny512", "paper512"], "Cases to run.")
-flags.DEFINE_integer("max_mesh_dims", 3, "Most mesh dims of a searched mesh shape.")
-flags.DEFINE_string("cpsat_site", "",
-                    "A directory with OR-tools installed (pip install --target DIR "
-                    "ortools; it pins protobuf < 6.34, so not in the TF venv). When set, "
-                    "the original's memory objective on each case's chosen mesh is also "
-                    "solved with CP-SAT, in a subprocess, and timed against the "
-                    "exhaustive LayoutOptimizer.")
-flags.DEFINE_string("cpsat_solve", "", "Internal: solve this exported problem with "
-                    "CP-SAT and print the result (run with cpsat_site on the path).")
+common.define_flag(flags.DEFINE_list, "cases", ["mlp8", "lm8", "tiny512", "paper512"],
+                   "Cases to run.")
+common.define_flag(flags.DEFINE_integer, "max_mesh_dims", 3,
+                   "Most mesh dims of a searched mesh shape.")
+common.define_flag(flags.DEFINE_string, "cpsat_site", "",
+                   "A directory with OR-tools installed (pip install --target DIR "
+                   "ortools; it pins protobuf < 6.34, so not in the TF venv). When set, "
+                   "the original's memory objective on each case's chosen mesh is also "
+                   "solved with CP-SAT, in a subprocess, and timed against the "
+                   "exhaustive LayoutOptimizer.")
+common.define_flag(flags.DEFINE_string, "cpsat_solve", "",
+                   "Internal: solve this exported problem with "
+                   "CP-SAT and print the result (run with cpsat_site on the path).")
 
 LAYOUTS_DIR = pathlib.Path(__file__).resolve().parents[1] / "gin_configs" / "layouts"
 PAPER_16X32 = ("rows:16;cols:32", "batch:rows;d_ff:cols;heads:cols;vocab:cols")

@@ -16,6 +16,9 @@ LM_SIZES = {
                  num_layers=1),
     "small": dict(batch=16, length=64, vocab=256, d_model=128, heads=4, d_kv=32,
                   d_ff=512, num_layers=2),
+    # the LM of benchmarks.step_time (issue 16's peer LM)
+    "peer": dict(batch=32, length=128, vocab=2048, d_model=256, heads=8, d_kv=32,
+                 d_ff=1024, num_layers=2),
 }
 
 # Sizes of the models.transformer LM of benchmarks.overhead. "small" is
@@ -75,3 +78,12 @@ def print_table(rows):
   for r in rows:
     print("  ".join(c.rjust(w) if i else c.ljust(w)
                     for i, (c, w) in enumerate(zip(r, widths))))
+
+
+def define_flag(define, name, default, *args, **kwargs):
+  """define(name, default, *args) (an absl flags.DEFINE_*) unless a benchmark module
+  imported earlier into this process defined `name` already: the tests import several
+  of them into one process, and only a script's own run reads the values."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  if name not in flags.FLAGS:
+    define(name, default, *args, **kwargs)

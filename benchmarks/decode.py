@@ -21,12 +21,15 @@ from benchmarks import common  # sets TF's log level before TF is imported
 import tensorflow as tf  # pylint: disable=g-bad-import-order
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("new_tokens", ["16", "64", "256"], "Numbers of tokens to decode.")
-flags.DEFINE_integer("prompt_length", 8, "Prompt tokens per sequence.")
-flags.DEFINE_integer("repeats", 3, "Timed decodes per path and length (median).")
-flags.DEFINE_enum("size", "small", list(common.TRANSFORMER_SIZES),
-                  "small: the make train model (gin files as given); tiny: a smaller "
-                  "model and batch for smoke tests.")
+common.define_flag(flags.DEFINE_list, "new_tokens", ["16", "64", "256"],
+                   "Numbers of tokens to decode.")
+common.define_flag(flags.DEFINE_integer, "prompt_length", 8,
+                   "Prompt tokens per sequence.")
+common.define_flag(flags.DEFINE_integer, "repeats", 3,
+                   "Timed decodes per path and length (median).")
+common.define_flag(flags.DEFINE_enum, "size", "small", list(common.TRANSFORMER_SIZES),
+                   "small: the make train model (gin files as given); tiny: a smaller "
+                   "model and batch for smoke tests.")
 
 GIN_FILES = ["models/lm_cpu_small.gin", "readme_lm.gin"]
 PATHS = ("recompute", "cached")

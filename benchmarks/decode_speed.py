@@ -39,20 +39,28 @@ from benchmarks import common  # sets TF's log level before TF is imported
 import tensorflow as tf  # pylint: disable=g-bad-import-order
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("new_tokens", ["16", "64", "256"], "Numbers of tokens to decode.")
-flags.DEFINE_integer("compare_tokens", None, "New tokens of the tokens/s columns and "
-                     "the original's run (default: the middle of --new_tokens).")
-flags.DEFINE_integer("prompt_length", 8, "Prompt tokens per sequence.")
-flags.DEFINE_integer("repeats", 3, "Timed decodes per case and length (median).")
-flags.DEFINE_enum("size", "small", list(common.TRANSFORMER_SIZES),
-                  "small: the make train model; tiny: a smaller one for smoke tests.")
-flags.DEFINE_list("cases", ["greedy", "sampling", "beam4"], "Decoding cases.")
-flags.DEFINE_list("meshes", ["1", "2x2"], "Meshes: 1 (one device), 2x2 (dp+mp).")
-flags.DEFINE_string("original_python", "/tmp/tf212/bin/python",
-                    "Python of the original library's venv ('' to skip).")
-flags.DEFINE_boolean("check_recompute", True, "Check greedy cached ids against the "
-                     "recompute path at the smallest length (one device).")
-flags.DEFINE_string("json_out", None, "Also write the results here as JSON.")
+common.define_flag(flags.DEFINE_list, "new_tokens", ["16", "64", "256"],
+                   "Numbers of tokens to decode.")
+common.define_flag(flags.DEFINE_integer, "compare_tokens", None,
+                   "New tokens of the tokens/s columns and "
+                   "the original's run (default: the middle of --new_tokens).")
+common.define_flag(flags.DEFINE_integer, "prompt_length", 8,
+                   "Prompt tokens per sequence.")
+common.define_flag(flags.DEFINE_integer, "repeats", 3,
+                   "Timed decodes per case and length (median).")
+common.define_flag(flags.DEFINE_enum, "size", "small", list(common.TRANSFORMER_SIZES),
+                   "small: the make train model; tiny: a smaller one for smoke tests.")
+common.define_flag(flags.DEFINE_list, "cases", ["greedy", "sampling", "beam4"],
+                   "Decoding cases.")
+common.define_flag(flags.DEFINE_list, "meshes", ["1", "2x2"],
+                   "Meshes: 1 (one device), 2x2 (dp+mp).")
+common.define_flag(flags.DEFINE_string, "original_python", "/tmp/tf212/bin/python",
+                   "Python of the original library's venv ('' to skip).")
+common.define_flag(flags.DEFINE_boolean, "check_recompute", True,
+                   "Check greedy cached ids against the "
+                   "recompute path at the smallest length (one device).")
+common.define_flag(flags.DEFINE_string, "json_out", None,
+                   "Also write the results here as JSON.")
 
 GIN_FILES = ["models/lm_cpu_small.gin", "readme_lm.gin"]
 CASES = {"greedy": dict(temperature=0.0, beam=1),

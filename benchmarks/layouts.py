@@ -11,11 +11,13 @@ from absl import flags
 from benchmarks import common
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("steps", 10, "Train steps per timed block.")
-flags.DEFINE_integer("repeats", 5, "Timed blocks per variant (the median is reported).")
-flags.DEFINE_string("size", "small", "Model size: tiny (for smoke tests) or small.")
-flags.DEFINE_list("backends", ["placement", "simd", "gspmd"],
-                  "Backends to run (names of mtf.make_mesh_impl).")
+common.define_flag(flags.DEFINE_integer, "steps", 10, "Train steps per timed block.")
+common.define_flag(flags.DEFINE_integer, "repeats", 5,
+                   "Timed blocks per variant (the median is reported).")
+common.define_flag(flags.DEFINE_string, "size", "small",
+                   "Model size: tiny (for smoke tests) or small.")
+common.define_flag(flags.DEFINE_list, "backends", ["placement", "simd", "gspmd"],
+                   "Backends to run (names of mtf.make_mesh_impl).")
 
 LAYOUTS = [
     ("single", "", ""),

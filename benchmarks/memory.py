@@ -61,20 +61,30 @@ from absl import flags
 from benchmarks import common
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("models", ["peer", "deep"], "Models (see MODELS).")
-flags.DEFINE_list("backends", ["placement", "simd"], "mesh_tf backends.")
-flags.DEFINE_list("layouts", ["single", "dp", "mp", "dp+mp"], "Layouts (see LAYOUTS).")
-flags.DEFINE_bool("budget_search", False, "Also run the item-5 budget search.")
-flags.DEFINE_integer("budget_mib", 512, "Per-device budget of the search (MiB).")
-flags.DEFINE_string("budget_backend", "simd", "Backend of the confirming runs.")
-flags.DEFINE_bool("confirm", True, "Run one step of each model the search found.")
-flags.DEFINE_integer("max_width", 4096, "Widest d_model the search tries.")
-flags.DEFINE_integer("processes", 1, "With 2 or more: also each process's peak when "
-                     "the mesh runs as that many SPMD processes.")
-flags.DEFINE_bool("sharded_state", False, "With --processes: run each SPMD layout "
-                  "also with Adam's shard_optimizer_state=True and print the ratios "
-                  "sharded / unsharded.")
-flags.DEFINE_string("worker", None, "Internal: JSON of one measurement to run.")
+common.define_flag(flags.DEFINE_list, "models", ["peer", "deep"], "Models (see MODELS).")
+common.define_flag(flags.DEFINE_list, "backends", ["placement", "simd"],
+                   "mesh_tf backends.")
+common.define_flag(flags.DEFINE_list, "layouts", ["single", "dp", "mp", "dp+mp"],
+                   "Layouts (see LAYOUTS).")
+common.define_flag(flags.DEFINE_bool, "budget_search", False,
+                   "Also run the item-5 budget search.")
+common.define_flag(flags.DEFINE_integer, "budget_mib", 512,
+                   "Per-device budget of the search (MiB).")
+common.define_flag(flags.DEFINE_string, "budget_backend", "simd",
+                   "Backend of the confirming runs.")
+common.define_flag(flags.DEFINE_bool, "confirm", True,
+                   "Run one step of each model the search found.")
+common.define_flag(flags.DEFINE_integer, "max_width", 4096,
+                   "Widest d_model the search tries.")
+common.define_flag(flags.DEFINE_integer, "processes", 1,
+                   "With 2 or more: also each process's peak when "
+                   "the mesh runs as that many SPMD processes.")
+common.define_flag(flags.DEFINE_bool, "sharded_state", False,
+                   "With --processes: run each SPMD layout "
+                   "also with Adam's shard_optimizer_state=True and print the ratios "
+                   "sharded / unsharded.")
+common.define_flag(flags.DEFINE_string, "worker", None,
+                   "Internal: JSON of one measurement to run.")
 
 MODELS = {
     "peer": dict(batch=32, length=128, vocab=2048, num_layers=2, d_model=256,

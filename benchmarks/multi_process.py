@@ -1,6 +1,8 @@
-"""The tiny Transformer LM on mesh batch:2;model:4 spread over processes on this host
-(loopback gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in both cluster modes:
+"""A Transformer LM on mesh batch:2;model:4 spread over processes on this host (loopback
+gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in three modes:
 
+- local: one process, no cluster, the mesh over its 8 virtual CPUs (the baseline:
+  what leaving one process is compared with);
 - placement (single client): workers (mesh_tf.cluster.worker) hold the devices, one
   client process (this script with --client) connects, trains and reports;
 - spmd (multi client): every process (this script with --spmd_task) runs the replicas
@@ -11,8 +13,8 @@ Prints the median step time and the bytes per step that cross a process boundary
 (communication accounting), each as a ratio to the first row, and the losses (which
 must agree).
 
-  python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small]
-      [--modes placement,spmd]
+  python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small|peer]
+      [--modes local,placement,spmd] [--configs 1x8,2x4,4x2]
 
 All processes of a configuration are killed before the next one starts. In placement
 mode the client is a separate process in every configuration, so 1 x 8 pays the same
@@ -29,14 +31,25 @@ from absl import flags
 from benchmarks import common
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("steps", 10, "Train steps per timed block.")
-flags.DEFINE_integer("repeats", 5, "Timed blocks (the median is reported).")
-flags.DEFINE_string("size", "small", "Model size: tiny (for smoke tests) or small.")
-flags.DEFINE_list("configs", ["1x8", "2x4", "4x2"], "processes x devices per process.")
-flags.DEFINE_list("modes", ["placement", "spmd"], "Cluster modes to measure.")
-flags.DEFINE_string("client", None, "Internal: run as the client of this cluster.")
-flags.DEFINE_string("spmd_cluster", None, "Internal: the processes of an spmd run.")
-flags.DEFINE_integer("spmd_task", None, "Internal: this process's task in --spmd_cluster.")
+common.define_flag(flags.DEFINE_integer, "steps", 10, "Train steps per timed block.")
+common.define_flag(flags.DEFINE_integer, "repeats", 5,
+                   "Timed blocks (the median is reported).")
+common.define_flag(flags.DEFINE_string, "size", "small",
+                   "Model size: tiny (for smoke tests), small, or peer "
+                   "(the LM of benchmarks.step_time).")
+common.define_flag(flags.DEFINE_list, "configs", ["1x8", "2x4", "4x2"],
+                   "processes x devices per process.")
+common.define_flag(flags.DEFINE_list, "modes", ["local", "placement", "spmd"],
+                   "Modes to measure: local (one process, no cluster: the baseline), "
+                   "placement, spmd.")
+common.define_flag(flags.DEFINE_bool, "local", False,
+                   "Internal: run the one-process baseline.")
+common.define_flag(flags.DEFINE_string, "client", None,
+                   "Internal: run as the client of this cluster.")
+common.define_flag(flags.DEFINE_string, "spmd_cluster", None,
+                   "Internal: the processes of an spmd run.")
+common.define_flag(flags.DEFINE_integer, "spmd_task", None,
+                   "Internal: this process's task in --spmd_cluster.")
 
 MESH = "batch:2;model:4"
 LAYOUT = "batch:batch;d_ff:model;heads:model;vocab:model"
@@ -64,6 +77,40 @@ def run_client(cluster_arg):
                                     FLAGS.steps, FLAGS.repeats)["step"]
   print(json.dumps({"seconds": seconds, "losses": losses,
                     "crossing": [crossing[t] for t in sorted(crossing)]}))
+
+
+def run_local():
+  """One process, no cluster: the mesh over 8 virtual CPUs of this process (the
+  baseline every other row is a ratio to); prints one JSON line."""
+  common.set_up_virtual_cpus(8)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
+  from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
+  c = config.TinyLmConfig(**dict(common.LM_SIZES[FLAGS.size], heads=8))
+  batch = config.synthetic_batch(c)
+  inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
+  tf.random.set_seed(0)
+  model = mtf_model.TinyLmModel(c)
+  impl = mtf.PlacementMeshImpl(MESH, LAYOUT, ["/cpu:%d" % i for i in range(8)])
+  step = model.make_train_step(impl)
+  losses = [float(step(inputs, targets)) for _ in range(2)]
+  seconds = common.time_alternating({"step": lambda: step(inputs, targets)},
+                                    FLAGS.steps, FLAGS.repeats)["step"]
+  print(json.dumps({"seconds": seconds, "losses": losses, "crossing": [0]}))
+
+
+def run_local_config(processes, per_process):
+  """The one-process baseline, in a fresh process like every other row."""
+  del processes, per_process
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=root)
+  out = subprocess.run(
+      [sys.executable, "-m", "benchmarks.multi_process", "--local", "--size=" + FLAGS.size,
+       "--steps=%d" % FLAGS.steps, "--repeats=%d" % FLAGS.repeats], cwd=root, env=env,
+      capture_output=True, text=True, timeout=900, check=False)
+  if out.returncode:
+    raise RuntimeError("one-process run failed:\n%s" % out.stderr[-3000:])
+  return json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
 
 
 def run_spmd_task(cluster_arg, task):
@@ -143,16 +190,19 @@ def main(_):
   if FLAGS.spmd_cluster:
     run_spmd_task(FLAGS.spmd_cluster, FLAGS.spmd_task)
     return
-  runners = {"placement": run_config, "spmd": run_spmd_config}
+  if FLAGS.local:
+    run_local()
+    return
+  runners = {"local": run_local_config, "placement": run_config, "spmd": run_spmd_config}
   results = {}
   for mode in FLAGS.modes:
-    for name in FLAGS.configs:
+    for name in (["1x8"] if mode == "local" else FLAGS.configs):
       processes, per_process = (int(s) for s in name.split("x"))
       results["%s %s" % (mode, name)] = runners[mode](processes, per_process)
   first = next(iter(results))
   base = results[first]
   print(common.machine_line())
-  print("tiny LM %s on mesh %s, layout %s; %d steps x %d repeats, median per step"
+  print("LM %s on mesh %s, layout %s; %d steps x %d repeats, median per step"
         % (dict(common.LM_SIZES[FLAGS.size], heads=8), MESH, LAYOUT, FLAGS.steps,
            FLAGS.repeats))
   rows = [["mode processes x devices", "ms/step", "vs %s" % first,

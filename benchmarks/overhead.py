@@ -15,13 +15,14 @@ from benchmarks import common  # sets TF's log level before TF is imported
 import tensorflow as tf  # pylint: disable=g-bad-import-order
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("steps", 20, "Train steps per timed block.")
-flags.DEFINE_integer("repeats", 7, "Timed blocks per variant (the median is reported).")
-flags.DEFINE_enum("size", "small", list(common.TRANSFORMER_SIZES),
-                  "Model size (see benchmarks.common.TRANSFORMER_SIZES); tiny is for "
-                  "smoke tests.")
-flags.DEFINE_enum("optimizer", "adafactor", ["adafactor", "sgd"],
-                  "The update rule, the same on both sides.")
+common.define_flag(flags.DEFINE_integer, "steps", 20, "Train steps per timed block.")
+common.define_flag(flags.DEFINE_integer, "repeats", 7,
+                   "Timed blocks per variant (the median is reported).")
+common.define_flag(flags.DEFINE_enum, "size", "small", list(common.TRANSFORMER_SIZES),
+                   "Model size (see benchmarks.common.TRANSFORMER_SIZES); tiny is for "
+                   "smoke tests.")
+common.define_flag(flags.DEFINE_enum, "optimizer", "adafactor", ["adafactor", "sgd"],
+                   "The update rule, the same on both sides.")
 
 # Constant rates: both sides then do the same work every step (the trainer's default
 # rates follow the global step, which only adds a few scalar ops).

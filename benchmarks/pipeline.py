@@ -61,16 +61,22 @@ FLAGS = flags.FLAGS
 def define_flags():
   """The script's flags (defined only when it runs as a script, so that tests may
   import this module beside other benchmarks that define flags of the same names)."""
-  flags.DEFINE_string("size", "default", "Model size: tiny (smoke test) or default.")
-  flags.DEFINE_list("stages", ["2", "4"], "Numbers of pipeline stages S.")
-  flags.DEFINE_list("microbatches", ["1", "2", "4", "8"], "Numbers of microbatches M.")
-  flags.DEFINE_integer("steps", 2, "Train steps per timed block.")
-  flags.DEFINE_integer("repeats", 3, "Timed rounds (the median is reported).")
-  flags.DEFINE_bool("optimize_graph", True, "Let Grappler optimize the steps' graphs "
-                    "(--nooptimize_graph: quicker first calls, for smoke tests).")
-  flags.DEFINE_bool("tf_function", True, "Trace each step once in a tf.function; "
-                    "--notf_function lowers every step eagerly (no trace, and no "
-                    "allocator peak).")
+  common.define_flag(flags.DEFINE_string, "size", "default",
+                     "Model size: tiny (smoke test) or default.")
+  common.define_flag(flags.DEFINE_list, "stages", ["2", "4"],
+                     "Numbers of pipeline stages S.")
+  common.define_flag(flags.DEFINE_list, "microbatches", ["1", "2", "4", "8"],
+                     "Numbers of microbatches M.")
+  common.define_flag(flags.DEFINE_integer, "steps", 2, "Train steps per timed block.")
+  common.define_flag(flags.DEFINE_integer, "repeats", 3,
+                     "Timed rounds (the median is reported).")
+  common.define_flag(flags.DEFINE_bool, "optimize_graph", True,
+                     "Let Grappler optimize the steps' graphs "
+                     "(--nooptimize_graph: quicker first calls, for smoke tests).")
+  common.define_flag(flags.DEFINE_bool, "tf_function", True,
+                     "Trace each step once in a tf.function; "
+                     "--notf_function lowers every step eagerly (no trace, and no "
+                     "allocator peak).")
 
 
 def main(_):

@@ -26,11 +26,15 @@ from benchmarks import common  # pylint: disable=g-import-not-at-top,wrong-impor
 import tensorflow as tf  # pylint: disable=wrong-import-position,g-bad-import-order
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("parts", ["remat", "bf16"], "Which comparisons to run.")
-flags.DEFINE_list("backends", ["placement", "simd", "gspmd"], "Backends to run on.")
-flags.DEFINE_enum("size", "small", ["tiny", "small"], "tiny is for smoke tests.")
-flags.DEFINE_integer("steps", 5, "Train steps per timed block.")
-flags.DEFINE_integer("repeats", 3, "Timed blocks per variant (the median is reported).")
+common.define_flag(flags.DEFINE_list, "parts", ["remat", "bf16"],
+                   "Which comparisons to run.")
+common.define_flag(flags.DEFINE_list, "backends", ["placement", "simd", "gspmd"],
+                   "Backends to run on.")
+common.define_flag(flags.DEFINE_enum, "size", "small",
+                   ["tiny", "small"], "tiny is for smoke tests.")
+common.define_flag(flags.DEFINE_integer, "steps", 5, "Train steps per timed block.")
+common.define_flag(flags.DEFINE_integer, "repeats", 3,
+                   "Timed blocks per variant (the median is reported).")
 
 MIB = 2.0 ** 20
 REMAT_SIZES = {

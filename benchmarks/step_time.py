@@ -24,19 +24,23 @@ from absl import flags
 from benchmarks import common
 
 FLAGS = flags.FLAGS
-flags.DEFINE_integer("steps", 3, "Train steps per timed block.")
-flags.DEFINE_integer("repeats", 2, "Interleaved passes (the best is reported).")
-flags.DEFINE_integer("batch", 32, "Batch size.")
-flags.DEFINE_integer("length", 128, "Sequence length.")
-flags.DEFINE_integer("vocab", 2048, "Vocabulary size.")
-flags.DEFINE_integer("d_model", 256, "Model width.")
-flags.DEFINE_integer("d_ff", 1024, "Feed-forward width.")
-flags.DEFINE_bool("dtensor", True, "Also time tf.experimental.dtensor on dp, mp, dp+mp.")
-flags.DEFINE_list("backends", ["placement", "simd"],
-                  "mesh_tf backends to run (placement, simd, gspmd; gspmd steps are "
-                  "compiled with XLA).")
-flags.DEFINE_bool("xla_baseline", True, "Also time plain TF with jit_compile=True.")
-flags.DEFINE_integer("build_repeats", 3, "Builds of each step; the median is reported.")
+common.define_flag(flags.DEFINE_integer, "steps", 3, "Train steps per timed block.")
+common.define_flag(flags.DEFINE_integer, "repeats", 2,
+                   "Interleaved passes (the best is reported).")
+common.define_flag(flags.DEFINE_integer, "batch", 32, "Batch size.")
+common.define_flag(flags.DEFINE_integer, "length", 128, "Sequence length.")
+common.define_flag(flags.DEFINE_integer, "vocab", 2048, "Vocabulary size.")
+common.define_flag(flags.DEFINE_integer, "d_model", 256, "Model width.")
+common.define_flag(flags.DEFINE_integer, "d_ff", 1024, "Feed-forward width.")
+common.define_flag(flags.DEFINE_bool, "dtensor", True,
+                   "Also time tf.experimental.dtensor on dp, mp, dp+mp.")
+common.define_flag(flags.DEFINE_list, "backends", ["placement", "simd"],
+                   "mesh_tf backends to run (placement, simd, gspmd; gspmd steps are "
+                   "compiled with XLA).")
+common.define_flag(flags.DEFINE_bool, "xla_baseline", True,
+                   "Also time plain TF with jit_compile=True.")
+common.define_flag(flags.DEFINE_integer, "build_repeats", 3,
+                   "Builds of each step; the median is reported.")
 
 LAYOUTS = [
     ("single", "", ""),

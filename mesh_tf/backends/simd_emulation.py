@@ -210,7 +210,10 @@ class EmulationRuntime(SimdRuntime):
       out = (tuple(tf.convert_to_tensor(o) for o in out) if isinstance(out, (tuple, list))
              else tf.convert_to_tensor(out))
     elif positions:
-      out = simd_vectorize.run_slicewise(fn, args, positions, self.mesh_shape, recipes)
+      input_recipes = {i: inputs[i].sum_recipe for i in positions
+                       if inputs[i].sum_recipe is not None}
+      out = simd_vectorize.run_slicewise(fn, args, positions, self.mesh_shape, recipes,
+                                         input_recipes)
     else:  # fn reads no slice, so every core computes the same value: compute it once
       out = fn(*args)
       if isinstance(out, (tuple, list)):

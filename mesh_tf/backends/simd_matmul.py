@@ -1,12 +1,17 @@
-"""A two-operand einsum of the SIMD emulation as one broadcasting batch matmul.
+"""A two-operand einsum of the SIMD emulation as one (batch) matmul.
 
-The replay (`simd_vectorize`) gives each stacked operand leading mesh-axis labels. A mesh
-label found in one operand and the output (e.g. "Zabc,Ycd->ZYabd": Z and Y each index
-one operand's cores), or in both operands but not the output (a SUM over cores fused into
-the einsum), makes tf.einsum transpose the big operands and its result. Written as
-`tf.linalg.matmul` with the mesh axes as (broadcast) batch dims instead, the same
-contraction needs only reshapes, plus one reduce_sum over the summed mesh axes.
-(Only the replay calls this: with the speed layer off, neither runs.)
+The replay (`simd_vectorize`) gives each stacked operand leading mesh-axis labels, which
+tf.einsum handles by transposing the big operands and its result. `batched_matmul`
+writes the contraction as `tf.linalg.matmul` with the mesh axes as (broadcast) batch
+dims instead, which needs only reshapes. A mesh label in both operands but not the output (a SUM
+over cores fused into the einsum) is contracted by the matmul along with the slice's
+contracted dims, so no per-core partial sums are stored.
+
+`folded_matmul`, tried first, takes the einsums where a mesh label of the output is in
+one operand only: that label becomes a free dim of its operand rather than a broadcast
+batch dim, so the product is one matmul of the unsplit size instead of one thin matmul
+per core (which slows down as the cores multiply). `batched_matmul` takes the rest.
+(Only the replay calls these: with the speed layer off, neither runs.)
 """
 import numpy as np
 import tensorflow as tf
@@ -52,7 +57,14 @@ def _split_rest(rest, contracted):
 
 def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
   """lhs, rhs contracted as `equation` says, by one matmul; None where that would need a
-  transpose (the caller then uses tf.einsum)."""
+  transpose (the caller then uses tf.einsum).
+
+  Mesh labels summed over (in both operands, not in the output: a SUM allreduce fused
+  into the einsum) are contracted by the matmul with the slice's contracted labels,
+  after a transpose of the operands that do not already hold them next to each other.
+  The product is then one core's size along those mesh axes, not a partial sum per core
+  (which would grow with the mesh axes and need a reduce_sum after).
+  """
   ins, out = equation.split("->")
   lhs, rhs = ins.split(",")
   if not any(c in mesh_labels for c in ins):
@@ -67,10 +79,11 @@ def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
   batch = _prefix_batch(lhs, rhs, out, mesh_labels)
   if batch is None:
     return None
-  labels = "".join(label for label, _ in batch)
-  lhs_rest = "".join(c for c in lhs if c not in labels)
-  rhs_rest = "".join(c for c in rhs if c not in labels)
-  out_rest = out[len([1 for _, summed in batch if not summed]):]
+  kept = "".join(label for label, summed in batch if not summed)
+  summed = "".join(label for label, summed in batch if summed)
+  lhs_rest = "".join(c for c in lhs if c not in kept + summed)
+  rhs_rest = "".join(c for c in rhs if c not in kept + summed)
+  out_rest = out[len(kept):]
   contracted = "".join(c for c in lhs_rest if c in rhs_rest)
   if any(c in out for c in contracted) or (
       "".join(c for c in rhs_rest if c in lhs_rest) != contracted):
@@ -78,30 +91,102 @@ def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
   split_l, split_r = _split_rest(lhs_rest, contracted), _split_rest(rhs_rest, contracted)
   if split_l is None or split_r is None:
     return None
-  (free_l, adj_l), (free_r, adj_r) = split_l, split_r
-  adj_r = not adj_r  # the matmul wants rhs as [contracted, free]
+  free_l, free_r = split_l[0], split_r[0]
+  inner = summed + contracted  # what the matmul contracts
   size = dict(zip(lhs, x.shape.as_list()))
   size.update(zip(rhs, y.shape.as_list()))
   prod = lambda s: int(np.prod([size[c] for c in s], dtype=np.int64))
 
-  # Reshapes are skipped by the labels alone (never by sizes), so the op count does not
-  # depend on the mesh shape.
-  def as_3d(value, term, free, contracted_first):
-    if len(free) == 1 and len(contracted) == 1 and all(c in term for c in labels):
-      return value
-    dims = [size[c] if c in term else 1 for c in labels]
+  # Transposes and reshapes follow from the labels alone (never from sizes), so the op
+  # count does not depend on the mesh shape.
+  def as_3d(value, term, free):
+    """(value as [kept batch..., free, inner] or [kept batch..., inner, free], whether
+    inner comes first)."""
+    lead = "".join(c for c in term if c in kept)
+    body = "".join(c for c in term if c not in kept)
+    contracted_first = body == inner + free
+    target = lead + (body if contracted_first or body == free + inner else free + inner)
+    if target != term:
+      value = direct_ops.transpose(value, [term.index(c) for c in target])
+    if (len(free) == 1 and len(inner) == 1 and len(lead) == len(kept) and
+        target == term):
+      return value, contracted_first
+    dims = [size[c] if c in term else 1 for c in kept]
     return direct_ops.reshape(value, dims + (
-        [prod(contracted), prod(free)] if contracted_first else [prod(free), prod(contracted)]))
-  a, b = as_3d(x, lhs, free_l, adj_l), as_3d(y, rhs, free_r, not adj_r)
+        [prod(inner), prod(free)] if contracted_first else [prod(free), prod(inner)])
+    ), contracted_first
+
+  if not summed and any(not t.startswith("".join(c for c in kept if c in t)) or
+                        "".join(c for c in t if c not in kept) not in (
+                            inner + f, f + inner)
+                        for t, f in ((lhs, free_l), (rhs, free_r))):
+    return None  # without a SUM over mesh axes, no transposes: tf.einsum does as well
+  (a, adj_l), (b, rhs_inner_first) = as_3d(x, lhs, free_l), as_3d(y, rhs, free_r)
+  adj_r = not rhs_inner_first  # the matmul wants rhs as [inner, free]
   if out_rest == free_l + free_r:
     result = direct_ops.matmul(a, b, adjoint_a=adj_l, adjoint_b=adj_r)
   elif out_rest == free_r + free_l:  # out^T = rhs^T lhs^T
     result = direct_ops.matmul(b, a, adjoint_a=not adj_r, adjoint_b=not adj_l)
   else:
     return None
-  summed = [i for i, (_, s) in enumerate(batch) if s]
-  if summed:
-    result = tf.reduce_sum(result, summed)
   if len(free_l) == 1 and len(free_r) == 1:
     return result
   return direct_ops.reshape(result, [size[c] for c in out])
+
+
+def folded_matmul(equation, lhs_value, rhs_value, mesh_labels):
+  """lhs, rhs contracted as `equation` says where a mesh label of the output is in one
+  operand only (that operand's cores meet the other's one slice, as activations
+  replicated over the model axis meet weights replicated over the data axis); None
+  elsewhere, or where the einsum is not a plain product.
+
+  Used as a batch dim (broadcast in the other operand), such a label makes one small
+  matmul per core, thinner the more cores share the slice dims (at 512 cores, [256, 8]
+  products). Here it is a free dim of its operand instead, so the whole contraction is
+  one matmul of the full, unsplit size, between transposes that put each operand's free
+  and contracted dims together and the result's mesh axes back in front: O(size) moves
+  whose number follows from the labels alone, not from the mesh shape.
+  """
+  ins, out = equation.split("->")
+  lhs, rhs = ins.split(",")
+  if not any(c in mesh_labels and c in out and ((c in lhs) != (c in rhs)) for c in ins):
+    return None
+  if any(len(set(t)) != len(t) for t in (lhs, rhs, out)) or any(
+      c not in out and c not in (rhs if c in lhs else lhs) for c in lhs + rhs) or any(
+          c not in lhs + rhs for c in out):
+    return None
+  x, y = tf.convert_to_tensor(lhs_value), tf.convert_to_tensor(rhs_value)
+  if not (x.dtype.is_floating and x.dtype == y.dtype and x.shape.is_fully_defined() and
+          y.shape.is_fully_defined()):
+    return None
+  batch = "".join(c for c in out if c in lhs and c in rhs)
+  free_l = "".join(c for c in out if c in lhs and c not in rhs)
+  free_r = "".join(c for c in out if c in rhs and c not in lhs)
+  inner = "".join(c for c in lhs if c in rhs and c not in out)
+  size = dict(zip(lhs, x.shape.as_list()))
+  size.update(zip(rhs, y.shape.as_list()))
+  prod = lambda s: int(np.prod([size[c] for c in s], dtype=np.int64))
+
+  def as_3d(value, term, free):
+    """(value as [batch..., free, inner] or [batch..., inner, free], inner first?)."""
+    inner_first = term == batch + inner + free
+    target = term if inner_first or term == batch + free + inner else batch + free + inner
+    if target != term:
+      value = direct_ops.transpose(value, [term.index(c) for c in target])
+    dims = [size[c] for c in batch]
+    return direct_ops.reshape(value, dims + (
+        [prod(inner), prod(free)] if inner_first else [prod(free), prod(inner)])
+    ), inner_first
+
+  (a, adj_l), (b, rhs_inner_first) = as_3d(x, lhs, free_l), as_3d(y, rhs, free_r)
+  adj_r = not rhs_inner_first
+  if out == batch + free_r + free_l:  # out^T = rhs^T lhs^T: no transpose after
+    produced = batch + free_r + free_l
+    result = direct_ops.matmul(b, a, adjoint_a=not adj_r, adjoint_b=not adj_l)
+  else:
+    produced = batch + free_l + free_r
+    result = direct_ops.matmul(a, b, adjoint_a=adj_l, adjoint_b=adj_r)
+  result = direct_ops.reshape(result, [size[c] for c in produced])
+  if produced != out:
+    result = direct_ops.transpose(result, [produced.index(c) for c in out])
+  return result

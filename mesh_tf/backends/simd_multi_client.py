@@ -113,6 +113,9 @@ class MultiClientMeshImpl(MeshImpl):
   imports_process_share = True
   # an allreduce over a group of one emits no collective, so it is not recorded
   record_lone_allreduce = False
+  # each collective here is a round trip between processes: gradients' SUMs owed at
+  # once are paid in one (lowering/lazy_allreduce.py)
+  packs_allreduces = True
 
   def __init__(self, shape, layout, pnum, device, process_pnums=None,
                timeout=DEFAULT_TIMEOUT, communication_hint="auto"):
@@ -202,6 +205,19 @@ class MultiClientMeshImpl(MeshImpl):
           input=t, merge_op=reductions.collective_merge_op(reduction_fn_string),
           final_op="Id",
           **self._collective_args(mesh_axes, group))])
+
+  def _allreduce_packed(self, xs, mesh_axes):
+    group = self.group_of(mesh_axes) if mesh_axes else [self.pnum]
+    if len(group) == 1 or len(xs) == 1:
+      return [self._allreduce(x, mesh_axes, "SUM") for x in xs]
+    slices = [x.one_slice for x in xs]
+    with tf.device(self.device):
+      flat = tf.concat([tf.reshape(t, [-1]) for t in slices], 0)
+      summed = tf.raw_ops.CollectiveReduceV2(
+          input=flat, merge_op=reductions.collective_merge_op("SUM"), final_op="Id",
+          **self._collective_args(mesh_axes, group))
+      pieces = tf.split(summed, [t.shape.num_elements() for t in slices])
+      return [LaidOutTensor([tf.reshape(p, t.shape)]) for p, t in zip(pieces, slices)]
 
   def _allconcat(self, x, mesh_axis, concat_axis):
     t = x.one_slice

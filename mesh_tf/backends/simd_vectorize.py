@@ -27,6 +27,7 @@ TF's private FuncGraph). With the layer off, every call takes step 3, the public
 ("plain": calls on tf.vectorized_map because the layer was off).
 """
 import collections
+import functools
 import inspect
 
 import numpy as np
@@ -68,6 +69,8 @@ _AXIS_INPUT = {
 # Ops whose axis is an attr.
 _AXIS_ATTR = {"Pack": "axis", "Unpack": "axis", "OneHot": "axis"}
 _SHAPE_OPS = frozenset(["Shape", "Size", "Rank"])
+# Sums (and the identity): their sum recipe is the sum of their inputs' (`_sum_recipe`).
+_SUMS = frozenset(["AddN", "AddV2", "Add", "Identity"])
 
 
 class _Fallback(Exception):
@@ -120,13 +123,36 @@ def _python_names(op):
   return _PARAMS[op.type]
 
 
+def _is_splat_view(value):
+  """Whether value is a numpy array of rank >= 1 broadcast from one element (the lazy
+  value of a Fill the replay did not emit: see `_Replay.run`)."""
+  return isinstance(value, np.ndarray) and value.ndim > 0 and not any(value.strides)
+
+
 def _as_tensor(value):
+  if _is_splat_view(value):  # a Fill again, not a constant of every element
+    return tf.fill(value.shape, direct_ops.constant(np.asarray(value.flat[0])))
   return direct_ops.constant(value) if isinstance(value, np.ndarray) else value
+
+
+def _splat_scalar(value):
+  """The one element of a numpy array of rank >= 1 whose elements are all equal, as a
+  0-d array; else None."""
+  if not isinstance(value, np.ndarray) or value.ndim == 0 or value.dtype.kind not in "biuf":
+    return None
+  first = value.flat[0] if value.size else None
+  if first is None or not (_is_splat_view(value) or (value == first).all()):
+    return None
+  return np.asarray(first, value.dtype)
 
 
 def _call_raw(op, args, attrs):
   """Emits op.type with the given inputs and attrs (keyed by op_def names); returns its
   outputs as a flat list."""
+  if any(_is_splat_view(x) for v in args.values() for x in (v if isinstance(v, list)
+                                                              else [v])):
+    args = {k: [_as_tensor(x) for x in v] if isinstance(v, list) else _as_tensor(v)
+            for k, v in args.items()}
   made = direct_ops.like(op, args, attrs)
   if made is not None:
     return made
@@ -181,8 +207,9 @@ class _Replay:
     self.mesh_shape = list(mesh_shape)
     self.k = len(self.mesh_shape)
     self.values = {}
-    # scratch Einsum output ref -> recipe(drop_axes) re-emitting it summed over those
-    # mesh axes (see `run_slicewise`)
+    # scratch tensor ref -> recipe(drop_axes) re-emitting its value summed over those
+    # mesh axes (see `run_slicewise`): an Einsum output, an input that came with one, or
+    # a sum of such values (`_sum_recipe`)
     self.einsum_recipes = {}
 
   def get(self, t):
@@ -196,7 +223,9 @@ class _Replay:
     target extents if given."""
     v, extents = self.get(t)
     if extents is None:
-      if isinstance(v, np.ndarray):
+      if _is_splat_view(v):
+        v = _as_tensor(np.broadcast_to(v.flat[0], [1] * self.k + list(v.shape)))
+      elif isinstance(v, np.ndarray):
         v = np.reshape(v, [1] * self.k + list(v.shape))
       elif v.shape.is_fully_defined():
         v = direct_ops.reshape(v, [1] * self.k + v.shape.as_list())
@@ -229,6 +258,14 @@ class _Replay:
     if op.type == "Const":
       # kept in numpy: an op that reads it emits it (or folds it, e.g. a shifted axis)
       outs, extents = [tf.make_ndarray(op.get_attr("value"))], None
+    elif op.type == "Fill" and not in_extents and all(
+        isinstance(self.get(t)[0], np.ndarray) for t in op.inputs):
+      # Kept in numpy too, as a broadcast view of its one element. TF writes a known
+      # tf.zeros / tf.ones / tf.fill of under 1000 elements as a Const and a larger one
+      # as a Fill; both are splats here, so the slice size (smaller on a bigger mesh)
+      # does not change which ops the replay emits (see `_elementwise_args`).
+      dims, value = (self.get(t)[0] for t in op.inputs)
+      outs, extents = [np.broadcast_to(np.asarray(value), np.asarray(dims).tolist())], None
     elif op.type in _SHAPE_OPS and in_extents:
       outs, extents = self._static_shape_op(op), None
     elif not in_extents:
@@ -244,6 +281,26 @@ class _Replay:
       raise _Fallback(op.type)
     for t, v in zip(op.outputs, outs):
       self.values[t.ref()] = (v, extents)
+    if op.type in _SUMS:
+      self._sum_recipe(op)
+
+  def _sum_recipe(self, op):
+    """A recipe for the sum of values that each have one, all of the same compact shape
+    (so of the same extents): the sum of their recipes. The lazy allreduce adds the
+    partial sums of several einsums (the gradients of q, k and v reaching the attention
+    input) before one SUM allreduce; with this recipe that allreduce contracts the mesh
+    axes inside each einsum, instead of storing a partial sum per core."""
+    recipes = [self.einsum_recipes.get(t.ref()) for t in op.inputs]
+    if not recipes or any(r is None for r in recipes):
+      return
+    shapes = {tuple(tf.TensorShape(self.get(t)[0].shape).as_list()) for t in op.inputs}
+    if len(shapes) != 1 or None in next(iter(shapes)):
+      return
+
+    def emit(drop_axes):
+      parts = [r(drop_axes) for r in recipes]
+      return parts[0] if len(parts) == 1 else tf.add_n(parts)
+    self.einsum_recipes[op.outputs[0].ref()] = emit
 
   def _static_shape_op(self, op):
     shape = op.inputs[0].shape
@@ -258,19 +315,47 @@ class _Replay:
     of the inputs')."""
     kind = op.type
     if kind in _CWISE:
-      rank = max(t.shape.rank for _, ts, _ in groups for t in ts)
-      args = {}
-      for name, ts, is_list in groups:
-        vals = [self.as_stacked(t, extents) if kind in _SAME_SHAPE else
-                self.aligned(t, rank) for t in ts]
-        args[name] = vals if is_list else vals[0]
-      return _call_raw(op, args, attrs)
+      return _call_raw(op, self._elementwise_args(op, groups, extents), attrs)
     if kind in _AXIS_INPUT or kind in _AXIS_ATTR:
       return self._axis_op(op, groups, attrs, extents)
     rule = getattr(self, "_rule_" + kind, None)
     if rule is None:
       raise _Fallback(kind)
     return rule(op, groups, attrs, extents)
+
+  def _elementwise_args(self, op, groups, extents):
+    """Inputs of an elementwise op with a stacked input, aligned for broadcasting.
+
+    A known input whose elements are all equal (e.g. the zeros of tf.zeros_like) is
+    passed as its one element where the other inputs alone give the output its shape,
+    so neither a slice-sized constant nor a Fill is emitted for it, whatever the slice
+    size.
+    """
+    kind = op.type
+    rank = max(t.shape.rank for _, ts, _ in groups for t in ts)
+    inputs = [t for _, ts, _ in groups for t in ts]
+    out_shape = op.outputs[0].shape
+    args = {}
+    for name, ts, is_list in groups:
+      vals = []
+      for t in ts:
+        scalar = None
+        if kind not in _SAME_SHAPE and self.extents(t) is None:
+          scalar = _splat_scalar(self.get(t)[0])
+        if scalar is not None and out_shape.is_fully_defined():
+          others = [o.shape for o in inputs if o is not t]
+          try:
+            covered = others and functools.reduce(
+                tf.broadcast_static_shape, others).as_list() == out_shape.as_list()
+          except ValueError:
+            covered = False
+          if covered:
+            vals.append(scalar)
+            continue
+        vals.append(self.as_stacked(t, extents) if kind in _SAME_SHAPE else
+                    self.aligned(t, rank))
+      args[name] = vals if is_list else vals[0]
+    return args
 
   def _plain(self, t):
     """Value of an input that must be the same on every core (e.g. a shape)."""
@@ -343,8 +428,11 @@ class _Replay:
       equation = ",".join(terms) + "->" + "".join(mesh_labels[i] for i in kept) + out
       result = None
       if len(values) == 2:
-        result = simd_matmul.batched_matmul(equation, values[0], values[1],
-                                            frozenset(mesh_labels))
+        result = simd_matmul.folded_matmul(equation, values[0], values[1],
+                                           frozenset(mesh_labels))
+        if result is None:
+          result = simd_matmul.batched_matmul(equation, values[0], values[1],
+                                              frozenset(mesh_labels))
         if result is None:
           result = local_einsum.two_operand_matmul(equation, values[0], values[1])
       if result is None:
@@ -528,10 +616,12 @@ def _control_captures(graph):
   return getattr(getattr(graph, "function_captures", None), "control", None) or []
 
 
-def _replay(graph, placeholders, outputs, args, mesh_shape, recipes):
+def _replay(graph, placeholders, outputs, args, mesh_shape, recipes, input_recipes=None):
   replay = _Replay(mesh_shape)
   for i, p in placeholders.items():
     replay.values[p.ref()] = (args[i], args[i].shape.as_list()[:replay.k])
+    if input_recipes and input_recipes.get(i) is not None:
+      replay.einsum_recipes[p.ref()] = input_recipes[i]
   for external, internal in graph.captures:
     replay.values[internal.ref()] = (external, None)
   control = [c for c in _control_captures(graph) if not tf.executing_eagerly()]
@@ -556,7 +646,8 @@ def _replay(graph, placeholders, outputs, args, mesh_shape, recipes):
   return tuple(results) if multi else results[0]
 
 
-def run_slicewise(fn, args, stacked_positions, mesh_shape, recipes=None):
+def run_slicewise(fn, args, stacked_positions, mesh_shape, recipes=None,
+                  input_recipes=None):
   """fn on each core's slices.
 
   Args at stacked_positions are compact: [*extents, *slice] with one leading axis per
@@ -565,7 +656,8 @@ def run_slicewise(fn, args, stacked_positions, mesh_shape, recipes=None):
   If `recipes` is a dict, recipes[i] is set for each output i that is one einsum of the
   trace: recipe(drop_axes) emits that einsum again with the mesh axes drop_axes
   contracted too, i.e. the output SUM-allreduced over them without the per-core partial
-  sums ever being stored.
+  sums ever being stored. `input_recipes` ({position: recipe}) gives the recipes of
+  inputs made that way; an output that is a sum of such values gets one too.
 
   Returns a compact tf.Tensor (or a tuple for several outputs). See the module
   docstring for the two paths.
@@ -577,7 +669,8 @@ def run_slicewise(fn, args, stacked_positions, mesh_shape, recipes=None):
   k = len(mesh_shape)
   graph, placeholders, outputs = _cached_trace(fn, args, stacked_positions, k)
   try:
-    result = _replay(graph, placeholders, outputs, args, mesh_shape, recipes)
+    result = _replay(graph, placeholders, outputs, args, mesh_shape, recipes,
+                     input_recipes)
     stats["replay"] += 1
     return result
   except _Fallback as reason:

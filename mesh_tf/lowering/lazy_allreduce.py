@@ -29,6 +29,9 @@ class LazyAllreduceSum:
     self.add_counter_fn = add_counter_fn
     self.op_name = op_name  # collectives emitted by force() are accounted to this op
     self._result = None
+    # set by the Lowering where the backend packs allreduces: fn() -> the other owed
+    # sums to pay in the same collective as this one
+    self.pack_partners_fn = None
 
   @property
   def slice_shape(self):
@@ -41,6 +44,10 @@ class LazyAllreduceSum:
 
   def force(self):
     """The allreduced value (emitted on first call, then reused)."""
+    if self._result is None and self.pack_partners_fn is not None:
+      partners = self.pack_partners_fn()
+      if partners:
+        _force_packed([self] + partners)
     if self._result is None:
       impl = self.mesh_impl
       caller, impl.current_op_name = impl.current_op_name, self.op_name
@@ -55,6 +62,23 @@ class LazyAllreduceSum:
   def to_laid_out_tensor(self):
     """The original's name for force()."""
     return self.force()
+
+
+def _force_packed(sums):
+  """Pays the allreduces of LazyAllreduceSums owing the same SUM in one collective."""
+  impl = sums[0].mesh_impl
+  results = impl.allreduce_sums_packed([x.laid_out for x in sums], list(sums[0].mesh_axes),
+                                       [x.op_name for x in sums])
+  for x, result in zip(sums, results):
+    x._result = result  # pylint: disable=protected-access
+    if x.add_counter_fn is not None:
+      x.add_counter_fn("allreduce/%s/SUM" % list(x.mesh_axes), 1)
+
+
+def packable(x, y):
+  """Whether owed sums x and y can be paid in one collective."""
+  return (x.mesh_impl is y.mesh_impl and x.mesh_axes == y.mesh_axes and
+          x.laid_out.dtype == y.laid_out.dtype)
 
 
 class LazyLaidOutTensor:

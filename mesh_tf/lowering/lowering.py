@@ -43,6 +43,7 @@ class Lowering:
     self.mesh_to_impl = dict(mesh_to_impl)
     self.feeds = dict(feeds or {})
     self.tensors = lazy_allreduce.LaidOutTensors()
+    self._owed_sums = []  # (mtf Tensor, LazyAllreduceSum) where the backend packs them
     self.operations = {}
     self._lowered = set()
     self._readers_of, self._readers_count = None, 0  # {mtf Tensor: ops reading it}
@@ -170,7 +171,27 @@ class Lowering:
       impl = self.mesh_impl(x)
       laid_out = impl.annotate(x, laid_out)
       impl.note_readers(laid_out, functools.partial(self._has_unlowered_reader, x))
+    elif (isinstance(laid_out, lazy_allreduce.LazyAllreduceSum) and
+          laid_out.mesh_impl.packs_allreduces):
+      self._owed_sums.append((x, laid_out))
+      laid_out.pack_partners_fn = functools.partial(self._pack_partners, laid_out)
     self.tensors[x] = laid_out
+
+  def _pack_partners(self, lazy):
+    """The other owed sums that will be paid anyway and can go in lazy's collective:
+    unpaid, packable with it, and read by an op still to be lowered that pays them (not
+    one that keeps them owed, as add_n or a reduce-scattering reshape may)."""
+    partners = []
+    for x, other in self._owed_sums:
+      if (other is lazy or other.forced or not lazy_allreduce.packable(lazy, other) or
+          self.tensors.raw(x) is not other):
+        continue
+      self._has_unlowered_reader(x)  # builds the readers map
+      readers = [op for op in self._readers_of.get(x, ()) if op not in self._lowered]
+      if readers and not any(getattr(op, "reads_owed_sums", False) for op in readers):
+        partners.append(other)
+    self._owed_sums = [(x, s) for x, s in self._owed_sums if not s.forced]
+    return partners
 
   def _has_unlowered_reader(self, x):
     """Whether an op reading mtf Tensor x is still to be lowered (or being lowered)."""

@@ -307,6 +307,30 @@ class MeshImpl(abc.ABC):
       self.record_collective("allreduce", mesh_axes, x.slice_shape, x.dtype)
     return self._allreduce(x, mesh_axes, reduction_fn_string)
 
+  # Whether SUM allreduces still owed when one of them is paid are paid together, in
+  # one collective (see allreduce_sums_packed); backends whose collectives cost a round
+  # trip each (between processes) set it.
+  packs_allreduces = False
+
+  def allreduce_sums_packed(self, xs, mesh_axes, op_names):
+    """[SUM allreduce of x over mesh_axes for x in xs], each recorded as its own
+    collective (accounted to the op named at the same index of op_names), emitted as
+    `_allreduce_packed` does: by default one collective each."""
+    caller = self.current_op_name
+    try:
+      for x, name in zip(xs, op_names):
+        self.current_op_name = name
+        if mesh_axes and (self.record_lone_allreduce or list_product(
+            [self._shape[a].size for a in mesh_axes]) > 1):
+          self.record_collective("allreduce", mesh_axes, x.slice_shape, x.dtype)
+    finally:
+      self.current_op_name = caller
+    return self._allreduce_packed(xs, list(mesh_axes))
+
+  def _allreduce_packed(self, xs, mesh_axes):
+    """The backend's SUM allreduce of several laid-out values of one dtype."""
+    return [self._allreduce(x, mesh_axes, "SUM") for x in xs]
+
   def allconcat(self, x, mesh_axis, concat_axis):
     """Gathers the slices of a group along mesh_axis and concatenates on concat_axis."""
     self.record_collective("allconcat", [mesh_axis], x.slice_shape, x.dtype)

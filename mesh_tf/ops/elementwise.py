@@ -267,6 +267,8 @@ class AddNOperation(Operation):
   """Sum of tensors of one shape and dtype. Partial sums still owing the same allreduce
   (see lowering/lazy_allreduce.py) are added locally and reduced once."""
 
+  reads_owed_sums = True
+
   def __init__(self, xs, name=None):
     super().__init__(xs, name=name or "add_n")
     _check_dtypes(xs, self.name)

@@ -114,3 +114,39 @@ def test_replica_set_refuses_what_it_cannot_run_before_touching_tensorflow():
   with pytest.raises(cluster.ClusterError, match="mesh of 8 processors cannot be split "
                      "evenly over 3 processes"):
     multi_client.ReplicaSet(MESH, LAYOUT, "a:1,b:2,c:3", 0)
+
+
+def _step_graph(impl):
+  """(traced replica train step's graph, its Lowering) of a 1-layer tiny LM."""
+  model = lm.TinyLmModel(lm_config.TinyLmConfig(num_layers=1, heads=8))
+  batch = lm_config.synthetic_batch(model.config)
+  lowerings = []
+
+  @tf.function
+  def step(*args):
+    lowerings.append(model.lowering(impl, *args))
+    return train_steps.lower_train_step(lowerings[-1], model.loss, model.update_ops)
+  model.lowering(impl)
+  return step.get_concrete_function(batch[:, :-1], batch[:, 1:]).graph, lowerings[-1]
+
+
+def test_replica_pays_owed_gradient_sums_in_one_collective():
+  batch_key = lambda impl: impl.group_key([0], impl.group_of([0]))
+
+  def batch_reduces(impl):
+    graph, lowering = _step_graph(impl)
+    ops = [o for o in graph.get_operations() if o.type == "CollectiveReduceV2" and
+           tf.get_static_value(o.inputs[2]) == batch_key(impl)]
+    return ops, [r for r in lowering.comm_records if r.mesh_axes == (0,)]
+  unpacked_impl = _replica(5)
+  unpacked_impl.packs_allreduces = False
+  unpacked, records = batch_reduces(unpacked_impl)
+  packed, packed_records = batch_reduces(_replica(5))
+  # accounting is per gradient either way; the packed step emits far fewer collectives
+  assert sorted(map(tuple, records)) == sorted(map(tuple, packed_records))
+  assert len(unpacked) == len(records) >= 8
+  assert len(packed) <= len(unpacked) - 7
+  # one of them carries the einsum gradients' sums: the elements of their records
+  biggest = max(packed, key=lambda o: o.inputs[0].shape.num_elements())
+  einsum_elements = sum(r.slice_bytes // 4 for r in records if r.op.startswith("einsum"))
+  assert biggest.inputs[0].shape.num_elements() >= einsum_elements > 0
