@@ -126,7 +126,8 @@ def _python_names(op):
 def _is_splat_view(value):
   """Whether value is a numpy array of rank >= 1 broadcast from one element (the lazy
   value of a Fill the replay did not emit: see `_Replay.run`)."""
-  return isinstance(value, np.ndarray) and value.ndim > 0 and not any(value.strides)
+  return (isinstance(value, np.ndarray) and value.ndim > 0 and value.size > 0 and
+          not any(value.strides))
 
 
 def _as_tensor(value):
