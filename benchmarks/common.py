@@ -87,3 +87,13 @@ def define_flag(define, name, default, *args, **kwargs):
   from absl import flags  # pylint: disable=g-import-not-at-top
   if name not in flags.FLAGS:
     define(name, default, *args, **kwargs)
+
+
+def random_prompts(size, length, prompt_length, seed=0):
+  """int32 [batch, length]: prompt_length random non-EOS byte ids, then zeros."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  s = TRANSFORMER_SIZES[size]
+  rng = np.random.RandomState(seed)
+  ids = np.zeros([s["batch"], length], np.int32)
+  ids[:, :prompt_length] = rng.randint(2, s["vocab"], size=[s["batch"], prompt_length])
+  return ids

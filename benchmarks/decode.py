@@ -74,13 +74,7 @@ def build_decode(size, length, new_tokens, cached):
     gin.clear_config()
 
 
-def random_prompts(size, length, prompt_length, seed=0):
-  """int32 [batch, length]: prompt_length random non-EOS byte ids, then zeros."""
-  s = common.TRANSFORMER_SIZES[size]
-  rng = np.random.RandomState(seed)
-  ids = np.zeros([s["batch"], length], np.int32)
-  ids[:, :prompt_length] = rng.randint(2, s["vocab"], size=[s["batch"], prompt_length])
-  return ids
+random_prompts = common.random_prompts
 
 
 def decode_fns(size, new_tokens, prompt_length, checkpoint_dir):

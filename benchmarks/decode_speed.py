@@ -119,13 +119,7 @@ def build_decode(size, mesh_key, case, length, new_tokens, cached=True):
     gin.clear_config()
 
 
-def random_prompts(size, length, prompt_length, seed=0):
-  """int32 [batch, length]: prompt_length random non-EOS byte ids, then zeros."""
-  s = common.TRANSFORMER_SIZES[size]
-  rng = np.random.RandomState(seed)
-  ids = np.zeros([s["batch"], length], np.int32)
-  ids[:, :prompt_length] = rng.randint(2, s["vocab"], size=[s["batch"], prompt_length])
-  return ids
+random_prompts = common.random_prompts
 
 
 def mesh_impl(mesh_key, devices):

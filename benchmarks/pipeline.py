@@ -275,22 +275,6 @@ def measure(devices, s, weights, batch, num_stages, num_microbatches, tf_functio
   return (lambda: step(*batch)), figures
 
 
-def time_rounds(fns, steps, repeats):
-  """{label: median seconds per call} over `repeats` rounds that time `steps` calls of
-  each fn in turn (the fns have run already: traced and warm)."""
-  import statistics  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
-  samples = {k: [] for k in fns}
-  for _ in range(repeats):
-    for label, fn in fns.items():
-      start = time.perf_counter()
-      for _ in range(steps):
-        out = fn()
-      out.numpy()
-      samples[label].append((time.perf_counter() - start) / steps)
-  return {k: statistics.median(v) for k, v in samples.items()}
-
-
 def run(size="default", stages=(2, 4), microbatches=(1, 2, 4, 8), steps=2, repeats=3,
         optimize_graph=True, tf_function=True):
   """Measures every variant and prints the table (see the module docstring)."""
@@ -308,7 +292,7 @@ def run(size="default", stages=(2, 4), microbatches=(1, 2, 4, 8), steps=2, repea
     for label, num_stages, m in variants(stages, microbatches):
       fns[label], figs[label] = measure(devices, s, weights, batch, num_stages, m,
                                         tf_function)
-    times = time_rounds(fns, steps, repeats)
+    times = common.time_alternating(fns, steps, repeats)
   finally:
     tf.config.optimizer.set_experimental_options(
         dict(options, disable_meta_optimizer=options.get("disable_meta_optimizer",

@@ -62,6 +62,7 @@ from absl import flags
 
 from benchmarks import common
 from benchmarks import step_time
+from models.transformer.trainer import step_metrics
 
 FLAGS = flags.FLAGS
 # --steps (train steps, or isolated-op calls, per timed block), --repeats (timed blocks;
@@ -99,21 +100,6 @@ def _attr_value(v):
   return v.decode() if isinstance(v, bytes) else v
 
 
-def _live_ops(g):
-  """The ops of g that a run executes: ancestors (data or control) of its outputs and
-  control outputs (TF prunes the rest before running a function)."""
-  stack = [t.op for t in g.outputs] + list(getattr(g, "control_outputs", ()))
-  live = set()
-  while stack:
-    op = stack.pop()
-    if op in live:
-      continue
-    live.add(op)
-    stack.extend(x.op for x in op.inputs)
-    stack.extend(op.control_inputs)
-  return live
-
-
 def matmul_inventory(graph, live_only=True):
   """Every matmul op a run of `graph` (a FuncGraph) executes, one Matmul per execution.
 
@@ -128,7 +114,7 @@ def matmul_inventory(graph, live_only=True):
   out = []
 
   def walk(g, device):
-    live = _live_ops(g) if live_only else None
+    live = set(step_metrics.live_operations(g)) if live_only else None
     for op in g.get_operations():
       if live is not None and op not in live:
         continue

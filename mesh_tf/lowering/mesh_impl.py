@@ -302,10 +302,14 @@ class MeshImpl(abc.ABC):
     reduction name is a LayoutError on every backend, even over no mesh axes.
     """
     reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
-    if record and mesh_axes and (self.record_lone_allreduce or list_product(
-        [self._shape[a].size for a in mesh_axes]) > 1):
+    if record and self._allreduce_is_recorded(mesh_axes):
       self.record_collective("allreduce", mesh_axes, x.slice_shape, x.dtype)
     return self._allreduce(x, mesh_axes, reduction_fn_string)
+
+  def _allreduce_is_recorded(self, mesh_axes):
+    """Whether an allreduce over mesh_axes goes into comm_log (see record_lone_allreduce)."""
+    return bool(mesh_axes) and (self.record_lone_allreduce or list_product(
+        [self._shape[a].size for a in mesh_axes]) > 1)
 
   # Whether SUM allreduces still owed when one of them is paid are paid together, in
   # one collective (see allreduce_sums_packed); backends whose collectives cost a round
@@ -320,8 +324,7 @@ class MeshImpl(abc.ABC):
     try:
       for x, name in zip(xs, op_names):
         self.current_op_name = name
-        if mesh_axes and (self.record_lone_allreduce or list_product(
-            [self._shape[a].size for a in mesh_axes]) > 1):
+        if self._allreduce_is_recorded(mesh_axes):
           self.record_collective("allreduce", mesh_axes, x.slice_shape, x.dtype)
     finally:
       self.current_op_name = caller

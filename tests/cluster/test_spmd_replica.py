@@ -63,7 +63,8 @@ def test_dataset_shares_of_the_processes_assemble_the_global_batches():
     input_share.share_of_dataset(examples, 8, (4, 9))
 
 
-def _records(model, impl, feeds):
+def _trace(model, impl, feeds):
+  """(graph, Lowering) of model's train step traced on impl."""
   lowerings = []
 
   @tf.function
@@ -71,8 +72,11 @@ def _records(model, impl, feeds):
     lowerings.append(model.lowering(impl, *args))
     return train_steps.lower_train_step(lowerings[-1], model.loss, model.update_ops)
   model.lowering(impl)
-  step.get_concrete_function(*feeds)
-  return lowerings[-1].comm_records
+  return step.get_concrete_function(*feeds).graph, lowerings[-1]
+
+
+def _records(model, impl, feeds):
+  return _trace(model, impl, feeds)[1].comm_records
 
 
 def test_replica_collectives_are_the_placement_ones_and_cross_as_predicted():
@@ -120,14 +124,7 @@ def _step_graph(impl):
   """(traced replica train step's graph, its Lowering) of a 1-layer tiny LM."""
   model = lm.TinyLmModel(lm_config.TinyLmConfig(num_layers=1, heads=8))
   batch = lm_config.synthetic_batch(model.config)
-  lowerings = []
-
-  @tf.function
-  def step(*args):
-    lowerings.append(model.lowering(impl, *args))
-    return train_steps.lower_train_step(lowerings[-1], model.loss, model.update_ops)
-  model.lowering(impl)
-  return step.get_concrete_function(batch[:, :-1], batch[:, 1:]).graph, lowerings[-1]
+  return _trace(model, impl, (batch[:, :-1], batch[:, 1:]))
 
 
 def test_replica_pays_owed_gradient_sums_in_one_collective():
