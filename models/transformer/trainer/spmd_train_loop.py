@@ -29,6 +29,7 @@ from mesh_tf.checkpoint.save_restore import DEFAULT_BASENAME
 from mesh_tf.cluster import agreement
 from mesh_tf.cluster import spmd_training
 from models.transformer import model_graph
+from models.transformer.trainer import run_checkpoints
 from models.transformer.trainer import run_record
 from models.transformer.trainer import run_setup
 from models.transformer.trainer import spmd_evaluation
@@ -145,19 +146,12 @@ class ChiefSaver:
     self._values = {}  # refilled before each save with the gathered full values
     self.manager = None
     if trainer.replicas.is_chief:
-      self.manager = mtf.CheckpointManager(
-          model_dir, self._values, max_to_keep=keep_checkpoint_max,
-          extra_variables={"global_step": global_step}, require_finite=True,
-          record=run_record.active_text())
+      self.manager = run_checkpoints.open_manager(model_dir, self._values, global_step,
+                                                  keep_checkpoint_max)
     # Every process resolves the checkpoint by the one rule train/eval/decode use, so a
     # lost or garbled state file cannot make processes resume from different steps.
     found = discovery.find_checkpoints(model_dir, DEFAULT_BASENAME)
     self.latest = found.checkpoints[-1] if found.checkpoints else None
-    if self.manager is not None:
-      if self.manager.note:
-        print(self.manager.note, flush=True)
-      if self.manager.repair_state():
-        print("rewrote the state file of %s" % model_dir, flush=True)
     self.saved_step = None
 
   def restore(self):
@@ -167,7 +161,7 @@ class ChiefSaver:
     run_record.check_checkpoint(self.latest)  # every process, so all stop alike
     step = int(self.trainer.restore(self.latest) or 0)
     self.global_step.assign(step)
-    print("resumed from %s at step %d" % (self.latest, step), flush=True)
+    run_checkpoints.report_resumed(self.latest, step)
     self.saved_step = step
     return step
 
@@ -184,7 +178,7 @@ class ChiefSaver:
     self._values.clear()
     self._values.update(values)
     self.latest = self.manager.save(step)
-    print("saved checkpoint %s" % self.latest, flush=True)
+    run_checkpoints.report_saved(self.latest)
     return self.latest
 
 

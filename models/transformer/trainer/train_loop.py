@@ -24,6 +24,7 @@ from models import train_steps as shared_steps
 from models.transformer.trainer import cluster_setup
 from models.transformer.trainer import evaluation
 from models.transformer import model_graph
+from models.transformer.trainer import run_checkpoints
 from models.transformer.trainer import run_record
 from models.transformer.trainer import run_setup
 from models.transformer.trainer import step_metrics
@@ -105,10 +106,8 @@ class Trainer:
         variable_dtype, optimizer=self.optimizer, num_microbatches=num_microbatches)
     with cluster_setup.variable_scope(mesh_impl):  # a TPU strategy's scope, if any
       self.graph.lowering(mesh_impl)  # creates the variables eagerly, before any trace
-    self.manager = mtf.CheckpointManager(
-        model_dir, mesh_impl, max_to_keep=keep_checkpoint_max,
-        extra_variables={"global_step": self.global_step}, require_finite=True,
-        record=run_record.active_text())  # utils.run's vocabulary and hyperparameters
+    self.manager = run_checkpoints.open_manager(model_dir, mesh_impl, self.global_step,
+                                                keep_checkpoint_max)
     self.skip_nonfinite_updates = skip_nonfinite_updates
     graph = self.graph
 
@@ -126,10 +125,6 @@ class Trainer:
   def restore(self, init_checkpoint=None):
     """Resumes from model_dir's latest checkpoint, else loads init_checkpoint's model
     variables (if given); returns the global step training starts at."""
-    if self.manager.note:
-      print(self.manager.note, flush=True)
-    if self.manager.repair_state():
-      print("rewrote the state file of %s" % self.model_dir, flush=True)
     run_record.check_checkpoint(self.manager.latest_checkpoint)
     try:
       step = self.manager.restore_or_initialize()
@@ -142,8 +137,7 @@ class Trainer:
                "them" % self.model_dir) from e
     if step is not None:
       self.global_step.assign(step)
-      print("resumed from %s at step %d" % (self.manager.latest_checkpoint, step),
-            flush=True)
+      run_checkpoints.report_resumed(self.manager.latest_checkpoint, step)
       return step
     if init_checkpoint:
       result = mtf.restore_checkpoint(init_checkpoint, self.warm_start_variables(),
@@ -189,7 +183,7 @@ class Trainer:
 
   def _save(self, step):
     path = self.manager.save()
-    print("saved checkpoint %s" % path, flush=True)
+    run_checkpoints.report_saved(path)
     return path
 
   def _data_error(self, error, step, started_at):
