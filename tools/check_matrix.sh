@@ -39,7 +39,7 @@ tests/backends/gspmd/test_gspmd_hlo_shardings.py tests/backends/gspmd/test_gspmd
 tests/backends/tpu_contract/test_gspmd_variables.py
 tests/backends/placement/test_placement_slice_segments.py
 tests/backends/test_tf_version_compat.py tests/checkpoint
-tests/transformer/test_dataset.py tests/transformer/test_vocabulary.py"}
+tests/transformer/data/test_dataset.py tests/transformer/data/test_vocabulary.py"}
 TRAIN_FLAGS=${TRAIN_FLAGS:-"--gin_param=utils.run.train_steps=40 \
 --gin_param=utils.run.save_checkpoints_steps=20 --gin_param=utils.run.iterations_per_loop=20 \
 --gin_param=utils.run.eval_steps=2"}

@@ -53,8 +53,8 @@ LEDGER = [
          reason="the test sets context.mode to tf.compat.v1.estimator.ModeKeys.TRAIN; "
                 "TF 2.16+ removed tf.estimator. The behaviour itself (hidden states "
                 "returned in training) is the port's: "
-                "tests/transformer/test_orig_behaviour_adaptive_softmax.py",
-         ours="tests/transformer/test_orig_behaviour_adaptive_softmax.py"),
+                "tests/transformer/layers/test_orig_behaviour_adaptive_softmax.py",
+         ours="tests/transformer/layers/test_orig_behaviour_adaptive_softmax.py"),
     dict(area="transformer.adaptive_softmax",
          test="mesh_tensorflow/transformer/adaptive_softmax_test.py::"
               "AdaptiveSoftmaxTest.test_hidden_to_logits_returnsCorrectLogitsDuringEval",
@@ -62,8 +62,8 @@ LEDGER = [
          kind=IMPOSSIBLE,
          reason="the test sets context.mode to tf.compat.v1.estimator.ModeKeys.EVAL; "
                 "TF 2.16+ removed tf.estimator. Eval log-probabilities are checked "
-                "against TF in tests/transformer/test_modules_adaptive_softmax.py",
-         ours="tests/transformer/test_modules_adaptive_softmax.py"),
+                "against TF in tests/transformer/layers/test_modules_adaptive_softmax.py",
+         ours="tests/transformer/layers/test_modules_adaptive_softmax.py"),
     dict(area="shapes: repeated dimension names",
          test="mesh_tensorflow/transformer/transformer_layers_test.py::"
               "TransformerLayersTest.test_separable_conv1d_layer_incremental_mode",
@@ -74,7 +74,7 @@ LEDGER = [
                 "refused (the layer itself maps d_model:6 to d_model:2, see "
                 "test_orig_behaviour_conv_layers.py)",
          readme="which this port refuses",
-         ours="tests/transformer/test_orig_behaviour_conv_layers.py"),
+         ours="tests/transformer/layers/test_orig_behaviour_conv_layers.py"),
     dict(area="utils.BalancedVariablePlacer",
          test="mesh_tensorflow/utils_test.py::UtilsTest.test_variable_placer", cases=1,
          kind=DELIBERATE,

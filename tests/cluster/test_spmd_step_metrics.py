@@ -7,7 +7,7 @@ import re
 import lm_cluster_helpers
 from models.transformer.trainer import summaries
 
-# trainer_helpers.tiny_lm_bindings' LM (see tests/transformer/test_step_metrics.py):
+# trainer_helpers.tiny_lm_bindings' LM (see tests/transformer/trainer/test_step_metrics.py):
 # 6 x 128 tokens x (1 layer x (4*16*16 + 2*16*32 + 2*16*16) + 16*384 vocab).
 TINY_LM_FLOPS = 6 * 128 * (4 * 16 * 16 + 2 * 16 * 32 + 2 * 16 * 16 + 16 * 384)
 

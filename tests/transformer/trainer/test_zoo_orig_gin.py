@@ -16,7 +16,7 @@ from models.transformer import transformer
 from models.transformer import transformer_layers as tl
 from models.transformer.context import ModeKeys
 
-ORIG_GIN = (pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
+ORIG_GIN = (pathlib.Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
             / "orig_gin")
 
 pytestmark = pytest.mark.skipif(not ORIG_GIN.exists(),

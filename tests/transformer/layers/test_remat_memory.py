@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 # backend -> (mesh shape, layout rules); placement on one device, the others data-parallel.
 BACKENDS = {"placement": ("", ""), "simd": ("b:2", "batch:b"), "gspmd": ("b:2", "batch:b")}
 SIZES = dict(num_blocks=8, batch=8, length=64, d_model=32, heads=4, d_kv=8, d_ff=128,

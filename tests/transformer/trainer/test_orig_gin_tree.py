@@ -23,7 +23,7 @@ from models.transformer.trainer import gin_setup
 from models.transformer import transformer
 from models.transformer.context import ModeKeys
 
-_REPO = pathlib.Path(__file__).resolve().parents[2]
+_REPO = pathlib.Path(__file__).resolve().parents[3]
 ORIG_GIN = pathlib.Path(os.environ.get("MESH_TF_SHARED", _REPO.parent / "shared")) / \
     "fixtures" / "orig_gin"
 
