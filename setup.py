@@ -24,6 +24,11 @@ TFDS = ["tensorflow-datasets", "tensorflow-metadata<1.18"]
 # with TF 2.19-2.21); 0.10.2 has wheels for Python >= 3.11 only, and the GSPMD tests skip
 # with that reason on 3.10. Every jax requirement carries this marker.
 JAX_MARKER = '; python_version >= "3.11"'
+# ml_dtypes 0.7.0's extension module takes 1.3 s to import on this project's 2-core CI
+# host (0.6.0 and 0.5.4: 0.02 s), and every process that imports TensorFlow pays it:
+# each trainer start, each SPMD peer, each test subprocess. TF 2.19-2.21 and jax accept
+# 0.5.1-0.6.x.
+ML_DTYPES = "ml_dtypes<0.7"
 
 setuptools.setup(
     name="mesh_tf",
@@ -33,7 +38,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["mesh_tf", "mesh_tf.*",
                                                "models", "models.*"]),
     python_requires=PYTHON_REQUIRES,
-    install_requires=["absl-py", "gin-config", "numpy"],
+    install_requires=["absl-py", "gin-config", "numpy", ML_DTYPES],
     extras_require={
         "cpu": ["tensorflow-cpu" + TF_VERSION],
         "gpu": ["tensorflow[and-cuda]" + TF_VERSION],

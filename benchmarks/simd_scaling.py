@@ -22,7 +22,7 @@ The goal: the 8-core op count at 512 cores, a build in seconds, and the 512-core
 within 1.5x of the 8-core step.
 
     python -m benchmarks.simd_scaling [--model mlp|lm|both] [--steps 5] [--repeats 9]
-        [--original_python /tmp/tf212/bin/python]
+        [--original_python /tmp/tf212/bin/python] [--lm_length 128]
 """
 import argparse
 import json
@@ -65,9 +65,9 @@ ORIGINAL_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                "original_simd_build.py")
 
 
-def lm_config():
+def lm_config(sizes):
   from models.tiny_lm import config  # pylint: disable=g-import-not-at-top
-  return config.TinyLmConfig(**LM_SIZES)
+  return config.TinyLmConfig(**sizes)
 
 
 def build_lm(mesh_shape, c, weights, batch):
@@ -86,7 +86,7 @@ def build_lm(mesh_shape, c, weights, batch):
   return build_s, ops, step, first_loss
 
 
-def original_reference(python, mesh_shape):
+def original_reference(python, mesh_shape, sizes):
   """The original's placement build of the LM: (dict from its JSON line, None) or
   (None, why it was skipped)."""
   if not python:
@@ -96,7 +96,7 @@ def original_reference(python, mesh_shape):
         "/tmp/tf212/bin/pip install tensorflow-cpu==2.12.* mesh-tensorflow==0.1.21 " \
         "gin-config)" % python
   flags = ["--mesh", mesh_shape, "--layout", LM_LAYOUT, "--run_step"] + [
-      "--%s=%s" % (k, v) for k, v in LM_SIZES.items()]
+      "--%s=%s" % (k, v) for k, v in sizes.items()]
   try:
     result = subprocess.run([python, ORIGINAL_SCRIPT] + flags, capture_output=True,
                             text=True, timeout=1800, check=False)
@@ -124,23 +124,23 @@ def run_mlp(steps, repeats):
         step_s[cores] / base[2], losses[cores]))
 
 
-def run_lm(steps, repeats, original_python):
+def run_lm(steps, repeats, original_python, sizes):
   """The LM table: one row per mesh, then the original's placement build at 64."""
   from models.tiny_lm import config  # pylint: disable=g-import-not-at-top
-  c = lm_config()
+  c = lm_config(sizes)
   weights, batch = config.initial_weights(c), config.synthetic_batch(c)
   built = {}
   for mesh_shape, cores in MESHES:
     built[cores] = build_lm(mesh_shape, c, weights, batch) + (mesh_shape,)
   step_s = time_alternating({k: b[2] for k, b in built.items()}, steps, repeats)
   print("LM %s; layout %s; %d steps per block, median of %d alternating "
-        "rounds" % (", ".join("%s %s" % kv for kv in LM_SIZES.items()), LM_LAYOUT, steps,
+        "rounds" % (", ".join("%s %s" % kv for kv in sizes.items()), LM_LAYOUT, steps,
                     repeats))
   if repeats < 3:
     reference, why = None, ("a smoke run (--repeats < 3); the original's %d-device build "
                             "takes minutes" % ORIGINAL_MESH[1])
   else:
-    reference, why = original_reference(original_python, ORIGINAL_MESH[0])
+    reference, why = original_reference(original_python, ORIGINAL_MESH[0], sizes)
   base = built[8]
   rows = [["model", "cores", "mesh", "build_s", "x8", "tf_ops", "x8", "step_s", "x8",
            "first_loss"]]
@@ -179,12 +179,15 @@ def main():
   parser.add_argument("--original_python", default="/tmp/tf212/bin/python",
                       help="interpreter of the original's venv for the LM reference "
                       "('' skips it)")
+  parser.add_argument("--lm_length", type=int, default=LM_SIZES["length"],
+                      help="the LM's sequence length (smaller for a smoke run)")
   args = parser.parse_args()
   print(machine_line())
   if args.model in ("mlp", "both"):
     run_mlp(args.steps or 5, args.repeats or 9)
   if args.model in ("lm", "both"):
-    run_lm(args.steps or 1, args.repeats or 7, args.original_python)
+    run_lm(args.steps or 1, args.repeats or 7, args.original_python,
+           dict(LM_SIZES, length=args.lm_length))
 
 
 if __name__ == "__main__":

@@ -38,10 +38,17 @@ def test_layouts_prints_emitted_and_predicted_bytes():
 
 
 def test_simd_scaling_prints_equal_op_counts():
-  out = _run("benchmarks.simd_scaling", "--steps=1", "--repeats=1")
+  # the LM at length 8 (its op count does not depend on the length): the table's code
+  # path at a fraction of the full LM's step
+  out = _run("benchmarks.simd_scaling", "--steps=1", "--repeats=1", "--lm_length=8")
   counts = [line.split()[3] for line in out.splitlines()
             if line.split() and line.split()[0] in ("8", "64", "512")]
   assert len(counts) == 3 and len(set(counts)) == 1, out
+  lm_rows = [line.split() for line in out.splitlines() if line.startswith("lm-simd")]
+  assert [row[1] for row in lm_rows] == ["8", "64", "512"], out
+  assert len({row[5] for row in lm_rows}) == 1, out  # tf_ops
+  assert len({row[9] for row in lm_rows}) == 1, out  # first_loss
+  assert "length 8" in out and "reference skipped" in out, out
 
 
 def test_step_time_prints_every_variant_with_equal_first_losses():
