@@ -21,9 +21,16 @@ def write_corpus(directory, name="corpus.txt", repeats=60):
 
 
 def tiny_lm_bindings(model_dir, corpus, train_steps=6, save_every=2, keep=2,
-                     log_every=2):
-  """gin bindings of a 1-layer d_model=16 LM on corpus, batch 8 x length 16."""
-  return [
+                     log_every=2, peak_flops=3e10):
+  """gin bindings of a 1-layer d_model=16 LM on corpus, batch 8 x length 16.
+
+  peak_flops binds step_metrics.peak_flops_per_second (about this host's rate), so that
+  each trainer process skips the ~1 CPU-second matmul calibration of its MFU line; None
+  leaves it unbound (test_step_metrics checks the calibration that way).
+  """
+  peak = [] if peak_flops is None else [
+      "step_metrics.peak_flops_per_second = %g" % peak_flops]
+  return peak + [
       "num_layers = 1", "d_model = 16", "d_ff = 32", "num_heads = 4", "d_kv = 4",
       "dropout_rate = 0.0",
       "Unitransformer.max_length = 16",

@@ -130,7 +130,7 @@ def test_single_device_run_reports_mfu_memory_split_and_writes_a_profile(tmp_pat
   model_dir = tmp_path / "model"
   corpus = trainer_helpers.write_corpus(tmp_path)
   run_with(trainer_helpers.tiny_lm_bindings(model_dir, corpus, train_steps=4,
-                                            save_every=4)
+                                            save_every=4, peak_flops=None)
            + ["step_metrics.profile_steps = (2, 3)"])
   out = capsys.readouterr().out
   assert PROGRESS.match(_last_line(out, 4, 4)), out[-3000:]
