@@ -6,89 +6,21 @@ Imports are read from the source (module-level statements only; an import inside
 function runs later and cannot make an import-time cycle), so a new cycle or a new
 upward import fails here before it fails at import time.
 """
-import ast
 import os
 import re
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("mesh_tf", "models")
+from test_structure_report import report  # tools/structure_report.py, loaded by path
 
-
-def _modules():
-  """{dotted module name: file path} of every module of PACKAGES."""
-  found = {}
-  for package in PACKAGES:
-    for folder, _, files in os.walk(os.path.join(REPO_ROOT, package)):
-      for name in files:
-        if name.endswith(".py"):
-          path = os.path.join(folder, name)
-          dotted = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
-          found[dotted[:-len(".__init__")] if dotted.endswith(".__init__")
-                else dotted] = path
-  return found
-
-
-def _imported(module, path, modules):
-  """The modules of `modules` that module imports at module level."""
-  targets = set()
-  for node in ast.parse(open(path).read(), path).body:
-    if isinstance(node, ast.Import):
-      names = [a.name for a in node.names]
-    elif isinstance(node, ast.ImportFrom):
-      base = node.module or ""
-      if node.level:
-        parts = module.split(".")
-        if not path.endswith("__init__.py"):
-          parts = parts[:-1]
-        parts = parts[:len(parts) - node.level + 1]
-        base = ".".join(parts + ([base] if base else []))
-      names = [base + "." + a.name if base + "." + a.name in modules else base
-               for a in node.names]
-    else:
-      continue
-    for name in names:
-      while name not in modules and "." in name:
-        name = name.rsplit(".", 1)[0]
-      if name in modules and name != module:
-        targets.add(name)
-  return targets
+REPO_ROOT = report.REPO_ROOT
 
 
 def import_graph():
-  """{module: set of modules it imports at module level} over PACKAGES."""
-  modules = _modules()
-  return {m: _imported(m, path, modules) for m, path in modules.items()}
+  """{module: set of modules it imports at module level} over mesh_tf/ and models/
+  (tools/structure_report.py: top-level statements and those inside top-level if/try)."""
+  return report.import_graph(report.parse_sources(report.read_sources(REPO_ROOT)))
 
 
-def cycles(graph):
-  """The strongly connected components of more than one module (each sorted)."""
-  index, low, stack, on_stack, found = {}, {}, [], set(), []
-
-  def visit(v):
-    index[v] = low[v] = len(index)
-    stack.append(v)
-    on_stack.add(v)
-    for w in sorted(graph[v]):
-      if w not in index:
-        visit(w)
-        low[v] = min(low[v], low[w])
-      elif w in on_stack:
-        low[v] = min(low[v], index[w])
-    if low[v] == index[v]:
-      component = []
-      while True:
-        w = stack.pop()
-        on_stack.discard(w)
-        component.append(w)
-        if w == v:
-          break
-      if len(component) > 1:
-        found.append(sorted(component))
-
-  for v in sorted(graph):
-    if v not in index:
-      visit(v)
-  return found
+cycles = report.import_cycles
 
 
 def test_the_cycle_finder_finds_a_cycle():

@@ -178,18 +178,30 @@ def duplicated_blocks(sources):
                     for rel, start, end in regions]}
 
 
-def measure(root):
-  """Every metric of the mesh_tf/ and models/ trees under root, as a dict."""
+def read_sources(root):
+  """{relative path: text} of the .py files of PACKAGES under root."""
   sources = {}
   for rel in python_files(root):
     with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
       sources[rel] = f.read()
+  return sources
+
+
+def parse_sources(sources):
+  """{relative path: ast tree} of sources (a file that does not parse is skipped)."""
   trees = {}
   for rel, text in sources.items():
     try:
       trees[rel] = ast.parse(text, rel)
     except SyntaxError:
       print("structure_report: cannot parse %s; skipped" % rel, file=sys.stderr)
+  return trees
+
+
+def measure(root):
+  """Every metric of the mesh_tf/ and models/ trees under root, as a dict."""
+  sources = read_sources(root)
+  trees = parse_sources(sources)
   return {"lines": lines_per_package(sources),
           "import_cycles": import_cycles(import_graph(trees)),
           "record_collective_calls": sum(map(record_collective_calls, trees.values())),
