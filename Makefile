@@ -58,9 +58,13 @@ train: $(STAMP_TRAIN)
 # SPEED_LAYER_OFF_TESTS= (empty) leaves that run out.
 SPEED_LAYER_OFF_TESTS ?= tests/lowering tests/backends/test_conformance.py \
   tests/backends/placement/test_placement_collectives.py
+# PYTHONDONTWRITEBYTECODE= (empty: unset for Python) lets the test processes cache their
+# bytecode: where the environment sets it (as this machine's does), each of the suite's
+# hundreds of processes otherwise recompiles this repository's modules, and each pytest
+# worker re-does the assertion rewriting of every test file (~12 CPU-s per worker).
 test: $(STAMP_TEST)
-	$(PY) -m pytest -q $(TEST_ARGS)
-	$(if $(strip $(SPEED_LAYER_OFF_TESTS)),MESH_TF_SPEED_LAYER=0 $(PY) -m pytest -q -n 2 $(SPEED_LAYER_OFF_TESTS))
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q $(TEST_ARGS)
+	$(if $(strip $(SPEED_LAYER_OFF_TESTS)),PYTHONDONTWRITEBYTECODE= MESH_TF_SPEED_LAYER=0 $(PY) -m pytest -q -n 2 $(SPEED_LAYER_OFF_TESTS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -34,6 +34,16 @@ TRANSFORMER_SIZES = {
 }
 
 
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def subprocess_env(**extra):
+  """The environment of a benchmark's Python subprocess: this one's, with the repository
+  first on PYTHONPATH (what was there before stays after it) and TF's info logs off."""
+  path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path, **extra)
+
+
 def set_up_virtual_cpus(n):
   """Splits the CPU into n logical devices; must run before TensorFlow runs any op."""
   from mesh_tf import utils  # pylint: disable=g-import-not-at-top

@@ -287,8 +287,7 @@ def measure_spmd(sizes, layout, processes=2, timeout=1800, warmup=WARMUP_STEPS,
   from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
   mesh_shape, rules = LAYOUTS[layout] if isinstance(layout, str) else layout
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=root)
+  env = common.subprocess_env(TF_CPU_ALLOCATOR_USE_BFC="true")
   cluster = ",".join("localhost:%d" % p for p in local.free_ports(processes))
   procs = []
   try:

@@ -103,7 +103,7 @@ def run_local_config(processes, per_process):
   """The one-process baseline, in a fresh process like every other row."""
   del processes, per_process
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=root)
+  env = common.subprocess_env()
   out = subprocess.run(
       [sys.executable, "-m", "benchmarks.multi_process", "--local", "--size=" + FLAGS.size,
        "--steps=%d" % FLAGS.steps, "--repeats=%d" % FLAGS.repeats], cwd=root, env=env,
@@ -146,7 +146,7 @@ def run_spmd_config(processes, per_process):
   from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
   del per_process  # each process takes mesh size / processes devices
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=root)
+  env = common.subprocess_env()
   cluster_arg = ",".join("localhost:%d" % p for p in local.free_ports(processes))
   procs = []
   try:
@@ -170,7 +170,7 @@ def run_config(processes, per_process):
   """Starts the workers and a client for one configuration; returns its results."""
   from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=root)
+  env = common.subprocess_env()
   with local.local_workers(processes, per_process, env=env, cwd=root) as (addresses, _):
     client = subprocess.run(
         [sys.executable, "-m", "benchmarks.multi_process", "--client=" + ",".join(addresses),

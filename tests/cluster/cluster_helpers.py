@@ -18,8 +18,8 @@ stop = local.stop
 
 
 def env():
-  """The environment subprocesses run in (this repository first on the path)."""
-  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
+  """The environment subprocesses run in (see trainer_helpers.main_env)."""
+  return trainer_helpers.main_env()
 
 
 def start_worker(addresses, task, virtual_cpus, log_dir):

@@ -1,7 +1,10 @@
 """The trainer (`python -m models.transformer.main`) in multi-client SPMD mode: two
 processes (4 virtual CPUs each) train the `make train` LM on mesh batch:2,model:4, each
 from TF_CONFIG, each reading its own rows of the batch; compared with one process.
-The same command to more steps resumes, and SIGTERM to one peer stops both."""
+The same command to more steps resumes, and SIGTERM to one peer stops both. The first
+run also checks step_metrics in this mode: each peer reports MFU and memory, counts its
+replicas' share of the model's FLOPs, and the chief alone writes the profile."""
+import glob
 import re
 import signal
 
@@ -9,8 +12,32 @@ import numpy as np
 
 import lm_cluster_helpers
 from mesh_tf.checkpoint import files
+from models.transformer.trainer import summaries
 
 run_spmd = lm_cluster_helpers.run_spmd
+
+# trainer_helpers.tiny_lm_bindings' LM (see tests/transformer/trainer/test_step_metrics.py):
+# 6 x 128 tokens x (1 layer x (4*16*16 + 2*16*32 + 2*16*16) + 16*384 vocab).
+TINY_LM_FLOPS = 6 * 128 * (4 * 16 * 16 + 2 * 16 * 32 + 2 * 16 * 16 + 16 * 384)
+PROFILE = ["step_metrics.profile_steps = (2, 3)", "step_metrics.peak_flops_per_second = 1e9"]
+
+
+def _assert_step_metrics(outs, model_dir):
+  """Each peer's FLOPs line counts its 4 replicas' half of the model (every matmul of
+  batch:2,model:4 is split 8 ways); progress lines carry MFU and memory; only the chief
+  profiles steps 2-3 and writes the FLOPs and MFU scalars."""
+  for out in outs:
+    assert "%.4g FLOPs per step (matmuls, einsums and convolutions of the traced " \
+           "step; 4 replicas)" % (TINY_LM_FLOPS / 2) in out, out[-3000:]
+    assert re.search(r"^step 4/4 \[#{20}\] loss \S+ lr \S+ \d+ tokens/s \| MFU "
+                     r"\d+\.\d% \| (max RSS|peak mem) \d+ MB", out, re.M), out[-3000:]
+    assert re.search(r"^predicted step: compute \d+% / communication \d+% \(cost "
+                     r"model", out, re.M)
+  assert "profiling steps 2-3" in outs[0] and "profiling" not in outs[1]
+  assert glob.glob(str(model_dir / "plugins" / "profile" / "*" / "*.xplane.pb"))
+  scalars = summaries.read_scalars(str(model_dir))
+  assert scalars["flops_per_step"][-1] == (4, TINY_LM_FLOPS / 2)
+  assert 0 < scalars["mfu"][-1][1]
 
 
 def _stop_by_sigterm_to_peer_1(params, log_dir):
@@ -52,7 +79,8 @@ def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_pat
   spmd_dir = tmp_path / "spmd"
   params = lm_cluster_helpers.lm_params(spmd_dir, local_lm.corpus) + [
       "utils.run.keep_checkpoint_max = 1"]
-  outs = run_spmd(params + [lm_cluster_helpers.EVAL_DURING_TRAINING], tmp_path)
+  outs = run_spmd(params + [lm_cluster_helpers.EVAL_DURING_TRAINING] + PROFILE, tmp_path)
+  _assert_step_metrics(outs, spmd_dir)
   assert "rows [0, 4) of each batch" in outs[0] and "rows [4, 8) of each batch" in outs[1]
   assert "saved checkpoint" in outs[0] and "saved checkpoint" not in outs[1]
   for out in outs:  # the single-client trainer's progress lines

@@ -60,8 +60,9 @@ def main_command(params, mode=None):
 
 
 def main_env():
-  """The environment trainer subprocesses run in (this repository on the path)."""
-  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO_ROOT)
+  """The environment trainer subprocesses run in: this test process's, whose PYTHONPATH
+  tests/conftest.py's lean_subprocesses starts with this repository."""
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
 
 def run_main(params, mode=None, timeout=240):

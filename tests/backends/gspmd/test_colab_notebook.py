@@ -20,6 +20,8 @@ def _outputs_text(cell):
 def test_notebook_runs_on_cpu_emulation(tmp_path, monkeypatch):
   notebook = nbformat.read(NOTEBOOK, as_version=4)
   monkeypatch.delenv("COLAB_TPU_ADDR", raising=False)
+  # The kernel needs IPython and matplotlib, which conftest.py hides from subprocesses.
+  monkeypatch.delenv("MESH_TF_TEST_HIDDEN_MODULES", raising=False)
   monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's model_dir lands here
   client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
                                    resources={"metadata": {"path": REPO}})

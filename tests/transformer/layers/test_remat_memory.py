@@ -102,8 +102,7 @@ def worker():
 
 @pytest.fixture(scope="module")
 def measured():
-  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=REPO_ROOT)
+  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPP_MIN_LOG_LEVEL="2")
   out = subprocess.run([sys.executable, os.path.abspath(__file__)], cwd=REPO_ROOT,
                        env=env, capture_output=True, text=True, timeout=600, check=False)
   assert out.returncode == 0, out.stderr[-3000:]

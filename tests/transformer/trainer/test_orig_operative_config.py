@@ -2,7 +2,6 @@
 fixture's model: restored from the original checkpoint it reproduces the original's
 logits and loss. Unsupported bindings are skipped and reported; unknown configurables
 still fail with an MtfError naming them."""
-import os
 import shutil
 
 import gin
@@ -144,7 +143,7 @@ def test_main_trains_from_operative_config(tmp_path):
   ]
   cmd = trainer_helpers.main_command(params, mode="train")
   cmd.insert(3, "--gin_file=%s" % OPERATIVE)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=trainer_helpers.REPO_ROOT)
+  env = trainer_helpers.main_env()
   import subprocess  # pylint: disable=g-import-not-at-top
   proc = subprocess.run(cmd, cwd=trainer_helpers.REPO_ROOT, env=env, capture_output=True,
                         text=True, timeout=300, check=False)

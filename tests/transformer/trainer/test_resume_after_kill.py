@@ -21,8 +21,7 @@ def test_kill_and_resume(tmp_path):
   model_dir = tmp_path / "model"
   params = trainer_helpers.tiny_lm_bindings(model_dir, corpus, train_steps=100000,
                                             save_every=2, keep=3, log_every=1)
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=trainer_helpers.REPO_ROOT)
+  env = trainer_helpers.main_env()
   proc = subprocess.Popen(trainer_helpers.main_command(params), cwd=trainer_helpers.REPO_ROOT,
                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   try:

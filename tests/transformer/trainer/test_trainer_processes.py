@@ -14,7 +14,7 @@ from models.transformer.trainer import stop_signals
 
 def _start(params, log_dir):
   """Starts the trainer; its stdout/stderr go to files (no pipe to fill up)."""
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=trainer_helpers.REPO_ROOT)
+  env = trainer_helpers.main_env()
   out = open(log_dir / "out.txt", "w")
   err = open(log_dir / "err.txt", "w")
   proc = subprocess.Popen(trainer_helpers.main_command(params),
