@@ -20,6 +20,7 @@ from models.transformer import fixup_layers
 from models.transformer import memory_layers
 from models.transformer import transformer
 from models.transformer import transformer_layers as tl
+import test_cached_decoding
 from test_cached_decoding import (  # pylint: disable=g-multiple-import
     DP_MP, ENCODER_INPUTS, FLOAT, LENGTH, PROMPTS, VOCAB, _assert_same,
     _dims, _export, _reference, _single, _stack, placement_dp_mp)
@@ -139,3 +140,17 @@ def test_enc_dec_variants_with_relative_attention_recompute():
     assert not decoding.layer_supports_incremental(layer), type(layer).__name__
   for layer in _enc_dec_layers():
     assert decoding.layer_supports_incremental(layer), type(layer).__name__
+
+
+def test_experts_self_attention_cached_decoding_equals_recompute(tmp_path, monkeypatch):
+  """One position per step routes through the same experts as the whole prefix (no
+  token dropped: groups of one token; the layer stack has no layout to size groups by,
+  so one-token groups also let the dp+mp mesh split them)."""
+  tf.random.set_seed(1234)
+  monkeypatch.setitem(test_cached_decoding.LM_LAYERS, "experts", lambda: [
+      tl.ExpertsSelfAttention(num_heads=4, key_value_size=4, shared_kv=True,
+                              num_experts=4, hidden_size=8, group_size=1,
+                              capacity_factor_eval=4.0, min_expert_capacity=1),
+      tl.DenseReluDense(hidden_size=16)])
+  test_cached_decoding.test_lm_cached_equals_recompute_on_one_device_and_dp_mp(
+      "experts", tmp_path)

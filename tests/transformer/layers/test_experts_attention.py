@@ -207,18 +207,3 @@ def test_gin_binds_the_experts_layers():
     gin.clear_config()
   assert self_layer.experts_hparams.num_experts == 8
   assert enc_dec.expert_computation == "kv"
-
-
-def test_experts_self_attention_cached_decoding_equals_recompute(tmp_path, monkeypatch):
-  """One position per step routes through the same experts as the whole prefix (no
-  token dropped: groups of one token; the layer stack has no layout to size groups by,
-  so one-token groups also let the dp+mp mesh split them)."""
-  import test_cached_decoding as cd  # pylint: disable=g-import-not-at-top
-  gin.clear_config()
-  tf.random.set_seed(1234)
-  monkeypatch.setitem(cd.LM_LAYERS, "experts", lambda: [
-      tl.ExpertsSelfAttention(num_heads=4, key_value_size=4, shared_kv=True,
-                              num_experts=EXPERTS, hidden_size=8, group_size=1,
-                              capacity_factor_eval=float(EXPERTS), min_expert_capacity=1),
-      tl.DenseReluDense(hidden_size=16)])
-  cd.test_lm_cached_equals_recompute_on_one_device_and_dp_mp("experts", tmp_path)
