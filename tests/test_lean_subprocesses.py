@@ -5,7 +5,10 @@ import os
 import subprocess
 import sys
 
-import conftest
+# tests/conftest.py's names (`import conftest` may find another folder's conftest.py)
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEAN_SITE = os.path.join(REPO_ROOT, "tests", "lean_site")
+HIDDEN_MODULES_VAR = "MESH_TF_TEST_HIDDEN_MODULES"
 
 # For each name: "hidden" if importing it raises ImportError because sys.modules holds
 # None for it, "not hidden" otherwise (without importing: jax and matplotlib take a
@@ -31,16 +34,16 @@ def _probe(env):
 
 
 def test_subprocesses_start_with_the_repository_first_and_the_extras_hidden():
-  assert os.environ["PYTHONPATH"].split(os.pathsep)[:2] == [conftest.REPO_ROOT,
-                                                             conftest.LEAN_SITE]
+  assert os.environ["PYTHONPATH"].split(os.pathsep)[:2] == [REPO_ROOT,
+                                                             LEAN_SITE]
   lines = _probe(dict(os.environ))
   assert lines[:3] == ["jax hidden", "matplotlib hidden", "IPython hidden"], lines
   # cwd is "/": the repository's models package came through PYTHONPATH
-  assert lines[3] == os.path.join(conftest.REPO_ROOT, "models", "__init__.py"), lines
+  assert lines[3] == os.path.join(REPO_ROOT, "models", "__init__.py"), lines
 
 
 def test_a_subprocess_without_the_variable_hides_nothing():
   env = dict(os.environ)
-  del env[conftest.HIDDEN_MODULES_VAR]
+  del env[HIDDEN_MODULES_VAR]
   lines = _probe(env)
   assert lines[:3] == ["jax not hidden", "matplotlib not hidden", "IPython not hidden"], lines
