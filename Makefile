@@ -19,8 +19,10 @@ TRAIN_FLAGS ?=
 PIP_FLAGS ?= --quiet
 # Three workers on two cores: many tests wait on subprocesses or sockets, so a third
 # worker fills those gaps (the idle suite, 2026-12-04: 24 min 39 s with -n 3, 26 min 48 s
-# with -n 2; 2026-12-05, after the ml_dtypes bound in setup.py: 19 min 44 s, 23 min 18 s and
-# 25 min 19 s with -n 3: the same tests took 36.2, 43.3 and 47.0 CPU-minutes in those runs).
+# with -n 2). 2026-12-05, -n 3, after test subprocesses started lean (tests/conftest.py)
+# and bytecode was cached: 20 min 2 s, then 14 min 28 s (37.0 and 26.9 CPU-minutes; the
+# same in-process tests took a quarter to a third less CPU in the second run, so part of
+# that is this host's varying speed).
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
