@@ -20,9 +20,9 @@ PIP_FLAGS ?= --quiet
 # Three workers on two cores: many tests wait on subprocesses or sockets, so a third
 # worker fills those gaps (the idle suite, 2026-12-04: 24 min 39 s with -n 3, 26 min 48 s
 # with -n 2). 2026-12-05, -n 3, after test subprocesses started lean (tests/conftest.py)
-# and bytecode was cached: 20 min 2 s, then 14 min 28 s (37.0 and 26.9 CPU-minutes; the
-# same in-process tests took a quarter to a third less CPU in the second run, so part of
-# that is this host's varying speed).
+# and bytecode was cached: 20 min 2 s, 14 min 28 s, 16 min 20 s (37.0, 26.9 and 30.3
+# CPU-minutes; the same in-process tests took a quarter to a third less CPU in the second
+# run than in the first, so part of that is this host's varying speed).
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
