@@ -48,7 +48,8 @@ one device's activation peak <= measured <= 1.15 x that figure) or "NO".
 
 `--budget_search` adds issue 31's item 5: the largest LM whose predicted per-device
 peak fits --budget_mib per device, for each layout, with and without
-rematerialization, each confirmed by running one step of the found model.
+rematerialization, in float32, with Adam's state split over the data-parallel dims and
+with bfloat16 activations, each confirmed by running one step of the found model.
 """
 import json
 import os
@@ -186,7 +187,8 @@ def run_worker(spec):
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   from models import train_steps  # pylint: disable=g-import-not-at-top
   s = spec["sizes"]
-  graph = build_lm(s, spec.get("recompute_grads", False))
+  graph = build_lm(s, spec.get("recompute_grads", False),
+                   spec.get("shard_optimizer_state", False), spec.get("bf16", False))
   mesh_shape, rules = spec["mesh_shape"], spec["rules"]
   n = mtf.convert_to_shape(mesh_shape).size
   impl = mtf.make_mesh_impl(spec["backend"], mesh_shape, rules, devices[:max(n, 1)])
@@ -259,14 +261,17 @@ def run_spmd_worker(spec):
 
 
 def measure(sizes, backend, layout, recompute_grads=False, timeout=1800,
-            warmup=WARMUP_STEPS, inter_op_threads=None):
+            warmup=WARMUP_STEPS, inter_op_threads=None, shard_optimizer_state=False,
+            bf16=False):
   """Runs run_worker in a fresh subprocess with the BFC allocator; returns its dict
   (peak and current bytes, the loss, and variable_bytes's figures). inter_op_threads:
-  the TF executor's thread pool (None: TF's default, one per core)."""
+  the TF executor's thread pool (None: TF's default, one per core); the last two
+  select build_lm's variants."""
   mesh_shape, rules = LAYOUTS[layout] if isinstance(layout, str) else layout
   spec = dict(sizes=sizes, backend=backend, mesh_shape=mesh_shape, rules=rules,
               recompute_grads=recompute_grads, warmup=warmup,
-              inter_op_threads=inter_op_threads)
+              inter_op_threads=inter_op_threads,
+              shard_optimizer_state=shard_optimizer_state, bf16=bf16)
   env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPP_MIN_LOG_LEVEL="2")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   result = subprocess.run(
@@ -447,37 +452,48 @@ def largest_fitting(budget, layout, recompute_grads, cache, max_width=4096, **va
       fits(64 * lo)[1]
 
 
+# The budget search's variants (issue 31, items 3 and 4): build_lm's keyword arguments.
+BUDGET_VARIANTS = (("float32", {}), ("sharded Adam", dict(shard_optimizer_state=True)),
+                   ("bf16 act.", dict(bf16=True)))
+
+
 def print_budget_search(budget, backend, confirm):
-  """Prints the largest LM per layout (with and without rematerialization) whose
-  predicted per-device peak fits budget, and the measured peak of one step of it."""
+  """Prints the largest LM per layout and variant (with and without
+  rematerialization) whose predicted per-device peak fits budget, and the measured
+  peak of one step of it. A variant that finds the same model with the same
+  prediction as the float32 row (sharded Adam where no mesh dim splits the batch)
+  reuses that row's run."""
   print("\nLargest LM whose train step fits %d MiB per device (%d MiB over 8 devices): "
         "4 layers, 8 heads, d_ff = 4 d_model, vocab 2048, batch 8 x 128, Adam; "
         "searched with mtf.analysis.predict_memory, confirmed by one step on %s"
         % (budget >> 20, 8 * budget >> 20, backend))
-  rows = [["layout", "remat", "d_model", "params", "pred peak/dev MiB",
-           "pred process MiB", "measured process MiB", "ratio",
-           "params, sharded Adam (pred)", "params, bf16 act. (pred)"]]
+  rows = [["layout", "remat", "variant", "d_model", "params", "pred peak/dev MiB",
+           "pred process MiB", "measured process MiB", "ratio"]]
   cache = {}
   for remat in (False, True):
     for layout in FLAGS.layouts:
-      found = largest_fitting(budget, layout, remat, cache, FLAGS.max_width)
-      extra = []
-      for variant in (dict(shard_optimizer_state=True), dict(bf16=True)):
-        other = largest_fitting(budget, layout, remat, cache, FLAGS.max_width, **variant)
-        extra.append("%.1fM" % (parameter_count(other[1]) / 1e6) if other else "-")
-      if found is None:
-        rows.append([layout, "yes" if remat else "no", "-", "-", "-", "-", "-", "-"]
-                    + extra)
-        continue
-      width, graph, p = found
-      measured, ratio = "-", "-"
-      if confirm:
-        m = measure(family_sizes(width), backend, layout, remat, warmup=1)
-        measured, ratio = _mib(m["peak"]), "%.3f" % (m["peak"] / p.process_peak_bytes)
-      rows.append([layout, "yes" if remat else "no", str(width),
-                   "%.1fM" % (parameter_count(graph) / 1e6), _mib(p.peak_bytes),
-                   _mib(p.process_peak_bytes), measured, ratio] + extra)
-      print("  " + " | ".join(rows[-1]), flush=True)
+      runs = {}
+      for name, variant in BUDGET_VARIANTS:
+        found = largest_fitting(budget, layout, remat, cache, FLAGS.max_width, **variant)
+        if found is None:
+          rows.append([layout, "yes" if remat else "no", name] + ["-"] * 6)
+          continue
+        width, graph, p = found
+        measured, ratio = "-", "-"
+        if confirm:
+          key = (width, p.peak_bytes, p.process_peak_bytes)
+          same = runs.get(key)
+          if same is None:
+            m = measure(family_sizes(width), backend, layout, remat, warmup=1, **variant)
+            same = runs[key] = (_mib(m["peak"]),
+                                "%.3f" % (m["peak"] / p.process_peak_bytes), name)
+          measured, ratio = same[0], same[1]
+          if same[2] != name:
+            ratio += " (= %s)" % same[2]
+        rows.append([layout, "yes" if remat else "no", name, str(width),
+                     "%.1fM" % (parameter_count(graph) / 1e6), _mib(p.peak_bytes),
+                     _mib(p.process_peak_bytes), measured, ratio])
+        print("  " + " | ".join(rows[-1]), flush=True)
   common.print_table(rows)
 
 

@@ -10,7 +10,11 @@ at its own level). While a contraction or fused op runs, its kernels also hold
 temporaries (operands transposed for a batch matmul, the result before its final
 transpose, a fused softmax's intermediates): SCRATCH_FACTOR times its outputs' bytes,
 at its level only (calibrated against TensorFlow's allocator in benchmarks/memory.py);
-elementwise kernels write their outputs directly. The peak is
+elementwise kernels write their outputs directly. TF's CPU kernels compute a bfloat16
+(or float16) contraction in float32: they hold float32 copies of its operands and of
+its result while they run (measured in the allocator's traces), so such an op also
+holds 4 bytes per element of its inputs and outputs at its level (`kernel_upcast`;
+False for hardware with native bfloat16 arithmetic, e.g. TPUs). The peak is
 
   weights + optimizer slots (held throughout) + the largest sum of held tensors,
 
@@ -49,6 +53,8 @@ SCRATCH_OPS = (EinsumOperation, fused_attention.DotProductAttentionOperation,
                fused_attention.AttentionGradOperation,
                fused_cross_entropy.OneHotCrossEntropyOperation,
                fused_softmax.FusedSoftmaxOperation)
+# Bytes per element of the float32 copies a CPU kernel makes of a narrower float.
+UPCAST_BYTES = 4
 
 
 class MemoryPrediction(collections.namedtuple("MemoryPrediction", [
@@ -105,9 +111,11 @@ class TrainStepMemory:
     graph: an mtf Graph.
     fetches: the tensors and ops one step computes (e.g. [loss] + update_ops); None
       for the whole graph.
+    kernel_upcast: whether contractions in a float narrower than float32 hold float32
+      copies of their operands and results while they run (TF's CPU kernels do).
   """
 
-  def __init__(self, graph, fetches=None):
+  def __init__(self, graph, fetches=None, kernel_upcast=True):
     self.graph = graph
     self.fetches = list(fetches or ())
     self.operations = (cost_model.operations_needed(graph, self.fetches)
@@ -127,15 +135,22 @@ class TrainStepMemory:
         last_read[x] = max(last_read.get(x, 0), level[op])
     fetched = {f for f in self.fetches if hasattr(f, "operation")}
     end = max(level.values(), default=0) + 1
-    # (tensor, first level, last level, scratch factor) of every non-variable output
+    # (tensor, first level, last level, bytes per element held from first to last,
+    # bytes per element of kernel scratch at the first level only)
     self.lifetimes = []
     for op in self.operations:
       if isinstance(op, Variable):
         continue
-      scratch = SCRATCH_FACTOR if isinstance(op, SCRATCH_OPS) else 0
+      upcast = kernel_upcast and isinstance(op, EinsumOperation) and _narrow(op.outputs)
       for t in op.outputs:
         last = end if t in fetched else last_read.get(t, level[op])
-        self.lifetimes.append((t, level[op], last, scratch))
+        size = t.dtype.size
+        scratch = SCRATCH_FACTOR * size if isinstance(op, SCRATCH_OPS) else 0
+        self.lifetimes.append((t, level[op], last, size,
+                               scratch + (UPCAST_BYTES if upcast else 0)))
+      if upcast:  # the float32 copies of its operands
+        self.lifetimes.extend((x, level[op], level[op], 0, UPCAST_BYTES)
+                              for x in op.inputs)
     self.num_levels = end + 1
     self._columns = None
 
@@ -146,10 +161,10 @@ class TrainStepMemory:
     if self._columns is None:
       keys = {}
       held = []
-      for t, start, last, scratch in self.lifetimes:
+      for t, start, last, size, scratch in self.lifetimes:
         key = tuple((d.name, d.size) for d in t.shape.dims)
         col = keys.setdefault(key, len(keys))
-        held.append((start, last, col, t.dtype.size, scratch))
+        held.append((start, last, col, size, scratch))
       var_cols = {}
       for op in self.variables:
         key = tuple((d.name, d.size) for d in op.shape.dims)
@@ -157,8 +172,8 @@ class TrainStepMemory:
         var_cols[col] = var_cols.get(col, 0) + op.slice_dtype.size
       m = np.zeros((self.num_levels + 1, max(len(keys), 1)))
       for start, last, col, size, scratch in held:
-        m[start, col] += (1 + scratch) * size
-        m[start + 1, col] -= scratch * size
+        m[start, col] += size + scratch
+        m[start + 1, col] -= scratch
         m[last + 1, col] -= size
       var_row = np.zeros(max(len(keys), 1))
       for col, size in var_cols.items():
@@ -196,20 +211,20 @@ class TrainStepMemory:
     partials = self._partial_sum_copies(layout)
     device = np.zeros(self.num_levels + 1)
     process = np.zeros(self.num_levels + 1)
-    for t, start, last, scratch in self.lifetimes:
-      nbytes = layout.slice_size(t.shape) * t.dtype.size
-      device[start] += (1 + scratch) * nbytes
-      device[start + 1] -= scratch * nbytes
-      device[last + 1] -= nbytes
-      distinct = nbytes * _distinct_slices(layout, t.shape)
-      copies = partials.get(t, 1)
+    for t, start, last, size, scratch in self.lifetimes:
+      elements = layout.slice_size(t.shape)
+      device[start] += (size + scratch) * elements
+      device[start + 1] -= scratch * elements
+      device[last + 1] -= size * elements
+      elements *= _distinct_slices(layout, t.shape)
+      copies = partials.get(t, 1) if size else 1
       if copies > 1:  # every processor's partial sum, until the allreduce just after
-        process[start] += distinct * copies
-        process[start + 1] -= distinct * copies
+        process[start] += size * elements * copies
+        process[start + 1] -= size * elements * copies
         start = min(start + 1, last)
-      process[start] += (1 + scratch) * distinct
-      process[start + 1] -= scratch * distinct
-      process[last + 1] -= distinct
+      process[start] += (size + scratch) * elements
+      process[start + 1] -= scratch * elements
+      process[last + 1] -= size * elements
     act = int(np.max(np.cumsum(device))) if self.lifetimes else 0
     p_act = int(np.max(np.cumsum(process))) if self.lifetimes else 0
     return MemoryPrediction(weights, slots, act, weights + slots + act,
@@ -233,7 +248,12 @@ class TrainStepMemory:
     return copies
 
 
-def predict_memory(graph, mesh_shape, layout_rules, fetches=None):
+def _narrow(tensors):
+  """Whether any of tensors is a float narrower than float32 (bfloat16, float16)."""
+  return any(t.dtype.is_floating and t.dtype.size < UPCAST_BYTES for t in tensors)
+
+
+def predict_memory(graph, mesh_shape, layout_rules, fetches=None, kernel_upcast=True):
   """Predicts the peak memory of computing `fetches` (see the module docstring).
 
   Args:
@@ -241,8 +261,10 @@ def predict_memory(graph, mesh_shape, layout_rules, fetches=None):
     mesh_shape: mesh shape (e.g. "batch:2;model:4").
     layout_rules: layout rules (e.g. "batch:batch;d_ff:model").
     fetches: the step's tensors and ops, e.g. [loss] + update_ops (None: every op).
+    kernel_upcast: price the float32 copies that CPU kernels make of bfloat16 and
+      float16 contractions (False for hardware with native bfloat16, e.g. TPUs).
 
   Returns:
     a MemoryPrediction (bytes per device and summed over one process's devices).
   """
-  return TrainStepMemory(graph, fetches).predict(mesh_shape, layout_rules)
+  return TrainStepMemory(graph, fetches, kernel_upcast).predict(mesh_shape, layout_rules)
