@@ -13,7 +13,10 @@ stops it earlier, as the original's does). All decodes of one length are timed i
 alternating rounds in the same run (median of --repeats).
 
 Rows: case x mesh. Columns: ms per decoded position (the whole batch) at each length
-and their max/min (flat = 1.0), tokens/s (batch x new tokens / s) at --compare_tokens
+and their max/min (flat = 1.0); ms per step of the decoding loop at each length, (time
+of the decode - time of a decode of 1 new token) / (new tokens - 1), which leaves out
+the fixed cost of a call (the prefill, the loop's set-up), and their max/min; tokens/s
+(batch x new tokens / s) at --compare_tokens
 new tokens, and, when the original library's environment exists (--original_python, a
 TF 2.12 venv with mesh-tensorflow 0.1.21; see benchmarks/original_decode.py), its
 tokens/s for the same case in a subprocess, port/original, and whether greedy ids agree
@@ -183,7 +186,7 @@ def measure(size, cases, meshes, new_tokens_list, prompt_length, repeats, device
   "recompute_same": bool or None, "checkpoints": {n: dir}}."""
   times = {(c, m): {} for c in cases for m in meshes}
   all_ids, checkpoints, recompute_same = {}, {}, None
-  for n in new_tokens_list:
+  for n in sorted(set(new_tokens_list) | {1}):  # 1: the fixed cost of a decode
     ckpt_dir = os.path.join(workdir, "ckpt_%d" % n)
     os.makedirs(ckpt_dir, exist_ok=True)
     checkpoint = os.path.join(ckpt_dir, "model.ckpt")
@@ -192,7 +195,8 @@ def measure(size, cases, meshes, new_tokens_list, prompt_length, repeats, device
            for m in meshes for c in cases}
     for key, fn in fns.items():
       all_ids[key + (n,)] = fn().numpy()  # also traces
-    if check_recompute and recompute_same is None and "greedy" in cases and "1" in meshes:
+    if (check_recompute and recompute_same is None and n == min(new_tokens_list)
+        and "greedy" in cases and "1" in meshes):
       recompute = decode_fn(size, "1", "greedy", n, prompt_length, checkpoint, devices,
                             cached=False)
       recompute_same = bool(np.array_equal(recompute().numpy(),
@@ -207,7 +211,8 @@ def table(size, cases, meshes, new_tokens_list, compare_tokens, results, origina
   """The rows (header first) of the results."""
   batch = common.TRANSFORMER_SIZES[size]["batch"]
   header = (["case", "mesh"] + ["ms/pos @%d" % n for n in new_tokens_list]
-            + ["max/min", "tok/s @%d" % compare_tokens])
+            + ["max/min"] + ["ms/step @%d" % n for n in new_tokens_list]
+            + ["step max/min", "tok/s @%d" % compare_tokens])
   if original is not None:
     header += ["orig tok/s", "port/orig", "greedy ids = orig"]
   rows = [header]
@@ -215,9 +220,14 @@ def table(size, cases, meshes, new_tokens_list, compare_tokens, results, origina
     for m in meshes:
       t = results["times"][(c, m)]
       per_pos = [t[n] / n * 1000 for n in new_tokens_list]
+      # the loop's own cost per step: a decode less the one of a single new token
+      # (the call, the prefill, the loop's set-up and its first step)
+      per_step = [(t[n] - t[1]) / (n - 1) * 1000 for n in new_tokens_list]
       tok_s = batch * compare_tokens / t[compare_tokens]
-      row = [c, MESH_LABELS[m]] + ["%.2f" % p for p in per_pos] + [
-          "%.2f" % (max(per_pos) / min(per_pos)), "%.0f" % tok_s]
+      row = ([c, MESH_LABELS[m]] + ["%.2f" % p for p in per_pos]
+             + ["%.2f" % (max(per_pos) / min(per_pos))]
+             + ["%.2f" % p for p in per_step]
+             + ["%.2f" % (max(per_step) / min(per_step)), "%.0f" % tok_s])
       if original is not None:
         o = original.get("%s/%s" % (c, m))
         if o is None:
@@ -261,6 +271,9 @@ def run(size, cases, meshes, new_tokens_list, compare_tokens, prompt_length, rep
 def main(_):
   tf.get_logger().setLevel("ERROR")  # the retracing warnings of one function per case
   new_tokens_list = [int(x) for x in FLAGS.new_tokens]
+  if min(new_tokens_list) < 2:
+    raise app.UsageError("--new_tokens must be 2 or more (1 is the fixed-cost baseline "
+                         "of the ms/step columns)")
   compare = FLAGS.compare_tokens or new_tokens_list[len(new_tokens_list) // 2]
   if compare not in new_tokens_list:
     new_tokens_list.append(compare)

@@ -232,6 +232,8 @@ class PlacementMeshImpl(MeshImpl):
       processor on the default device (handy to emulate a mesh on one CPU).
   """
 
+  in_place_slice_writes = True
+
   def __init__(self, shape, layout, devices=None):
     super().__init__(shape, layout)
     if devices is None:

@@ -73,8 +73,11 @@ def _copyable(result, ops, node_defs):
     return False
   if len({op.device for op in ops}) != 1:  # the function placed some ops itself
     return False
+  # InplaceUpdate writes into its input's buffer: it runs as written on each device
+  # (models/transformer/cache_write.py), so no copy or shared call can reorder it.
   return not any(op.op_def.is_stateful or "_class" in node_def.attr or
-                 op.type in ("Placeholder", "PartitionedCall", "StatefulPartitionedCall")
+                 op.type in ("Placeholder", "PartitionedCall", "StatefulPartitionedCall",
+                             "InplaceUpdate")
                  for op, node_def in zip(ops, node_defs))
 
 

@@ -128,6 +128,12 @@ class MeshImpl(abc.ABC):
     (jit_compile=True): only backends whose program XLA partitions need it."""
     return False
 
+  # Whether each processor's slice is a TF tensor of its own that TF's executor computes
+  # as written (not replayed over stacked slices, not compiled by XLA), so that a slice
+  # function may write into a buffer that only it holds (see
+  # models/transformer/cache_write.py). Placement sets it.
+  in_place_slice_writes = False
+
   @property
   def ndims(self):
     return self._shape.ndims

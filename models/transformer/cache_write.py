@@ -1,14 +1,28 @@
-"""The decoding caches' per-step write: one position of a cache, in O(size of the write)."""
+"""The decoding caches' per-step write: one position of a cache, in O(size of the write).
+
+Each step of a decoding loop writes one position of every cache. As a functional update
+(`tf.tensor_scatter_nd_update`) TF copies the whole cache every step: TF forwards no
+while-loop variable's buffer to the scatter, so a step's cost grows with the length.
+Where the decoding loop owns its caches (`private_copy` made them at the loop's entry,
+so nothing else holds their buffers) and the backend computes each slice as a TF tensor
+of its own (`MeshImpl.in_place_slice_writes`: placement), the write goes into the
+cache's buffer instead (`tf.raw_ops.InplaceUpdate` on the cache viewed as rows). Every
+reader of a step's cache feeds the next step's token, so the next write waits for them.
+Elsewhere (the SIMD emulation's replay, XLA backends, which update in place themselves)
+the functional scatter is used.
+"""
+import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf.errors import ShapeError
+from mesh_tf.lowering import plan_interpreter
+from mesh_tf.ops.slicewise import SlicewiseOperation
 
 
 def _scatter_at(cache, new, position, axis):
   """tf: cache with new (cache's shape without axis) written at index position of
-  axis, by one tensor_scatter_nd_update (which reuses cache's buffer where TF can
-  forward it): O(size of new), not O(size of cache)."""
+  axis, by one tensor_scatter_nd_update (a copy of cache)."""
   lead = tf.shape(cache)[:axis]
   position = tf.reshape(tf.cast(position, tf.int32), [])
   if axis == 0:
@@ -22,7 +36,48 @@ def _scatter_at(cache, new, position, axis):
   return tf.tensor_scatter_nd_update(cache, indices, updates)
 
 
-def write_at_position(cache, new, position, dim_name="memory_length"):
+def _write_rows_in_place(cache, new, position, axis):
+  """tf: _scatter_at's result, written into cache's own buffer: cache viewed as rows
+  [dims before axis x axis, dims after axis], one row per entry of the dims before axis
+  updated. cache must be held by nothing else."""
+  shape = cache.shape.as_list()
+  lead = 1
+  for d in shape[:axis]:
+    lead *= d
+  rows = np.arange(lead, dtype=np.int32) * shape[axis] + tf.reshape(
+      tf.cast(position, tf.int32), [])
+  flat = tf.reshape(cache, [lead * shape[axis], -1])
+  flat = tf.raw_ops.InplaceUpdate(x=flat, i=rows, v=tf.reshape(new, [lead, -1]))
+  return tf.reshape(flat, shape)
+
+
+class _InPlaceSlicewise(SlicewiseOperation):
+  """A slicewise op with a second slice function for backends with
+  in_place_slice_writes, used when the op was made with in_place=True."""
+
+  def __init__(self, tf_fn, in_place_fn, in_place, xs, splittable_dims, name):
+    x = xs[0]
+    super().__init__(tf_fn, xs, x.shape, x.dtype, splittable_dims=splittable_dims,
+                     name=name)
+    self._in_place_fn = in_place_fn if in_place else None
+
+  def lower(self, lowering):
+    mesh_impl = lowering.mesh_impl(self)
+    fn = self._tf_fn
+    if self._in_place_fn is not None and mesh_impl.in_place_slice_writes:
+      fn = self._in_place_fn
+    plan_interpreter.lower_planned(lowering, self, self.plan(mesh_impl.slice_layout), fn)
+
+
+def private_copy(x):
+  """x, in buffers that nothing else holds where the backend writes slices in place
+  (a tf.raw_ops.DeepCopy of each slice; elsewhere x's values as they are): what a
+  decoding loop's caches start from before write_at_position(..., in_place=True)."""
+  return _InPlaceSlicewise(tf.identity, lambda t: tf.raw_ops.DeepCopy(x=t), True, [x],
+                           [d.name for d in x.shape.dims], "private_copy").outputs[0]
+
+
+def write_at_position(cache, new, position, dim_name="memory_length", in_place=False):
   """cache with new written at the scalar position of its dim dim_name (the decoding
   caches' per-step write).
 
@@ -31,13 +86,14 @@ def write_at_position(cache, new, position, dim_name="memory_length"):
     new: Tensor with cache's other dims (any order), e.g. [batch, heads, d_kv].
     position: int32 scalar Tensor (no dims), the index along dim_name.
     dim_name: the name of the dim written.
+    in_place: whether the caller owns cache (a loop variable that started from
+      `private_copy` and that nothing but this write reads): on backends with
+      in_place_slice_writes the write then goes into cache's buffer.
 
   Returns:
     Tensor shaped like cache, equal to it except at position, where it holds new (cast
-    to cache's dtype). Each slice is written at the position by one
-    tf.tensor_scatter_nd_update, so a step costs the size of new, not of the cache (a
-    layout that splits dim_name gets it gathered whole for the write, as any
-    slicewise op's unsplittable dim).
+    to cache's dtype). A layout that splits dim_name gets it gathered whole for the
+    write, as any slicewise op's unsplittable dim.
   """
   dim = cache.shape.get_dim_by_name(dim_name)
   rest = [d for d in cache.shape.dims if d != dim]
@@ -52,7 +108,7 @@ def write_at_position(cache, new, position, dim_name="memory_length"):
     raise ShapeError("write_at_position: position %s %s must be a scalar" % (
         position.name, position.shape), tensor=position.name)
   axis = cache.shape.dims.index(dim)
-  return mtf.slicewise(
-      lambda c, n, p: _scatter_at(c, n, p, axis), [cache, new, position],
-      output_shape=cache.shape, output_dtype=cache.dtype,
-      splittable_dims=[d.name for d in rest], name="write_at_position")
+  return _InPlaceSlicewise(
+      lambda c, n, p: _scatter_at(c, n, p, axis),
+      lambda c, n, p: _write_rows_in_place(c, n, p, axis), in_place,
+      [cache, new, position], [d.name for d in rest], "write_at_position").outputs[0]

@@ -187,6 +187,8 @@ def cached_memory(context, tensors):
       updated.append(mtf.add(old * (1 - at), mtf.cast(new, old.dtype) * at,
                              output_shape=old.shape))
     else:  # one position for every row: written in place, O(size of new) per step
-      updated.append(cache_write.write_at_position(old, new, context.position))
+      updated.append(cache_write.write_at_position(
+          old, new, context.position,
+          in_place=getattr(context, "write_states_in_place", False)))
   context.record_new_states(updated)
   return updated

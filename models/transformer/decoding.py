@@ -20,6 +20,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf import beam_search as mtf_beam_search
+from models.transformer import cache_write
 from models.transformer import layer_stack as layer_stack_lib
 from models.transformer.context import Context, ModeKeys
 
@@ -195,6 +196,13 @@ def _cache_layout(state):
   return mtf.transpose(state, mtf.Shape(order))
 
 
+def _loop_states(states):
+  """The prefill's states as the decoding loop starts from them: in the caches' loop
+  layout, in buffers of their own (cache_write.private_copy), so the loop's per-step
+  writes may go into them (the prefill's own readers may still hold the originals)."""
+  return [cache_write.private_copy(_cache_layout(s)) for s in states]
+
+
 def _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs, temperature=None,
                            sampling_keep_top_k=-1, constant_states=None):
   """logits_fn(step, ids, states) for mtf.beam_search from the decoding caches: the
@@ -206,6 +214,9 @@ def _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs, temperat
         model, inputs, variable_dtype, "incremental", model_kwargs,
         batch_dims=inputs.shape.dims, length_dim=None, position=step, states=states,
         constant_states=constant_states)
+    # the loop owns its states (_loop_states made them private), so their one-position
+    # writes may go into their buffers
+    context.write_states_in_place = True
     logits = _run_model(model, context, inputs)
     if len(context.new_states) != len(states):
       raise mtf.MtfError(
@@ -261,7 +272,7 @@ def sample_autoregressive(model, partial_sequences, stop_at_token=1, max_steps=N
   if _cached(model):
     states, constant_states = _prefill(model, partial_sequences, bos_id, variable_dtype,
                                        kwargs)
-    states = [_cache_layout(s) for s in states]
+    states = _loop_states(states)
     logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, kwargs, temperature,
                                        sampling_keep_top_k, constant_states)
   else:
@@ -335,7 +346,7 @@ def beam_search_with_scores(model, inputs, decode_length, variable_dtype, alpha,
   if _cached(model):
     states, constant_states = _prefill(model, inputs, bos_id, variable_dtype,
                                        model_kwargs)
-    states = [_cache_layout(s) for s in states]
+    states = _loop_states(states)
     logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs,
                                        constant_states=constant_states)
   else:

@@ -79,6 +79,25 @@ def test_stateful_functions_and_gradient_tapes_run_the_function_per_device():
   np.testing.assert_allclose(under_tape(tf.constant(FULL)).numpy(), 2 * FULL, rtol=1e-6)
 
 
+def test_a_function_writing_into_its_input_runs_as_written_on_each_device():
+  """tf.raw_ops.InplaceUpdate writes into its input's buffer (the decoding caches'
+  in-place write): its function is called per device, never copied or deferred, and
+  each device writes its own slice."""
+  impl = _impl()
+
+  @tf.function
+  def write_first_row(x):
+    private = impl.slicewise(lambda t: tf.raw_ops.DeepCopy(x=t), _laid_out(impl, x))
+    out = impl.slicewise(lambda t: tf.raw_ops.InplaceUpdate(
+        x=t, i=[0], v=tf.fill([1, t.shape[1]], -1.0)), private)
+    return impl.combine_slices(out.tensor_list, SHAPE)
+  counts = _counts(lambda: write_first_row.get_concrete_function(tf.constant(FULL)))
+  assert counts == {"called": 8}, counts
+  want = FULL.copy()
+  want[:, :] = -1.0  # each device's slice is one row of the batch
+  np.testing.assert_array_equal(write_first_row(tf.constant(FULL)).numpy(), want)
+
+
 def test_a_train_step_on_four_devices_equals_one_device():
   from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
   c = config.TinyLmConfig()

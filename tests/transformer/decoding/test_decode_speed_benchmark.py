@@ -2,6 +2,7 @@
 device at two lengths, the table has a row per case with a per-position time per
 length, and greedy cached ids equal the recompute path's. No timing assertions (the
 machine is shared); the original library's side is not run here."""
+import pytest
 import tensorflow as tf
 
 from benchmarks import decode_speed
@@ -17,6 +18,7 @@ def test_decode_speed_table_tiny_one_device():
   assert header[:2] == ["case", "mesh"]
   assert "ms/pos @16" in header and "ms/pos @32" in header
   assert "max/min" in header and "tok/s @32" in header
+  assert "ms/step @16" in header and "step max/min" in header
   assert [r[0] for r in body] == cases
   assert all(r[1] == "1 device" for r in body)
   for r in body:
@@ -40,7 +42,8 @@ def test_cache_layout_moves_memory_length_next_to_last():
   assert decoding._cache_layout(short) is short  # pylint: disable=protected-access
 
 
-def test_write_at_position_writes_one_position():
+@pytest.mark.parametrize("in_place", [False, True], ids=["scatter", "in_place"])
+def test_write_at_position_writes_one_position(in_place):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   from models.transformer import cache_write  # pylint: disable=g-import-not-at-top
@@ -53,9 +56,16 @@ def test_write_at_position_writes_one_position():
   new_np = rng.rand(4, 2, 3).astype(np.float32)  # [d_kv, batch, heads]: any order
   cache = mtf.import_tf_tensor(mesh, tf.constant(cache_np), mtf.Shape([b, h, m, d]))
   new = mtf.import_tf_tensor(mesh, tf.constant(new_np), mtf.Shape([d, b, h]))
-  out = cache_write.write_at_position(cache, new, mtf.constant(mesh, 3, dtype=tf.int32))
+  if in_place:
+    cache = cache_write.private_copy(cache)
+  out = cache_write.write_at_position(cache, new, mtf.constant(mesh, 3, dtype=tf.int32),
+                                      in_place=in_place)
   impl = mtf.PlacementMeshImpl("", "", [""])
   got = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(out).numpy()
   want = cache_np.copy()
   want[:, :, 3, :] = new_np.transpose(1, 2, 0)
   np.testing.assert_array_equal(got, want)
+  # the private copy took the write: the imported value is unchanged
+  np.testing.assert_array_equal(
+      mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(cache).numpy()
+      if not in_place else cache_np, cache_np)
