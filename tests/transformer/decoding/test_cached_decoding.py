@@ -186,41 +186,6 @@ def test_lm_cached_equals_recompute_on_other_backends(backend, tmp_path):
   _assert_same(_export(graph, mesh, impl, tensors, checkpoint), expected, LM_LABELS)
 
 
-def _graph_ops(concrete):
-  """Op types of a concrete function's graph and of every function it calls."""
-  graph_def = concrete.graph.as_graph_def()
-  ops = [n.op for n in graph_def.node]
-  for f in graph_def.library.function:
-    ops += [n.op for n in f.node_def]
-  return ops
-
-
-@pytest.mark.parametrize("backend", ["placement", "simd"])
-def test_lm_cached_in_a_tf_function_writes_caches_in_place_where_slices_are_tensors(
-    backend, tmp_path):
-  """Under tf.function (as the trainer's decode mode runs it) placement writes each
-  step's cache position into the loop's own buffers (InplaceUpdate, after one private
-  copy per cache), the SIMD emulation by a functional scatter; both decode the
-  recompute path's greedy ids, beams and scores."""
-  program = lambda cached: _lm_program("plain", cached)
-  expected, checkpoint, _ = _reference(program, tmp_path)
-  graph, mesh, tensors, _ = program(True)
-  impl = placement_dp_mp() if backend == "placement" else mtf.SimdMeshImpl(*DP_MP)
-  mtf.restore_checkpoint(checkpoint, mtf.Lowering(graph, {mesh: impl}))
-  run = tf.function(lambda: [mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(t)
-                             for t in tensors])
-  ops = _graph_ops(run.get_concrete_function())
-  deterministic = [0, 2, 3]  # a traced sampler draws other random numbers than eagerly
-  pick = lambda values: [values[i] for i in deterministic]
-  for _ in range(2):  # the second call starts from nothing the first one wrote
-    _assert_same(pick([t.numpy() for t in run()]), pick(expected), pick(LM_LABELS))
-  if backend == "placement":
-    assert ops.count("InplaceUpdate") > 0 and ops.count("DeepCopy") > 0
-    assert "TensorScatterUpdate" not in ops
-  else:
-    assert "InplaceUpdate" not in ops and "TensorScatterUpdate" in ops
-
-
 def test_bitransformer_cached_equals_recompute(tmp_path):
   expected, checkpoint, _ = _reference(_bitransformer_program, tmp_path)
   graph, mesh, tensors, decoder = _bitransformer_program(True)
@@ -292,16 +257,29 @@ def test_models_without_incremental_layers_fall_back_to_recompute():
   assert not decoding._cached(model)  # pylint: disable=protected-access
 
 
-def test_decode_graph_lm_beam_search_cached_equals_recompute(tmp_path):
+def _graph_ops(concrete):
+  """Op types of a concrete function's graph and of every function it calls."""
+  graph_def = concrete.graph.as_graph_def()
+  ops = [n.op for n in graph_def.node]
+  for f in graph_def.library.function:
+    ops += [n.op for n in f.node_def]
+  return ops
+
+
+@pytest.mark.parametrize("mesh", ["single", "dp_mp"])
+def test_decode_graph_lm_beam_search_cached_equals_recompute(mesh, tmp_path):
   """decode mode's DecodeGraph (utils.decode_options.beam_size = 2 on an LM): the
-  continuation of each prompt, the same by both paths."""
+  continuation of each prompt, the same by both paths. Traced, the cached loop writes
+  each step's cache position into its own buffers on placement (InplaceUpdate, after
+  one private copy of each cache), and the second call starts from nothing the first
+  one wrote."""
   from models.transformer.trainer import decode_io  # pylint: disable=g-import-not-at-top
   results = []
   for cached in (False, True):
     with decoding.decoding_mode(cached):
       graph = decode_io.DecodeGraph(_lm(LM_LAYERS["plain"]()), BATCH, LENGTH, FLOAT,
                                     beam_size=2)
-    impl = _single()
+    impl = _single() if mesh == "single" else placement_dp_mp()
     decode = graph.make_decode_fn(impl)
     checkpoint = str(tmp_path / "weights")
     if cached:
@@ -309,6 +287,11 @@ def test_decode_graph_lm_beam_search_cached_equals_recompute(tmp_path):
     else:
       mtf.save_checkpoint(checkpoint, graph.lowering(impl))
     results.append(decode(tf.constant(PROMPTS)).numpy())
+    if cached:
+      ops = _graph_ops(decode.get_concrete_function(tf.constant(PROMPTS)))
+      assert "InplaceUpdate" in ops and "DeepCopy" in ops
+      assert "TensorScatterUpdate" not in ops
+      np.testing.assert_array_equal(decode(tf.constant(PROMPTS)).numpy(), results[-1])
   np.testing.assert_array_equal(results[1], results[0])
   prompt = PROMPTS != 0
   assert (results[0][prompt] == 0).all() and (results[0][~prompt] != 0).any()
