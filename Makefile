@@ -22,7 +22,9 @@ PIP_FLAGS ?= --quiet
 # with -n 2). 2026-12-05, -n 3, after test subprocesses started lean (tests/conftest.py)
 # and bytecode was cached: 20 min 2 s, 14 min 28 s, 16 min 20 s (37.0, 26.9 and 30.3
 # CPU-minutes; the same in-process tests took a quarter to a third less CPU in the second
-# run than in the first, so part of that is this host's varying speed).
+# run than in the first, so part of that is this host's varying speed). Later the same day,
+# +19 tests: 21 min 49 s and 27 min 5 s (40.5 and 50.0 CPU-minutes), in which the 3,411
+# tests common to both took 47% and 84% more CPU than in the 16 min 20 s run.
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
