@@ -76,6 +76,9 @@ class Context:
     self.layer_index = 0
     self.next_constant_state = 0
     self.next_states_index = 0
+    # Set by a decoding loop that owns `states` (decoding._loop_states): their
+    # one-position writes may then go into their buffers (cache_write.py).
+    self.write_states_in_place = False
 
   @property
   def mesh_layout(self):
@@ -189,6 +192,6 @@ def cached_memory(context, tensors):
     else:  # one position for every row: written in place, O(size of new) per step
       updated.append(cache_write.write_at_position(
           old, new, context.position,
-          in_place=getattr(context, "write_states_in_place", False)))
+          in_place=context.write_states_in_place))
   context.record_new_states(updated)
   return updated

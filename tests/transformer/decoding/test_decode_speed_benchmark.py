@@ -54,21 +54,18 @@ def test_write_at_position_writes_one_position(in_place):
   rng = np.random.RandomState(0)
   cache_np = rng.rand(2, 3, 5, 4).astype(np.float32)
   new_np = rng.rand(4, 2, 3).astype(np.float32)  # [d_kv, batch, heads]: any order
-  cache = mtf.import_tf_tensor(mesh, tf.constant(cache_np), mtf.Shape([b, h, m, d]))
+  imported = mtf.import_tf_tensor(mesh, tf.constant(cache_np), mtf.Shape([b, h, m, d]))
   new = mtf.import_tf_tensor(mesh, tf.constant(new_np), mtf.Shape([d, b, h]))
-  if in_place:
-    cache = cache_write.private_copy(cache)
+  cache = cache_write.private_copy(imported) if in_place else imported
   out = cache_write.write_at_position(cache, new, mtf.constant(mesh, 3, dtype=tf.int32),
                                       in_place=in_place)
-  impl = mtf.PlacementMeshImpl("", "", [""])
-  got = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(out).numpy()
+  lowering = mtf.Lowering(graph, {mesh: mtf.PlacementMeshImpl("", "", [""])})
   want = cache_np.copy()
   want[:, :, 3, :] = new_np.transpose(1, 2, 0)
-  np.testing.assert_array_equal(got, want)
-  # the private copy took the write: the imported value is unchanged
-  np.testing.assert_array_equal(
-      mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(cache).numpy()
-      if not in_place else cache_np, cache_np)
+  np.testing.assert_array_equal(lowering.export_to_tf_tensor(out).numpy(), want)
+  # the write went into the private copy (in place) or a new tensor: the imported
+  # value, read from the same lowering after the write, is unchanged
+  np.testing.assert_array_equal(lowering.export_to_tf_tensor(imported).numpy(), cache_np)
 
 
 @pytest.mark.parametrize("backend", ["placement", "simd"])
