@@ -55,6 +55,12 @@ class Lowering:
     with tf.init_scope():
       for v in graph.all_variables:
         self.variables[v] = self._get_or_create_variable(v)
+      # The random-op counter too: a variable made in a tf.function's first trace
+      # makes TF trace the function a second time. Not under a strategy's scope, which
+      # would make it a mirrored variable that replicas cannot update.
+      for op in graph.operations:
+        if getattr(op, "draws_random_steps", False) and not tf.distribute.has_strategy():
+          self.mesh_impl(op).state.random_counter()
 
   def _check_meshes_and_layouts(self):
     """Validates every tensor's layout before any TF op is emitted."""

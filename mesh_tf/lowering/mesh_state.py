@@ -28,13 +28,17 @@ class MeshState:
     self.variables = {}
     self.random_steps = None
 
-  def next_random_step(self):
-    """Advances the counter (created once, eagerly) and returns its new value."""
+  def random_counter(self):
+    """The counter variable, created once, eagerly, on first use."""
     if self.random_steps is None:
       with tf.init_scope():
         self.random_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
                                         name="random_steps")
-    return tf.convert_to_tensor(self.random_steps.assign_add(1))
+    return self.random_steps
+
+  def next_random_step(self):
+    """Advances the counter and returns its new value."""
+    return tf.convert_to_tensor(self.random_counter().assign_add(1))
 
 
 def _outermost_tracing_function():

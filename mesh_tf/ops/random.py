@@ -91,6 +91,7 @@ class RandomOperation(Operation):
                      name=name or "random_" + (known[0] if known else "values"))
     self._tf_fn, self._kwargs = tf_fn, kwargs
     self._distribution = known[0] if known else None
+    self.draws_random_steps = bool(known)  # Lowering creates the counter eagerly
     if known:
       extra = set(kwargs) - set(known[1]) - {"dtype", "seed"}
       if extra:

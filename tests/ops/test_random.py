@@ -63,6 +63,26 @@ def test_random_ops_draw_fresh_values_each_run(make_mesh_impl):
   assert not np.array_equal(first, second)
 
 
+def test_a_function_lowering_random_ops_traces_once_after_an_eager_lowering():
+  # The pattern of the trainer: variables made by an eager Lowering, then the step as a
+  # tf.function. TF traces a function again when its first trace creates a variable,
+  # which the random ops' counter used to be.
+  graph, mesh = new_mesh()
+  w = mtf.get_variable(mesh, "w", [BATCH, HIDDEN])
+  u = w * mtf.random_uniform(mesh, [BATCH, HIDDEN], seed=3)
+  impl = mtf.PlacementMeshImpl("all:8", "batch:all", ["/cpu:%d" % i for i in range(8)])
+  mtf.Lowering(graph, {mesh: impl})
+  traces = []
+
+  @tf.function
+  def step():
+    traces.append(1)
+    return mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(u)
+  first, second = step().numpy(), step().numpy()
+  assert len(traces) == 1
+  assert not np.array_equal(first, second)  # the counter still advances per run
+
+
 def _dropout_graph(rate):
   graph, mesh = new_mesh()
   x = mtf.import_tf_tensor(mesh, random_array(R_SHAPE, 1, 0.5, 2.0), R_SHAPE)
