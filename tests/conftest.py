@@ -11,6 +11,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # tests this cut the CPU-seconds by about a tenth; no test times anything, and every
 # process of a test computes with the same setting.
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+# XLA's CPU code generation without LLVM's optimization passes, in every test process
+# and subprocess: the XLA tests check partitioning, memory and numbers, which come from
+# the HLO passes that still run, and compiling took about a third of their CPU-seconds
+# (test_trainer_gspmd.py: 56 -> 40). Benchmarks, run outside the suite, keep the default.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_backend_optimization_level=0").strip()
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -20,6 +27,15 @@ NUM_VIRTUAL_DEVICES = 8
 from mesh_tf import utils  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 utils.configure_virtual_cpus(NUM_VIRTUAL_DEVICES)
+
+# Python's cyclic collector in the test processes: TensorFlow's modules (imported above)
+# left out of every collection, and a young generation 70x the default. Tracing a step
+# allocates millions of short-lived objects, and each collection walked the whole
+# TensorFlow object graph: about 5-8% of an in-process trainer test's CPU-seconds.
+# Cyclic garbage is still collected, later.
+import gc  # pylint: disable=g-import-not-at-top,wrong-import-position
+gc.freeze()
+gc.set_threshold(50000, 20, 10)
 
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
