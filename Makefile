@@ -19,12 +19,11 @@ TRAIN_FLAGS ?=
 PIP_FLAGS ?= --quiet
 # Three workers on two cores: many tests wait on subprocesses or sockets, so a third
 # worker fills those gaps (the idle suite, 2026-12-04: 24 min 39 s with -n 3, 26 min 48 s
-# with -n 2). 2026-12-05, -n 3, after test subprocesses started lean (tests/conftest.py)
-# and bytecode was cached: 20 min 2 s, 14 min 28 s, 16 min 20 s (37.0, 26.9 and 30.3
-# CPU-minutes; the same in-process tests took a quarter to a third less CPU in the second
-# run than in the first, so part of that is this host's varying speed). Later the same day,
-# +19 tests: 21 min 49 s and 27 min 5 s (40.5 and 50.0 CPU-minutes), in which the 3,411
-# tests common to both took 47% and 84% more CPU than in the 16 min 20 s run.
+# with -n 2). Wall time is about the suite's CPU-seconds / 2, and this host's speed
+# varies by up to half between runs of the same code. 2026-12-05, measured with
+# /usr/bin/time around `make test`: 59.8 CPU-minutes (29 min 44 s, idle) at 14:10; 30.1
+# CPU-minutes at 16:08 after the tests shared more of their runs and XLA/GC settings in
+# tests/conftest.py (24 min 51 s, with two other test runs sharing the cores).
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \

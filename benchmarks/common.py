@@ -34,6 +34,20 @@ TRANSFORMER_SIZES = {
 }
 
 
+
+
+def mesh_layouts(devices=8):
+  """(label, mesh shape, layout rules) of the tiny LM's single, dp, mp and dp+mp meshes
+  over that many devices (benchmarks.step_time and benchmarks.layouts)."""
+  return [
+      ("single", "", ""),
+      ("dp", "batch:%d" % devices, "batch:batch"),
+      ("mp", "model:%d" % devices, "d_ff:model;heads:model;vocab:model"),
+      ("dp+mp", "batch:2;model:%d" % (devices // 2),
+       "batch:batch;d_ff:model;heads:model;vocab:model"),
+  ]
+
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -3,7 +3,7 @@ layouts and each backend: median step time (and its ratio to one device), bytes 
 processor sends per step (communication accounting), and memory per processor (the
 analytic cost model).
 
-  python -m benchmarks.layouts [--steps 10 --repeats 5]
+  python -m benchmarks.layouts [--steps 10 --repeats 5] [--devices 8|4]
 """
 from absl import app
 from absl import flags
@@ -18,13 +18,8 @@ common.define_flag(flags.DEFINE_string, "size", "small",
                    "Model size: tiny (for smoke tests) or small.")
 common.define_flag(flags.DEFINE_list, "backends", ["placement", "simd", "gspmd"],
                    "Backends to run (names of mtf.make_mesh_impl).")
-
-LAYOUTS = [
-    ("single", "", ""),
-    ("dp", "batch:8", "batch:batch"),
-    ("mp", "model:8", "d_ff:model;heads:model;vocab:model"),
-    ("dp+mp", "batch:2;model:4", "batch:batch;d_ff:model;heads:model;vocab:model"),
-]
+common.define_flag(flags.DEFINE_enum, "devices", "8", ["8", "4"],
+                   "Virtual CPUs the dp, mp and dp+mp meshes span (4 for smoke tests).")
 
 
 def main(_):
@@ -38,7 +33,7 @@ def main(_):
   inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
   fns, info = {}, {}
   for backend in FLAGS.backends:
-    for label, mesh_shape, layout in LAYOUTS:
+    for label, mesh_shape, layout in common.mesh_layouts(int(FLAGS.devices)):
       model = mtf_model.TinyLmModel(c)
       n = mtf.convert_to_shape(mesh_shape).size
       impl = mtf.make_mesh_impl(backend, mesh_shape, layout, devices[:n])
@@ -50,8 +45,8 @@ def main(_):
       info[key] = (cost, impl)
   times = common.time_alternating(fns, FLAGS.steps, FLAGS.repeats)
   print(common.machine_line())
-  print("tiny LM %s on 8 virtual CPU devices; %d steps x %d repeats, median per step"
-        % (dict(c._asdict()), FLAGS.steps, FLAGS.repeats))
+  print("tiny LM %s on %s virtual CPU devices; %d steps x %d repeats, median per step"
+        % (dict(c._asdict()), FLAGS.devices, FLAGS.steps, FLAGS.repeats))
   rows = [["backend layout", "ms/step", "vs single", "sent B/proc (emitted)",
            "sent B/proc (model)", "weights B/proc", "activations B/proc"]]
   for key, t in times.items():

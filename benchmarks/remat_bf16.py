@@ -13,6 +13,7 @@ allocator serves all virtual devices): "activations" is the step's peak less wha
 resident before it and less the weights' bytes (a bound on the gradients).
 
   python -m benchmarks.remat_bf16 [--parts remat,bf16] [--size small] [--steps 5]
+      [--bf16_model 4]
 """
 import os
 
@@ -35,6 +36,8 @@ common.define_flag(flags.DEFINE_enum, "size", "small",
 common.define_flag(flags.DEFINE_integer, "steps", 5, "Train steps per timed block.")
 common.define_flag(flags.DEFINE_integer, "repeats", 3,
                    "Timed blocks per variant (the median is reported).")
+common.define_flag(flags.DEFINE_integer, "bf16_model", 4,
+                   "The bf16 mesh's model dim: batch:2;model:N (2 for smoke tests).")
 
 MIB = 2.0 ** 20
 REMAT_SIZES = {
@@ -137,6 +140,11 @@ def run_remat(backends):
   return rows
 
 
+def _bf16_mesh():
+  """README_MESH (at the default --bf16_model) or the same with a smaller model dim."""
+  return "batch:2;model:%d" % FLAGS.bf16_model, README_MESH[1]
+
+
 def run_bf16(backends):
   """Rows of the bfloat16 comparison (ratios to float32 on the same backend)."""
   sizes = README_SIZES[FLAGS.size]
@@ -146,8 +154,7 @@ def run_bf16(backends):
     steps, memory, losses = {}, {}, {}
     for name, dtype in DTYPES.items():
       graph = build_lm(sizes, dtype)
-      steps[name], weight_bytes = prepare(graph, backend, README_MESH[0], README_MESH[1],
-                                          sizes)
+      steps[name], weight_bytes = prepare(graph, backend, *_bf16_mesh(), sizes)
       losses[name] = float(steps[name]())
       memory[name] = measure_memory(steps[name], weight_bytes)
     times = common.time_alternating(steps, FLAGS.steps, FLAGS.repeats)
@@ -168,7 +175,7 @@ def main(_):
                                                       FLAGS.repeats))
     common.print_table(run_remat(FLAGS.backends))
   if "bf16" in FLAGS.parts:
-    print("\nbfloat16 on %s: %s" % (README_MESH[0], README_SIZES[FLAGS.size]))
+    print("\nbfloat16 on %s: %s" % (_bf16_mesh()[0], README_SIZES[FLAGS.size]))
     common.print_table(run_bf16(FLAGS.backends))
 
 

@@ -1,12 +1,13 @@
 """Optimizer state split over data parallelism: bytes per device and bytes sent.
 
     python -m benchmarks.sharded_state [--steps=3] [--size=readme|tiny]
-        [--optimizers=adam,adafactor] [--layouts=dp,dp+mp]
+        [--optimizers=adam,adafactor] [--layouts=dp,dp+mp] [--devices=8|4]
 
 Builds the README LM's shape (2 layers, d_model 64, d_ff 256, 4 heads of 16, vocab
 256; "tiny", for smoke tests: 1 layer, d_model 16, d_ff 32, 4 heads of 4, vocab 32)
 with Adam and with Adafactor, with and without `shard_optimizer_state`, on 8
-virtual CPUs (placement backend) under dp (`all:8`) and dp+mp (`batch:2;model:4`).
+virtual CPUs (placement backend) under dp (`all:8`) and dp+mp (`batch:2;model:4`);
+--devices=4, for smoke tests, uses 4 of them (`batch:4`, `batch:2;model:2`).
 For each it prints the most optimizer-state bytes any device holds (counted from the
 backend's tf.Variables), the cost model's prediction per processor, the bytes each
 processor sends in one traced train step (measured, and predicted), and the largest
@@ -27,10 +28,17 @@ from mesh_tf import analysis  # pylint: disable=g-import-not-at-top,wrong-import
 from models.transformer import model_graph, transformer, transformer_layers  # pylint: disable=g-import-not-at-top,wrong-import-position
 from models.transformer.context import ModeKeys  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-LAYOUTS = {
-    "dp": ("batch:8", "batch:batch"),
-    "dp+mp": ("batch:2;model:4", "batch:batch;heads:model;d_ff:model;vocab:model"),
-}
+
+def layouts(devices):
+  """{name: (mesh shape, layout rules)} of the meshes over that many devices."""
+  return {
+      "dp": ("batch:%d" % devices, "batch:batch"),
+      "dp+mp": ("batch:2;model:%d" % (devices // 2),
+                "batch:batch;heads:model;d_ff:model;vocab:model"),
+  }
+
+
+LAYOUTS = layouts(8)
 OPTIMIZERS = {
     "adam": lambda shard: mtf.optimize.AdamWeightDecayOptimizer(
         1e-3, shard_optimizer_state=shard),
@@ -42,8 +50,7 @@ SIZES = {"readme": dict(layers=2, d_model=64, d_ff=256, heads=4, d_kv=16, vocab=
          "tiny": dict(layers=1, d_model=16, d_ff=32, heads=4, d_kv=4, vocab=32)}
 
 
-def _graph(layout, optimizer, size):
-  mesh_shape, rules = LAYOUTS[layout]
+def _graph(mesh_shape, rules, optimizer, size):
   layers = []
   for i in range(size["layers"]):
     block = [transformer_layers.SelfAttention(num_heads=size["heads"],
@@ -72,10 +79,11 @@ def _max_slot_bytes(g, impl):
   return max(per_device.values())
 
 
-def _run(layout, name, shard, batches, size):
-  mesh_shape, rules = LAYOUTS[layout]
-  g = _graph(layout, OPTIMIZERS[name](shard), size)
-  impl = mtf.PlacementMeshImpl(mesh_shape, rules, ["/cpu:%d" % i for i in range(8)])
+def _run(mesh_shape, rules, name, shard, batches, size):
+  g = _graph(mesh_shape, rules, OPTIMIZERS[name](shard), size)
+  devices = mtf.convert_to_shape(mesh_shape).size
+  impl = mtf.PlacementMeshImpl(mesh_shape, rules,
+                               ["/cpu:%d" % i for i in range(devices)])
   step = tf.Variable(0, dtype=tf.int64)
   mtf.optimize.set_global_step(step)
   g.lowering(impl)
@@ -110,6 +118,8 @@ def main(argv=None):
   parser.add_argument("--size", choices=sorted(SIZES), default="readme")
   parser.add_argument("--optimizers", default=",".join(OPTIMIZERS))
   parser.add_argument("--layouts", default=",".join(LAYOUTS))
+  parser.add_argument("--devices", type=int, choices=[8, 4], default=8,
+                      help="virtual CPUs the meshes span (4 for smoke tests)")
   args = parser.parse_args(argv)
   for flag, known in (("optimizers", OPTIMIZERS), ("layouts", LAYOUTS)):
     unknown = set(getattr(args, flag).split(",")) - set(known)
@@ -125,9 +135,10 @@ def main(argv=None):
       "predicted", "max |dloss|"))
   for name in args.optimizers.split(","):
     for layout in args.layouts.split(","):
-      base = _run(layout, name, False, batches, size)
+      mesh = layouts(args.devices)[layout]
+      base = _run(*mesh, name, False, batches, size)
       for shard in (False, True):
-        r = base if not shard else _run(layout, name, True, batches, size)
+        r = base if not shard else _run(*mesh, name, True, batches, size)
         print("%-9s %-6s %-8s %12d %10d %12.0f %12.0f %14.2e" % (
             name, layout, shard, r["slot_bytes"], r["predicted_slot_bytes"], r["sent"],
             r["predicted_sent"], np.max(np.abs(r["losses"] - base["losses"]))))

@@ -22,7 +22,8 @@ The goal: the 8-core op count at 512 cores, a build in seconds, and the 512-core
 within 1.5x of the 8-core step.
 
     python -m benchmarks.simd_scaling [--model mlp|lm|both] [--steps 5] [--repeats 9]
-        [--original_python /tmp/tf212/bin/python] [--lm_length 128]
+        [--original_python /tmp/tf212/bin/python] [--lm_length 128] [--lm_vocab 2048]
+        [--lm_d_model 256] [--lm_d_ff 1024]
 """
 import argparse
 import json
@@ -181,13 +182,17 @@ def main():
                       "('' skips it)")
   parser.add_argument("--lm_length", type=int, default=LM_SIZES["length"],
                       help="the LM's sequence length (smaller for a smoke run)")
+  for dim in ("vocab", "d_model", "d_ff"):
+    parser.add_argument("--lm_" + dim, type=int, default=LM_SIZES[dim],
+                        help="the LM's %s (smaller for a smoke run)" % dim)
   args = parser.parse_args()
   print(machine_line())
   if args.model in ("mlp", "both"):
     run_mlp(args.steps or 5, args.repeats or 9)
   if args.model in ("lm", "both"):
     run_lm(args.steps or 1, args.repeats or 7, args.original_python,
-           dict(LM_SIZES, length=args.lm_length))
+           dict(LM_SIZES, length=args.lm_length, vocab=args.lm_vocab,
+                d_model=args.lm_d_model, d_ff=args.lm_d_ff))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ the time to build each step up to its traced graph (mtf graph, lowering, trace),
 median of --build_repeats builds (the first build in a process also pays one-time
 set-up, e.g. DTensor's, ~0.15 s); "first call s" the first step after the last build (TF's graph optimization and partitioning, DTensor's SPMD
 expansion, XLA's compilation, plus one step).
-Each variant is timed in interleaved passes; the best is reported.
+Each variant is timed in interleaved passes; the best is reported. Smoke tests shrink the
+model (--vocab, --d_model, --d_ff, --heads, --d_kv, --num_layers, --batch, --length)
+and the meshes (--devices 4).
 
   python -m benchmarks.step_time [--steps 3 --batch 32 --backends placement,simd,gspmd]
 """
@@ -32,6 +34,9 @@ common.define_flag(flags.DEFINE_integer, "length", 128, "Sequence length.")
 common.define_flag(flags.DEFINE_integer, "vocab", 2048, "Vocabulary size.")
 common.define_flag(flags.DEFINE_integer, "d_model", 256, "Model width.")
 common.define_flag(flags.DEFINE_integer, "d_ff", 1024, "Feed-forward width.")
+common.define_flag(flags.DEFINE_integer, "heads", 8, "Attention heads.")
+common.define_flag(flags.DEFINE_integer, "d_kv", 32, "Width of each head.")
+common.define_flag(flags.DEFINE_integer, "num_layers", 2, "Transformer layers.")
 common.define_flag(flags.DEFINE_bool, "dtensor", True,
                    "Also time tf.experimental.dtensor on dp, mp, dp+mp.")
 common.define_flag(flags.DEFINE_list, "backends", ["placement", "simd"],
@@ -41,13 +46,10 @@ common.define_flag(flags.DEFINE_bool, "xla_baseline", True,
                    "Also time plain TF with jit_compile=True.")
 common.define_flag(flags.DEFINE_integer, "build_repeats", 3,
                    "Builds of each step; the median is reported.")
+common.define_flag(flags.DEFINE_enum, "devices", "8", ["8", "4"],
+                   "Virtual CPUs the dp, mp and dp+mp meshes span (4 for smoke tests).")
 
-LAYOUTS = [
-    ("single", "", ""),
-    ("dp", "batch:8", "batch:batch"),
-    ("mp", "model:8", "d_ff:model;heads:model;vocab:model"),
-    ("dp+mp", "batch:2;model:4", "batch:batch;d_ff:model;heads:model;vocab:model"),
-]
+LAYOUTS = common.mesh_layouts(8)
 
 
 def make_tf_step(c, weights, make_variable=None, jit_compile=False):
@@ -145,8 +147,9 @@ def main(_):
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
   c = config.TinyLmConfig(batch=FLAGS.batch, length=FLAGS.length, vocab=FLAGS.vocab,
-                          d_model=FLAGS.d_model, heads=8, d_kv=32, d_ff=FLAGS.d_ff,
-                          num_layers=2, learning_rate=0.05)
+                          d_model=FLAGS.d_model, heads=FLAGS.heads, d_kv=FLAGS.d_kv,
+                          d_ff=FLAGS.d_ff, num_layers=FLAGS.num_layers,
+                          learning_rate=0.05)
   weights = config.initial_weights(c)
   batch = config.synthetic_batch(c)
   inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
@@ -170,13 +173,14 @@ def main(_):
   if FLAGS.xla_baseline:
     add("plain TF single XLA", lambda: (make_tf_step(c, weights, jit_compile=True),
                                         [inputs, targets]))
+  meshes = common.mesh_layouts(int(FLAGS.devices))
   if FLAGS.dtensor:
-    for label, mesh_shape, _ in LAYOUTS[1:]:
+    for label, mesh_shape, _ in meshes[1:]:
       dims = [(d.name, d.size) for d in mtf.convert_to_shape(mesh_shape).dims]
       add("DTensor %s" % label, lambda dims=dims: make_dtensor_step(
           c, weights, devices, dims, batch))
   for backend in FLAGS.backends:
-    for label, mesh_shape, layout in LAYOUTS:
+    for label, mesh_shape, layout in meshes:
       def make(backend=backend, mesh_shape=mesh_shape, layout=layout):
         model = mtf_model.TinyLmModel(c, weights)
         n = mtf.convert_to_shape(mesh_shape).size
@@ -192,8 +196,8 @@ def main(_):
   fns = {k: (lambda s=s, a=a: s(*a)) for k, (s, a) in steps.items()}
   times = {k: min(v) for k, v in _best_of(fns, FLAGS.steps, FLAGS.repeats).items()}
   print(common.machine_line())
-  print("LM %s; 8 virtual CPUs; %d steps per block, best of %d interleaved passes"
-        % (dict(c._asdict()), FLAGS.steps, FLAGS.repeats))
+  print("LM %s; %s virtual CPUs; %d steps per block, best of %d interleaved passes"
+        % (dict(c._asdict()), FLAGS.devices, FLAGS.steps, FLAGS.repeats))
   base = times["plain TF single"]
   rows = [["variant", "s/step", "ratio to plain TF", "TF ops", "build s", "first call s",
            "first loss"]]

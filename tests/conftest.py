@@ -68,38 +68,38 @@ def lean_subprocesses():
       os.environ[k] = v
 
 
-# The dearest test files (CPU-seconds in a full run with MTF_TEST_CPU_LOG, 2026-12-05),
-# dearest first. They are collected first so that `--dist loadfile` hands them out early
+# The dearest test files (CPU-seconds in a full run with MTF_TEST_CPU_LOG,
+# 2026-12-05 16:08), dearest first. They are collected first so that `--dist loadfile` hands them out early
 # and the workers end together, instead of one worker starting a long file while the other is idle. The
 # Makefile passes --no-loadscope-reorder: xdist otherwise sorts files by their number of
 # tests, which put the few-test, slow cluster files last.
 HEAVY_FILES = [
     "tests/test_benchmarks_run.py",
-    "tests/cluster/test_spmd_peer_faults.py",
     "tests/transformer/trainer/test_orig_model_files_train.py",
-    "tests/transformer/decoding/test_cached_decoding.py",
+    "tests/cluster/test_spmd_peer_faults.py",
     "tests/cluster/test_placement_cluster.py",
+    "tests/transformer/decoding/test_cached_decoding.py",
     "tests/cluster/test_spmd_trainer.py",
-    "tests/transformer/decoding/test_zoo_cached_decoding.py",
     "tests/analysis/test_memory_measured.py",
     "tests/transformer/layers/test_remat_memory.py",
-    "tests/transformer/trainer/test_trainer_gspmd.py",
     "tests/cluster/test_spmd_cluster.py",
-    "tests/cluster/test_spmd_exact_resume.py",
-    "tests/transformer/trainer/test_trainer_processes.py",
     "tests/transformer/layers/test_modules_universal_transformer.py",
+    "tests/cluster/test_spmd_exact_resume.py",
+    "tests/transformer/decoding/test_zoo_cached_decoding.py",
+    "tests/transformer/trainer/test_trainer_processes.py",
     "tests/backends/gspmd/test_colab_notebook.py",
     "tests/backends/test_conformance.py",
-    "tests/transformer/trainer/test_bf16_training.py",
+    "tests/transformer/trainer/test_trainer_gspmd.py",
     "tests/backends/tpu_contract/test_tpu_primitives.py",
-    "tests/cluster/test_tpu_distribution.py",
-    "tests/transformer/trainer/test_entry_points.py",
+    "tests/transformer/trainer/test_bf16_training.py",
     "tests/transformer/trainer/test_trainer_reliability.py",
-    "tests/transformer/trainer/test_step_metrics.py",
     "tests/transformer/trainer/test_gin_configs.py",
+    "tests/transformer/trainer/test_entry_points.py",
+    "tests/cluster/test_tpu_distribution.py",
     "tests/transformer/trainer/test_read_while_pruning.py",
     "tests/transformer/trainer/test_trainer_seq2seq.py",
-    "tests/layers/test_pipeline.py",
+    "tests/properties/test_layout_independence.py",
+    "tests/transformer/layers/test_modules_gin_training.py",
 ]
 
 

@@ -29,7 +29,7 @@ def test_overhead_prints_ratios_to_plain_tf_and_equal_losses():
 
 def test_layouts_prints_emitted_and_predicted_bytes():
   out = _run("benchmarks.layouts", "--size=tiny", "--steps=1", "--repeats=1",
-             "--backends=placement,simd")
+             "--backends=placement,simd", "--devices=4")
   rows = [line.split() for line in out.splitlines() if line.startswith(("placement ",
                                                                          "simd "))]
   assert len(rows) == 8
@@ -38,9 +38,10 @@ def test_layouts_prints_emitted_and_predicted_bytes():
 
 
 def test_simd_scaling_prints_equal_op_counts():
-  # the LM at length 8 (its op count does not depend on the length): the table's code
-  # path at a fraction of the full LM's step
-  out = _run("benchmarks.simd_scaling", "--steps=1", "--repeats=1", "--lm_length=8")
+  # the LM at length 8 and toy widths: the table's code path (and one op count at every
+  # mesh) at a fraction of the full LM's step
+  out = _run("benchmarks.simd_scaling", "--steps=1", "--repeats=1", "--lm_length=8",
+             "--lm_vocab=64", "--lm_d_model=32", "--lm_d_ff=64")
   counts = [line.split()[3] for line in out.splitlines()
             if line.split() and line.split()[0] in ("8", "64", "512")]
   assert len(counts) == 3 and len(set(counts)) == 1, out
@@ -53,7 +54,8 @@ def test_simd_scaling_prints_equal_op_counts():
 
 def test_step_time_prints_every_variant_with_equal_first_losses():
   out = _run("benchmarks.step_time", "--steps=1", "--repeats=1", "--build_repeats=1",
-             "--batch=8", "--length=8", "--vocab=32", "--d_model=16", "--d_ff=32")
+             "--batch=8", "--length=8", "--vocab=32", "--d_model=16", "--d_ff=32",
+             "--heads=8", "--d_kv=4", "--num_layers=1", "--devices=4")
   rows = [line.split() for line in out.splitlines()
           if line.startswith(("plain TF ", "DTensor ", "mesh_tf "))]
   # columns after the label: s/step, ratio, TF ops, build s, first call s, first loss
@@ -71,7 +73,7 @@ def test_step_time_prints_every_variant_with_equal_first_losses():
 
 def test_remat_bf16_prints_equal_losses_and_ratios():
   out = _run("benchmarks.remat_bf16", "--size=tiny", "--steps=1", "--repeats=1",
-             "--backends=placement")
+             "--backends=placement", "--bf16_model=2")
   remat = [l.split() for l in out.splitlines() if l.startswith("placement ")]
   assert len(remat) == 4, out  # one remat row, three bf16 rows
   assert remat[0][-1] == remat[0][-2], out  # recompute_grads changes no loss
@@ -81,7 +83,8 @@ def test_remat_bf16_prints_equal_losses_and_ratios():
 
 
 def test_sharded_state_prints_bytes_per_device_divided_by_the_dp_degree():
-  out = _run("benchmarks.sharded_state", "--size=tiny", "--steps=2", "--layouts=dp+mp")
+  out = _run("benchmarks.sharded_state", "--size=tiny", "--steps=2", "--layouts=dp+mp",
+             "--devices=4")
   rows = {(r[0], r[2]): r for r in (l.split() for l in out.splitlines())
           if len(r) == 8 and r[1] == "dp+mp"}
   for opt in ("adam", "adafactor"):

@@ -1,6 +1,8 @@
 """The `make train` LM config at toy size, run by the trainer on a cluster or locally."""
 import contextlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -133,13 +135,19 @@ EVAL_DURING_TRAINING = "utils.run.eval_steps = 1"
 class LocalLm:
   """The toy LM trained 4 steps (checkpoints at 2 and 4, an eval batch after each) in
   this process on 8 local CPUs: the single-process reference of the cluster tests (see
-  conftest.local_lm)."""
+  conftest.local_lm). A directory that holds a finished run is read, not trained
+  again."""
 
   def __init__(self, directory):
-    self.corpus = trainer_helpers.write_corpus(directory)
     self.model_dir = directory / "local"
-    self.history = run_here(lm_params(self.model_dir, self.corpus) +
-                            [EVAL_DURING_TRAINING])
+    done = directory / "history.json"  # written last, once the run has finished
+    if not done.exists():
+      shutil.rmtree(self.model_dir, ignore_errors=True)  # a run cut short starts anew
+      corpus = trainer_helpers.write_corpus(directory)
+      history = run_here(lm_params(self.model_dir, corpus) + [EVAL_DURING_TRAINING])
+      done.write_text(json.dumps(history))
+    self.corpus = os.path.join(str(directory), "corpus.txt")
+    self.history = [tuple(h) for h in json.loads(done.read_text())]
 
   def losses(self, steps=4):
     """The losses of steps 1..steps."""

@@ -3,7 +3,8 @@ processes (4 virtual CPUs each) train the `make train` LM on mesh batch:2,model:
 from TF_CONFIG, each reading its own rows of the batch; compared with one process.
 The same command to more steps resumes, and SIGTERM to one peer stops both. The first
 run also checks step_metrics in this mode: each peer reports MFU and memory, counts its
-replicas' share of the model's FLOPs, and the chief alone writes the profile."""
+replicas' share of the model's FLOPs, and the chief alone writes the profile. (Steps
+through MultiWorkerMirroredStrategy.run: test_spmd_exact_resume.py.)"""
 import glob
 import re
 import signal
@@ -118,20 +119,3 @@ def test_make_train_lm_in_spmd_matches_one_process_and_restores_anywhere(tmp_pat
                                             "heads:model,vocab:model"))]
   assert evals[0]["step"] == evals[1]["step"] == stopped_at
   np.testing.assert_allclose(evals[0]["loss"], evals[1]["loss"], rtol=1e-5)
-
-
-def test_step_through_multi_worker_mirrored_strategy_run_matches_one_process(tmp_path,
-                                                                             local_lm):
-  # one replica per process: mesh batch:2 over the two processes, each step through
-  # MultiWorkerMirroredStrategy.run
-  spmd_dir = tmp_path / "spmd"
-  strategy = ["utils.run.mesh_shape = 'batch:2'", "utils.run.train_steps = 2",
-              "cluster_setup.cluster_config.distribution = 'multi_worker_mirrored'"]
-  outs = run_spmd(lm_cluster_helpers.lm_params(spmd_dir, local_lm.corpus) + strategy,
-                  tmp_path)
-  assert "steps through strategy.run of MultiWorkerMirroredStrategy" in outs[0]
-  assert "rows [0, 4) of each batch" in outs[0] and "rows [4, 8) of each batch" in outs[1]
-  np.testing.assert_allclose([l for _, l in lm_cluster_helpers.losses_of(spmd_dir)],
-                             local_lm.losses(2), rtol=1e-5)
-  lm_cluster_helpers.assert_same_weights(
-      lm_cluster_helpers.checkpoint_weights(spmd_dir), local_lm.weights(2))

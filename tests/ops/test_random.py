@@ -63,13 +63,20 @@ def test_random_ops_draw_fresh_values_each_run(make_mesh_impl):
   assert not np.array_equal(first, second)
 
 
-def test_a_function_lowering_random_ops_traces_once_after_an_eager_lowering():
+@pytest.mark.parametrize("in_loop", [False, True], ids=["plain", "in_a_while_loop"])
+def test_a_function_lowering_random_ops_traces_once_after_an_eager_lowering(in_loop):
   # The pattern of the trainer: variables made by an eager Lowering, then the step as a
   # tf.function. TF traces a function again when its first trace creates a variable,
-  # which the random ops' counter used to be.
+  # which the random ops' counter used to be (also where only a loop body draws).
   graph, mesh = new_mesh()
   w = mtf.get_variable(mesh, "w", [BATCH, HIDDEN])
-  u = w * mtf.random_uniform(mesh, [BATCH, HIDDEN], seed=3)
+  if in_loop:
+    u = mtf.while_loop(
+        lambda i, a: mtf.less(i, 2),
+        lambda i, a: [i + 1, a + mtf.random_uniform(mesh, [BATCH, HIDDEN], seed=3)],
+        [mtf.constant(mesh, 0, dtype=tf.int32), w])[1]
+  else:
+    u = w * mtf.random_uniform(mesh, [BATCH, HIDDEN], seed=3)
   impl = mtf.PlacementMeshImpl("all:8", "batch:all", ["/cpu:%d" % i for i in range(8)])
   mtf.Lowering(graph, {mesh: impl})
   traces = []

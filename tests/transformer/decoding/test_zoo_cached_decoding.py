@@ -22,8 +22,8 @@ from models.transformer import transformer
 from models.transformer import transformer_layers as tl
 import test_cached_decoding
 from test_cached_decoding import (  # pylint: disable=g-multiple-import
-    DP_MP, ENCODER_INPUTS, FLOAT, LENGTH, PROMPTS, VOCAB, _assert_same,
-    _dims, _export, _reference, _single, _stack, placement_dp_mp)
+    BEAM_DECODE_LENGTH, DP_MP, ENCODER_INPUTS, FLOAT, LENGTH, PROMPTS, VOCAB,
+    _assert_same, _dims, _export, _reference, _single, _stack, placement_dp_mp)
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +66,7 @@ def _lm_program(layers_name, cached):
   with decoding.decoding_mode(cached):
     greedy = model.sample_autoregressive(prompts)
     beams, scores = decoding.beam_search_with_scores(
-        model, mtf.broadcast(prompts, _dims(beam=2)), 5, FLOAT, 0.6,
+        model, mtf.broadcast(prompts, _dims(beam=2)), BEAM_DECODE_LENGTH, FLOAT, 0.6,
         decoding._model_kwargs(None, None, None, None, None))  # pylint: disable=protected-access
   return graph, mesh, [greedy, beams, scores], model
 
