@@ -23,7 +23,8 @@ PIP_FLAGS ?= --quiet
 # varies by up to half between runs of the same code. 2026-12-05, measured with
 # /usr/bin/time around `make test`: 59.8 CPU-minutes (29 min 44 s, idle) at 14:10; 30.1
 # CPU-minutes at 16:08 after the tests shared more of their runs and XLA/GC settings in
-# tests/conftest.py (24 min 51 s, with two other test runs sharing the cores).
+# tests/conftest.py (24 min 51 s, with two other test runs sharing the cores); the same
+# code idle at 16:38: 16 min 40 s, 32.2 CPU-minutes.
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
