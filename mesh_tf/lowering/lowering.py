@@ -23,14 +23,6 @@ from mesh_tf.lowering import lazy_allreduce, speed_layer
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-def _with_loop_bodies(operations):
-  """operations and, recursively, the ops of while loops' conditions and bodies."""
-  for op in operations:
-    yield op
-    yield from _with_loop_bodies(getattr(op, "_cond_ops", ()))
-    yield from _with_loop_bodies(getattr(op, "_body_ops", ()))
-
-
 class Lowering:
   """Lowers a Graph to TF given {Mesh: MeshImpl}.
 
@@ -66,7 +58,7 @@ class Lowering:
       # The random-op counter too: a variable made in a tf.function's first trace
       # makes TF trace the function a second time. Not under a strategy's scope, which
       # would make it a mirrored variable that replicas cannot update.
-      for op in _with_loop_bodies(graph.operations):
+      for op in graph.operations:  # a while loop draws if its body does
         if getattr(op, "draws_random_steps", False) and not tf.distribute.has_strategy():
           self.mesh_impl(op).state.random_counter()
 

@@ -60,6 +60,9 @@ class WhileLoopOperation(Operation):
     self._body_outputs = _as_tensor_list(body_outputs, "body output", self.name)
     self._check_body_outputs()
     graph_ops.append(self)
+    # Lowering creates the random ops' counter before any trace if a sub-op draws.
+    self.draws_random_steps = any(getattr(op, "draws_random_steps", False)
+                                  for op in self._sub_ops())
     self._inputs.extend(self._captured_tensors())
     self.control_inputs = self._captured_control_inputs()
     for y in self._body_outputs:
