@@ -6,8 +6,8 @@ named dimensions, layout rules, the graph language, autodiff and lowering onto a
 # pylint: disable=redefined-builtin,g-importing-member
 from mesh_tf import _autograph
 from mesh_tf.errors import CheckpointError, LayoutError, MtfError, ShapeError
-from mesh_tf.shapes import (Dimension, LayoutRules, MeshLayout, Shape, TensorLayout, anonymous_shape,
-                            combined_dimension, convert_to_dimension,
+from mesh_tf.shapes import (Dimension, LayoutRules, MeshLayout, Shape, TensorLayout,
+                            anonymous_shape, combined_dimension, convert_to_dimension,
                             convert_to_layout_rules, convert_to_shape, is_subsequence,
                             list_product, pnum_to_group, pnum_to_processor_coordinates,
                             processor_coordinates_to_pnum, processor_groups,
@@ -92,9 +92,7 @@ from mesh_tf.checkpoint import CheckpointManager, restore_checkpoint, save_check
 from mesh_tf import analysis
 from mesh_tf.analysis.sharding_view import plot_sharding, visualize_sharding
 from mesh_tf import auto_mtf
-from mesh_tf import learning_rate_schedules, optimize
-from mesh_tf import utils
-from mesh_tf import beam_search
-from mesh_tf import test_utils, tpu_variables
+from mesh_tf import (learning_rate_schedules, optimize, utils, beam_search, test_utils,
+                     tpu_variables)
 from mesh_tf import ops_with_redefined_builtins
 ops_with_redefined_builtins.install(globals())

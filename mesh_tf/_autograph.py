@@ -1,9 +1,7 @@
 """Keeps AutoGraph from converting mesh_tf's own code inside tf.function.
 
-mesh_tf builds graphs and emits TF ops from plain Python, so AutoGraph's rewriting buys
-nothing and costs seconds per trace. The public entry points are also wrapped in
-`tf.autograph.experimental.do_not_convert`; this module-level rule additionally covers
-graph-building code (layers, models) that a user calls inside a tf.function.
+AutoGraph's rewriting of plain graph-building Python buys nothing and costs seconds per
+trace; this rule also covers the layers and models a user calls inside a tf.function.
 """
 try:
   from tensorflow.python.autograph.core import config as _config  # pylint: disable=g-direct-tensorflow-import

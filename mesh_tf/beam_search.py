@@ -1,7 +1,6 @@
 """Decoding loops over a logits function: beam search and greedy / temperature sampling.
 
-Both loops are `mtf.while_loop`s over named-dim tensors, so they lower on every backend,
-eagerly and under tf.function. The caller supplies
+Both loops are `mtf.while_loop`s, so they lower on every backend. The caller supplies
 
     logits_fn(step_num, ids, states) -> (logits, new_states)
 
@@ -137,8 +136,7 @@ def greedy_decode(logits_fn, initial_ids, temperature=0.0, initial_states=None,
     ids = _write_at(ids, step_num, new_ids, length_dim)
     return [step_num + 1, ids, new_done] + _as_list(new_states)
 
-  outputs = while_loop(cond_fn, body_fn, [start, pinned, done] + states)
-  return outputs[1]
+  return while_loop(cond_fn, body_fn, [start, pinned, done] + states)[1]
 
 
 def _length_penalty(num_decoded, alpha, dtype):
@@ -174,13 +172,9 @@ def compute_topk_scores_and_seq(sequences, scores, scores_to_gather, flags, beam
 
 
 def _top_candidates(log_probs, beam_dim, vocab_dim, batch_dims, num_prefilter):
-  """The 2*beam best (beam, token) pairs of [batch..., beam, vocab] scores.
-
-  Returns (scores, source beam, token id), each [batch..., double_beam]. With a prefilter
-  each beam first keeps its own num_prefilter*beam best tokens; for num_prefilter >= 2
-  that cannot drop any of the overall 2*beam best.
-  """
-  double_beam = Dimension(_DOUBLE_BEAM, 2 * beam_dim.size)
+  """(scores, source beam, token id), each [batch..., double_beam]: the 2*beam best
+  (beam, token) pairs of [batch..., beam, vocab] scores (after the prefilter, which for
+  num_prefilter >= 2 cannot drop any of them)."""
   token_ids = None
   cand_dim = vocab_dim
   if num_prefilter and num_prefilter * beam_dim.size < vocab_dim.size:
@@ -190,8 +184,7 @@ def _top_candidates(log_probs, beam_dim, vocab_dim, batch_dims, num_prefilter):
   log_probs = transpose(log_probs, batch_dims + [beam_dim, cand_dim])
   flat = reshape(log_probs, batch_dims + [flat_dim])
   # beam search keeps 2*beam candidates; a tiny vocab may offer fewer.
-  k = min(double_beam.size, flat_dim.size)
-  double_beam = Dimension(_DOUBLE_BEAM, k)
+  double_beam = Dimension(_DOUBLE_BEAM, min(2 * beam_dim.size, flat_dim.size))
   top_scores, flat_index = top_k(flat, flat_dim, double_beam)
   source_beam = flat_index // cand_dim.size
   if token_ids is None:
@@ -282,9 +275,8 @@ def beam_search(logits_fn, initial_ids, alpha, states=None, eos_id=EOS_ID,
       return running
     best_alive = reduce_ops.reduce_max(alive_log_probs, reduced_dim=beam_dim) / max_penalty
     # An empty finished slot counts as -INF, so every slot must be filled first.
-    worst_finished = reduce_ops.reduce_min(
-        ew.where(finished_flags, finished_scores, -INF),
-        reduced_dim=beam_dim)
+    worst_finished = reduce_ops.reduce_min(ew.where(finished_flags, finished_scores, -INF),
+                                           reduced_dim=beam_dim)
     bound_met = reduce_ops.reduce_all(ew.greater(worst_finished, best_alive))
     return ew.logical_and(running, ew.logical_not(bound_met))
 

@@ -1,9 +1,7 @@
 """Errors raised by mesh_tf, worded in one place.
 
-Every error that a user can cause with a bad shape, layout, mesh or checkpoint is an
-`MtfError` (a `ValueError`), so `except ValueError` keeps working for code written against
-the original library. The error carries what it is about as attributes, so tests and
-tools can inspect it without parsing the message.
+Every error a user can cause with a bad shape, layout, mesh or checkpoint is an
+`MtfError` (a `ValueError`, as in the original), carrying what it is about as attributes.
 """
 
 

@@ -1,13 +1,8 @@
 """Learning-rate schedules (the original's transformer/learning_rate_schedules.py).
 
-Every schedule is a function `(step, total_train_steps, **options) -> scalar`, where
-step is an integer or a TF integer/float scalar (e.g. the global step variable) and the
-result is a float32 tf.Tensor or a Python number. They are gin-configurable under the
-original names, so a gin file can say
-`learning_rate_schedule = @learning_rate_schedules.learning_rate_schedule_noam`.
-
-To drive an mtf optimizer from a schedule, give the optimizer a callable evaluated when
-the graph is lowered, e.g.
+Every schedule is a gin-configurable function `(step, total_train_steps, **options) ->
+scalar`, where step is an integer or a TF scalar (e.g. the global step) and the result a
+float32 tf.Tensor or a Python number. To drive an mtf optimizer, give it a callable, e.g.
 `SgdOptimizer(lambda: truncated_rsqrt(mtf.optimize.get_global_step(), 1000))`.
 """
 import math

@@ -1,10 +1,8 @@
 """The original's `mesh_tensorflow.ops_with_redefined_builtins`: every public op name.
 
-Its names include the four that shadow Python builtins (`abs`, `pow`, `range`, `slice`);
-`import mesh_tf as mtf` offers them all. `mesh_tf.ops` is the original's `mesh_tensorflow.ops`
-namespace: the same names without the four builtin spellings (the op modules themselves are
-reached as `mesh_tf.ops.<family>` submodules). `install()` fills both from the top-level
-package once `mesh_tf/__init__.py` has imported everything.
+Its names include the four that shadow Python builtins (`abs`, `pow`, `range`, `slice`).
+`mesh_tf.ops` gets the same names without those four. `install()` fills both from the
+top-level package once `mesh_tf/__init__.py` has imported everything.
 """
 import sys
 import types

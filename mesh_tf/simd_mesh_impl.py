@@ -11,20 +11,17 @@ def auto_logical_to_physical_tpu(logical_shape, physical_shape, return_coordinat
                                  device_assignment=None):
   """A logical-to-physical core map keeping inner logical dims on compact physical rings.
 
-  Returns, for each logical processor, its physical core number (the row-major number of
-  its physical coordinates), or its coordinates with return_coordinates=True. Given a
-  TPU device_assignment, the numbers are instead the replica ids whose device has those
-  coordinates (what SimdMeshImpl's logical_to_physical expects on that assignment).
-  See backends/tpu_topology.py for the ordering.
+  Returns, for each logical processor, its physical core number (row-major), or its
+  coordinates with return_coordinates=True; given a TPU device_assignment, the replica
+  ids whose device has those coordinates.
   """
   if device_assignment is None or return_coordinates:
     return tpu_topology.auto_logical_to_physical_tpu(logical_shape, physical_shape,
                                                      return_coordinates)
   coordinates = tpu_topology.auto_logical_to_physical_tpu(logical_shape, physical_shape,
                                                           return_coordinates=True)
-  replica_of = {}
-  for replica in range(device_assignment.num_replicas):
-    replica_of[tuple(int(c) for c in device_assignment.coordinates(replica, 0))] = replica
+  replica_of = {tuple(int(c) for c in device_assignment.coordinates(replica, 0)): replica
+                for replica in range(device_assignment.num_replicas)}
   missing = [c for c in coordinates if tuple(c) not in replica_of]
   if missing:
     raise ValueError("auto_logical_to_physical_tpu: the device assignment has no replica "

@@ -1,11 +1,8 @@
 """The original's `mesh_tensorflow.test_utils`: converting between numpy and mtf.
 
 `NumpyConverter` owns a Graph and a single-processor mesh; it imports numpy arrays as
-mtf Tensors and evaluates mtf Tensors back to numpy, so a user's test can check an mtf
-computation against numpy in a few lines. TF 2: evaluation runs eagerly through a
-Lowering on a one-device PlacementMeshImpl; `session` is a small stand-in whose `run`
-turns TF values into numpy. `convert_mtf_tensor_to_tf_tensor` returns the original's pair
-(lowering, tf.Tensor).
+mtf Tensors and evaluates mtf Tensors back to numpy (eagerly, through a Lowering on a
+one-device PlacementMeshImpl).
 """
 import numpy as np
 import tensorflow as tf
@@ -50,7 +47,7 @@ class NumpyConverter:
   def convert_np_array_to_mtf_tensor(self, x, dim_names=None, dtype=tf.int32):
     """Imports numpy array x; dims are named dim_names (default "dim0", "dim1", ...)."""
     x = np.asarray(x)
-    if not dim_names:  # None or empty: "dim0", "dim1", ... (as the original)
+    if not dim_names:  # None or empty (as the original)
       dim_names = ["dim%d" % i for i in range(x.ndim)]
     if len(dim_names) != x.ndim:
       raise ValueError("convert_np_array_to_mtf_tensor: %d dim names %s for an array of "
@@ -59,11 +56,7 @@ class NumpyConverter:
     return import_tf_tensor(self._mesh, tf.convert_to_tensor(x, dtype=dtype), shape)
 
   def convert_mtf_tensor_to_tf_tensor(self, mtf_tensor):
-    """Lowers the graph; returns the pair (lowering, tf.Tensor of mtf_tensor's full value).
-
-    The pair is the original's return value: `_, t = convert_mtf_tensor_to_tf_tensor(x)`
-    gives t with x's whole shape (e.g. [2, 3] for [a:2, b:3]).
-    """
+    """Lowers the graph; returns the pair (lowering, tf.Tensor of mtf_tensor's full value)."""
     lowering = Lowering(self._graph, {self._mesh: self._mesh_impl})
     return lowering, lowering.export_to_tf_tensor(mtf_tensor)
 

@@ -1,10 +1,8 @@
 """The original's `mesh_tensorflow.tpu_variables`: one variable kept in several copies.
 
-`ReplicatedVariable(name, variables)` groups per-replica copies of one variable (e.g. one
-per TPU core or device) behind the interface of a single variable. TF 2 meaning: reads
-give the primary copy (the first); `assign`, `assign_add` and `assign_sub` update every
-copy, so the copies stay equal; it converts to a tensor wherever TF expects one. Under a
-`tf.distribute` replica context the copy of the current replica is read instead.
+`ReplicatedVariable(name, variables)` groups per-replica copies of one variable behind
+the interface of a single variable: reads give the primary copy (the first; under a
+`tf.distribute` replica context, that replica's); assigns update every copy.
 """
 import tensorflow as tf
 
@@ -32,8 +30,7 @@ class ReplicatedVariable:
     self._primary_var = first
 
   def get(self):
-    """The copy this replica reads: the current replica's under tf.distribute, else the
-    primary one."""
+    """The copy this replica reads (the current replica's, else the primary one)."""
     context = tf.distribute.get_replica_context()
     if context is not None and context.num_replicas_in_sync == len(self._vars):
       replica_id = tf.get_static_value(context.replica_id_in_sync_group)

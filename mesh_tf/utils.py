@@ -1,6 +1,4 @@
-"""`mtf.utils`: small helpers -- virtual CPU devices, balanced variable placement,
-host-side summaries (`create_host_call`, `remove_summaries`), `outside_all_rewrites`
-and `topology_rank`."""
+"""`mtf.utils`: small helpers -- virtual CPUs, variable placement, host-side summaries."""
 import contextlib
 
 import tensorflow as tf
@@ -30,8 +28,7 @@ def configure_virtual_cpus(n):
 @contextlib.contextmanager
 def outside_all_rewrites():
   """A context in which new ops depend on nothing already pending and sit outside any
-  enclosing control-flow construct (TF's `control_dependencies(None)`), as the original
-  used it to build host-side ops (summaries, hooks) from inside a TPU step."""
+  enclosing control-flow construct (TF's `control_dependencies(None)`)."""
   with tf.control_dependencies(None):
     yield
 
@@ -54,11 +51,6 @@ class BalancedVariablePlacer:
   Args:
     devices: device names, e.g. a PlacementMeshImpl's `devices`.
     init_usage: optional starting bytes per device (default all 0).
-
-  `device_function(var)` takes an mtf Variable, a tf.Variable or a TF1 variable op and
-  returns the chosen device, charging the variable's bytes to it. Used as a TF device
-  function (graph mode: `with tf.device(placer.device_function)`), ops that are not
-  variables keep their own device.
   """
 
   _VARIABLE_OP_TYPES = ("Variable", "VariableV2", "VarHandleOp")
@@ -80,7 +72,9 @@ class BalancedVariablePlacer:
     return list(self._usage)
 
   def device_function(self, var):
-    """The least-loaded device for var (ties go to the first such device)."""
+    """The least-loaded device for var (an mtf Variable, a tf.Variable or a TF1 variable
+    op; ties go to the first), charging var's bytes to it. As a TF device function, ops
+    that are not variables keep their own device."""
     if isinstance(var, tf.Operation) and var.type not in self._VARIABLE_OP_TYPES:
       return var.device
     i = min(range(len(self._devices)), key=lambda k: (self._usage[k], k))
@@ -89,8 +83,7 @@ class BalancedVariablePlacer:
 
 
 def remove_summaries():
-  """Forgets the scalar summaries lowered so far in the current TF graph (the original
-  removed them from the TF1 graph's summaries collection)."""
+  """Forgets the scalar summaries lowered so far in the current TF graph."""
   from mesh_tf.ops import summary  # pylint: disable=g-import-not-at-top
   summary.clear_lowered_summaries()
 
@@ -99,8 +92,7 @@ _WRITERS = {}
 
 
 def _summary_writer(model_dir):
-  """One summary writer per directory, created eagerly (also when first asked for inside
-  a tf.function trace), so every trace writes through the same writer."""
+  """One summary writer per directory, created eagerly, shared by every trace."""
   if model_dir not in _WRITERS:
     with tf.init_scope():
       _WRITERS[model_dir] = tf.summary.create_file_writer(model_dir)
@@ -108,13 +100,9 @@ def _summary_writer(model_dir):
 
 
 def create_host_call(model_dir):
-  """(host_call_fn, tensors) that write this graph's lowered scalar summaries.
-
-  Collects the mtf.scalar_summary values lowered in the current TF graph (eagerly, or in
-  the current tf.function trace). `host_call_fn(*tensors)` writes each of them as a
-  scalar at the global step (`mtf.optimize.get_global_step()`) to an event file under
-  model_dir -- what the original handed TPUEstimator as its host call. Returns None when
-  no summary was lowered.
+  """(host_call_fn, tensors) that write this graph's lowered scalar summaries, or None
+  when none was lowered. `host_call_fn(*tensors)` writes each as a scalar at the global
+  step (`mtf.optimize.get_global_step()`) to an event file under model_dir.
   """
   from mesh_tf.ops import summary  # pylint: disable=g-import-not-at-top
   from mesh_tf.optimize import get_global_step  # pylint: disable=g-import-not-at-top

@@ -1,9 +1,6 @@
-"""Train and eval steps shared by the models: each is one tf.function over an mtf graph
-that was built once.
-
-A model provides `lowering(mesh_impl, *batch)` (a Lowering fed with one batch; with no
-batch it only creates the variables), `loss` and `update_ops`.
-"""
+"""Train and eval steps shared by the models, each one tf.function over an mtf graph
+built once. A model provides `lowering(mesh_impl, *batch)` (with no batch it only
+creates the variables), `loss` and `update_ops`."""
 import tensorflow as tf
 
 from mesh_tf.lowering.train_step import lower_train_step  # re-exported for the models

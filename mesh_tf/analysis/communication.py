@@ -64,12 +64,10 @@ def format_report(records, mesh_shape):
 def bytes_crossing_processes(records, mesh_shape, process_of_pnum):
   """{process: bytes its processors send to processors of other processes} for records.
 
-  Each group (the processors differing only on the record's mesh axes, in processor-
-  coordinate order) is a ring: allreduce, allconcat and receive send each processor's
-  share (the per-processor formulas above) to its successor on the ring, and that share
-  crosses the boundary when the successor sits in another process; alltoall sends 1/n
-  of the slice straight to each other member, so the pieces for members of other
-  processes cross. process_of_pnum[p] is the process (task) holding processor p.
+  Each group is a ring in processor-coordinate order: allreduce, allconcat and receive
+  send each processor's share to its successor, which may sit in another process;
+  alltoall sends 1/n of the slice straight to each other member. process_of_pnum[p] is
+  the process (task) holding processor p.
   """
   from mesh_tf.shapes import processor_groups  # pylint: disable=g-import-not-at-top
   from mesh_tf.shapes import convert_to_shape  # pylint: disable=g-import-not-at-top

@@ -1,14 +1,11 @@
 """The paper's closed-form cost of an mtf graph under a mesh shape and layout rules.
 
 Nothing is lowered: the cost is the sum of the ops' plans (mesh_tf/plans), the same plans
-the lowering runs, so prediction and measurement cannot disagree. For each op with a
-`plan(layout)` method the plan gives the collectives (CollectiveRecords, so the byte
-formulas of `communication` apply to prediction and measurement alike) and the FLOPs each
-processor computes; an op without a plan sends nothing. A SUM allreduce a plan marks as
-owed (einsum, gather and its gradient contracting a split dim) is paid when the value is
-first read, since add_n of partial sums owing the same allreduce adds them first and
-reduces once (lowering/lazy_allreduce.py). Memory is an upper bound: every activation
-slice counted as live at once.
+the lowering runs, so prediction and measurement cannot disagree; an op without a plan
+sends nothing. A SUM allreduce a plan marks as owed is paid when the value is first
+read, since add_n of partial sums owing the same allreduce adds them first and reduces
+once (lowering/lazy_allreduce.py). Memory is an upper bound: every activation slice
+counted as live at once.
 """
 import collections
 
@@ -37,10 +34,6 @@ class CostEstimate(collections.namedtuple("CostEstimate", [
 # Ops whose output may owe an allreduce, paid when first read (lazy_allreduce).
 LAZY_ALLREDUCE_OPS = (EinsumOperation, gather_ops.GatherOperation,
                       gather_ops.GatherGradOperation)
-
-
-def _nbytes(layout, tensor):
-  return layout.slice_size(tensor.shape) * tensor.dtype.size
 
 
 def plan_cost(layout, op, owed_axes=None):
@@ -99,7 +92,7 @@ def estimate_cost(graph, mesh_shape, layout_rules, fetches=None):
       else:
         optimizer_bytes += nbytes
       continue
-    activation_bytes += sum(_nbytes(layout, t) for t in op.outputs)
+    activation_bytes += sum(layout.slice_size(t.shape) * t.dtype.size for t in op.outputs)
     owed_in = None
     if (isinstance(op, elementwise_ops.AddNOperation) or
         getattr(op, "reads_owed_sums", False)):

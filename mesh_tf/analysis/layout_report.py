@@ -1,11 +1,9 @@
 """Layout report: how the layout rules applied to every tensor of a graph.
 
-For a graph, a mesh shape and layout rules it lists, for each tensor, which rule split
-which dimension; rules that never matched a tensor dimension (or name a mesh dimension
-the mesh lacks); places where a rule could not apply because another dimension of the
-same tensor already took its mesh dimension (an illegal layout: lowering raises there);
-and warnings about einsums that repeat heavy compute on every processor of an unused
-mesh dimension, or that force a large allconcat.
+It lists which rule split which dimension of each tensor; rules that never matched (or
+name a mesh dimension the mesh lacks); rules that could not apply (an illegal layout:
+lowering raises there); and warnings about einsums that repeat heavy compute on every
+processor of an unused mesh dimension, or that force a large allconcat.
 """
 import collections
 
@@ -122,8 +120,7 @@ def _warnings(graph, layout, heavy_fraction, large_allconcat_bytes):
     cost = cost_model.estimate_cost(graph, layout.shape, layout.layout_rules)
   except LayoutError as e:
     return ["layout is illegal: %s" % e]
-  einsums = [op for op in graph.operations
-             if isinstance(op, EinsumOperation)]
+  einsums = [op for op in graph.operations if isinstance(op, EinsumOperation)]
   total = sum(cost_model.plan_cost(layout, op)[2] for op in einsums)
   warnings = [w for w in (_einsum_warnings(layout, op, total, heavy_fraction)
                           for op in einsums) if w]

@@ -1,37 +1,21 @@
 """Peak memory of one step of an mtf program (a train step: loss, gradients, updates).
 
 `cost_model.estimate_cost` counts every activation as live at once, an upper bound.
-This model follows lifetimes instead, the way TensorFlow's dataflow executor runs a
-traced step: an op runs as soon as its inputs exist (its level is one more than its
-latest input's), so work that needs only the weights and slots (e.g. Adam's decayed
-moments) runs at the start of the step and is held until its reader runs; a tensor is
-held from its op's level to the level of its last reader (an output nobody reads only
-at its own level). While a contraction or fused op runs, its kernels also hold
-temporaries (operands transposed for a batch matmul, the result before its final
-transpose, a fused softmax's intermediates): SCRATCH_FACTOR times its outputs' bytes,
-at its level only (calibrated against TensorFlow's allocator in benchmarks/memory.py);
-elementwise kernels write their outputs directly. TF's CPU kernels compute a bfloat16
-(or float16) contraction in float32: they hold float32 copies of its operands and of
-its result while they run (measured in the allocator's traces), so such an op also
-holds 4 bytes per element of its inputs and outputs at its level (`kernel_upcast`;
-False for hardware with native bfloat16 arithmetic, e.g. TPUs). The peak is
+This model follows lifetimes instead, as TensorFlow's dataflow executor runs a traced
+step: an op runs as soon as its inputs exist (its level is one more than its latest
+input's), and a tensor is held from its op's level to the level of its last reader.
+While a contraction or fused op runs, its kernels also hold temporaries: SCRATCH_FACTOR
+times its outputs' bytes, at its level only (calibrated against TensorFlow's allocator
+in benchmarks/memory.py). TF's CPU kernels compute a bfloat16 (or float16) contraction
+in float32, so such an op also holds 4 bytes per element of its inputs and outputs at
+its level (`kernel_upcast`; False for hardware with native bfloat16, e.g. TPUs).
 
-  weights + optimizer slots (held throughout) + the largest sum of held tensors,
-
-each tensor costing its slice bytes. Two figures come out:
-  - per device: what each processor of the mesh would hold on its own accelerator;
-  - per process: the sum over the devices of one process, as one shared allocator sees
-    it, where each distinct slice is held once (the CPU backends keep one buffer for
-    all replicas of a replicated value and compute replicated work once), so a tensor
-    costs its slice bytes times its number of distinct slices; partial sums that owe an
-    allreduce are distinct on every processor of the reduced mesh axes until reduced.
-The per-process figure has every device at its peak at once, as when the devices meet
-in a collective every layer; where they do not (data parallelism), the host's executor
-decides how many peaks coincide, and `MemoryPrediction.process_peak_bounds` gives what holds for a
-process whatever it decides.
-
-`TrainStepMemory(graph, fetches)` does the layout-independent work once (levels and
-lifetimes) and then prices any layout; `predict_memory` is the one-call form.
+The peak is weights + optimizer slots (held throughout) + the largest sum of held
+tensors, each costing its slice bytes: per device, and per process (summed over one
+process's devices, each distinct slice once, as the CPU backends keep one buffer for
+all replicas; partial sums owing an allreduce are distinct on every processor of the
+reduced mesh axes). The per-process figure has every device at its peak at once; see
+`MemoryPrediction.process_peak_bounds` where the devices do not run in lockstep.
 """
 import collections
 
@@ -73,17 +57,10 @@ class MemoryPrediction(collections.namedtuple("MemoryPrediction", [
     """(lower, upper) bytes of one process's peak where its devices' step computations
     are not run in lockstep, so their activation peaks need not coincide.
 
-    process_peak_bytes (replicas=None), or replicas x peak_bytes for a process of
-    `replicas` multi-client SPMD replicas that share nothing, has every device at its
-    peak at once: the upper bound. That is what happens where the devices meet in a
-    collective every layer; where they meet rarely (data parallelism: only in the
-    gradient reductions), each device's work runs as its own function call or thread,
-    and how the calls interleave on the host's cores sets the process peak (see
-    benchmarks/memory.py). What holds whatever the interleaving: the process keeps all
-    its variables throughout, and some device reaches its own activation peak, so
-
-      lower = process variables (replicas x per-device variables for SPMD)
-              + activation_bytes (one device's activation peak).
+    upper: process_peak_bytes, or with `replicas` (multi-client SPMD replicas sharing
+    nothing) replicas x peak_bytes: every device at its peak at once. lower: the
+    process's variables (replicas x per-device ones for SPMD) + activation_bytes, as
+    some device reaches its own activation peak however the host interleaves them.
     """
     if replicas is None:
       variables = self.process_weight_bytes + self.process_slot_bytes
@@ -94,9 +71,21 @@ class MemoryPrediction(collections.namedtuple("MemoryPrediction", [
     return variables + self.activation_bytes, upper
 
 
+def slice_elements(shape_keys, mesh_dimension_to_size, assignment):
+  """Elements of one device's slice for each shape key ((dim name, size), ...) under
+  {tensor dim name: mesh dim name} (sizes rounded up); at least one entry."""
+  elements = np.zeros(max(len(shape_keys), 1))
+  for i, dims in enumerate(shape_keys):
+    n = 1
+    for name, size in dims:
+      m = assignment.get(name)
+      n *= -(-size // mesh_dimension_to_size[m]) if m is not None else size
+    elements[i] = n
+  return elements
+
+
 def _distinct_slices(layout, shape):
-  """Number of distinct slices of a tensor of `shape` (processors holding different
-  parts of it); the replicas along the other mesh axes share them."""
+  """Number of processors holding different parts of a tensor of `shape`."""
   n = 1
   for axis in layout.tensor_layout(shape):
     if axis is not None:
@@ -107,12 +96,9 @@ def _distinct_slices(layout, shape):
 class TrainStepMemory:
   """Lifetimes of the tensors of one step, priced under any layout.
 
-  Args:
-    graph: an mtf Graph.
-    fetches: the tensors and ops one step computes (e.g. [loss] + update_ops); None
-      for the whole graph.
-    kernel_upcast: whether contractions in a float narrower than float32 hold float32
-      copies of their operands and results while they run (TF's CPU kernels do).
+  fetches: the tensors and ops one step computes (e.g. [loss] + update_ops; None: the
+  whole graph); kernel_upcast: whether contractions in a float narrower than float32
+  hold float32 copies of their operands and results while they run (TF's CPU kernels do).
   """
 
   def __init__(self, graph, fetches=None, kernel_upcast=True):
@@ -141,7 +127,8 @@ class TrainStepMemory:
     for op in self.operations:
       if isinstance(op, Variable):
         continue
-      upcast = kernel_upcast and isinstance(op, EinsumOperation) and _narrow(op.outputs)
+      upcast = (kernel_upcast and isinstance(op, EinsumOperation) and  # a narrow float
+                any(t.dtype.is_floating and t.dtype.size < UPCAST_BYTES for t in op.outputs))
       for t in op.outputs:
         last = end if t in fetched else last_read.get(t, level[op])
         size = t.dtype.size
@@ -156,8 +143,7 @@ class TrainStepMemory:
 
   # ---- per device, for searches over many layouts ----
   def _shape_columns(self):
-    """(held matrix [levels x shapes] of bytes per element, shape keys, variable
-    bytes-per-element per shape key): one layout then costs one matrix-vector product."""
+    """(held bytes per element [levels x shape keys], shape keys, variables' row)."""
     if self._columns is None:
       keys = {}
       held = []
@@ -186,13 +172,7 @@ class TrainStepMemory:
     {tensor dim name: mesh dim name} over mesh dims {name: size} (the interface of
     auto_mtf's memory_estimator.PeakMemoryModel)."""
     held, keys, var_row = self._shape_columns()
-    elements = np.ones(max(len(keys), 1))
-    for i, dims in enumerate(keys):
-      n = 1
-      for name, size in dims:
-        m = assignment.get(name)
-        n *= -(-size // mesh_dimension_to_size[m]) if m is not None else size
-      elements[i] = n
+    elements = slice_elements(keys, mesh_dimension_to_size, assignment)
     transient = float(np.max(held @ elements)) if len(held) else 0.0
     return int(transient + var_row @ elements)
 
@@ -231,8 +211,7 @@ class TrainStepMemory:
                             p_weights, p_slots, p_act, p_weights + p_slots + p_act)
 
   def _partial_sum_copies(self, layout):
-    """{tensor: processors holding distinct partial sums of each of its slices} for the
-    outputs that owe an allreduce (as the cost model's plans say)."""
+    """{output owing an allreduce: processors holding distinct partial sums of it}."""
     copies, owed = {}, {}
     for op in self.operations:
       if isinstance(op, Variable):
@@ -248,23 +227,10 @@ class TrainStepMemory:
     return copies
 
 
-def _narrow(tensors):
-  """Whether any of tensors is a float narrower than float32 (bfloat16, float16)."""
-  return any(t.dtype.is_floating and t.dtype.size < UPCAST_BYTES for t in tensors)
-
-
 def predict_memory(graph, mesh_shape, layout_rules, fetches=None, kernel_upcast=True):
   """Predicts the peak memory of computing `fetches` (see the module docstring).
 
-  Args:
-    graph: an mtf Graph.
-    mesh_shape: mesh shape (e.g. "batch:2;model:4").
-    layout_rules: layout rules (e.g. "batch:batch;d_ff:model").
-    fetches: the step's tensors and ops, e.g. [loss] + update_ops (None: every op).
-    kernel_upcast: price the float32 copies that CPU kernels make of bfloat16 and
-      float16 contractions (False for hardware with native bfloat16, e.g. TPUs).
-
-  Returns:
-    a MemoryPrediction (bytes per device and summed over one process's devices).
+  fetches: the step's tensors and ops, e.g. [loss] + update_ops (None: every op);
+  kernel_upcast: as for TrainStepMemory. Returns a MemoryPrediction.
   """
   return TrainStepMemory(graph, fetches, kernel_upcast).predict(mesh_shape, layout_rules)

@@ -5,14 +5,11 @@ cols; 1-D: one row; more dims: one grid per coordinate of the leading dims), eac
 naming the processor number and the slice it holds of every tensor dim, e.g.
 `p3 batch[8:16] d_ff[0:32]`, under a header saying which dim is split over which mesh dim
 and over which mesh dims the tensor is replicated. `plot_sharding` draws the same grid
-with matplotlib, one color per distinct slice.
-
-Nothing is computed here: the split dims come from MeshLayout.tensor_layout (the layout
-rules' mesh-dim lookup every backend uses) and each slice from MeshLayout.slice_begin
-and slice_shape at the backends' row-major processor numbering, so the picture is what
-PlacementMeshImpl's per-processor tensors, SimdMeshImpl's slices and GSPMD's shardings hold.
+with matplotlib, one color per distinct slice. The slices come from MeshLayout (what
+every backend uses), so the picture is what the backends hold.
 """
 import collections
+import math
 import sys
 import textwrap
 
@@ -40,9 +37,8 @@ class _View(object):
     if hasattr(tensor_or_shape, "operation"):  # an mtf Tensor
       full_name = tensor_or_shape.name
       self.name = _short_name(full_name)
-      dtype = tensor_or_shape.dtype
-      self.dtype = _SHORT_DTYPES.get(getattr(dtype, "name", str(dtype)),
-                                     getattr(dtype, "name", str(dtype)))
+      dtype = getattr(tensor_or_shape.dtype, "name", str(tensor_or_shape.dtype))
+      self.dtype = _SHORT_DTYPES.get(dtype, dtype)
       self.shape = tensor_or_shape.shape
     else:
       self.name, self.dtype = None, None
@@ -112,9 +108,7 @@ class _View(object):
   def legend(self):
     n = len(self.holdings)
     size = "x".join(str(s) for s in self.slice_shape) or "scalar"
-    elements = 1
-    for s in self.slice_shape:
-      elements *= s
+    elements = math.prod(self.slice_shape)
     what = "slice %s (%s element%s)" % (size, format(elements, ","),
                                         "" if elements == 1 else "s")
     if n == 1:
@@ -183,9 +177,8 @@ def _mesh_layout(mesh_impl, mesh_shape, layout):
 
 
 def _cell_layout(cells, width):
-  """The text lines of every cell, laid out alike so the grid reads as a table: each cell
-  on one line if all fit in width; else the processor number on the first line and the
-  dim slices below it, as many per line as fit in every cell."""
+  """The text lines of every cell, laid out alike: one line each if all fit in width,
+  else the processor number, then as many dim slices per line as fit in every cell."""
   if all(len(" ".join(c)) <= width for c in cells):
     return [[" ".join(c)] for c in cells]
   ndims = max(len(c) - 1 for c in cells)
@@ -200,9 +193,8 @@ def _cell_layout(cells, width):
 
 
 def _grid_lines(grids, max_width, col_name):
-  """Box grids of cells (each a list of tokens), all laid out alike: [(title or None,
-  rows of cells)]. Columns that cannot fit in max_width are drawn in bands of columns,
-  one below the other."""
+  """Lines of box grids [(title or None, rows of cells (token lists))]; columns that do
+  not fit in max_width are drawn in bands, one below the other."""
   cells = [c for _, rows in grids for row in rows for c in row]
   ncols = len(grids[0][1][0])
   longest = max(len(t) for c in cells for t in c)
@@ -241,15 +233,13 @@ def visualize_sharding(tensor_or_shape, mesh_impl=None, *, mesh_shape=None, layo
   same slice text, and the legend counts the distinct slices and lists their holders.
 
   Args:
-    tensor_or_shape: an mtf Tensor, an mtf Shape, or anything convert_to_shape accepts
-      (e.g. "batch:16;d_model:64").
+    tensor_or_shape: an mtf Tensor, an mtf Shape, or anything convert_to_shape accepts.
     mesh_impl: a MeshImpl (or MeshLayout), which carries the mesh shape and layout rules.
-    mesh_shape: instead of mesh_impl, a mesh shape (anything convert_to_shape accepts).
-    layout: with mesh_shape, the layout rules (anything convert_to_layout_rules
-      accepts); None splits nothing.
+    mesh_shape, layout: instead of mesh_impl, a mesh shape and layout rules (None splits
+      nothing).
     max_width: the widest line of the grid; a cell's text wraps, and columns that still
       do not fit are drawn in bands.
-    stream: where to print (a file-like object); default sys.stdout.
+    stream: where to print; default sys.stdout.
 
   Returns:
     The picture, as a string (without a trailing newline).
@@ -279,15 +269,9 @@ def plot_sharding(tensor_or_shape, mesh_impl=None, *, mesh_shape=None, layout=No
   Meshes of more than two dims are drawn flattened: each row is one coordinate of all
   mesh dims but the last (row-major), as the title says.
 
-  Args:
-    tensor_or_shape, mesh_impl, mesh_shape, layout: as for visualize_sharding.
-    ax: a matplotlib Axes to draw into; None makes a new figure.
-
-  Returns:
-    The matplotlib Figure.
-
-  Raises:
-    ImportError: matplotlib is not installed.
+  ax: a matplotlib Axes to draw into (None makes a new figure); the other arguments are
+  visualize_sharding's. Returns the matplotlib Figure; raises ImportError without
+  matplotlib.
   """
   try:
     from matplotlib import colormaps  # pylint: disable=g-import-not-at-top

@@ -1,15 +1,11 @@
 """Automatic layout: choose layout rules (and a mesh shape) for an mtf graph.
 
-- The original's API, minimizing scheduled peak memory: `layout(graph, mesh_shape,
-  outputs)`, `layout_and_mesh_shape(graph, num_machines, outputs, max_dims)`, and the
-  modules `api`, `graph_interface` (GraphInterface), `layout_optimizer`
-  (LayoutOptimizer, SolverError), `memory_estimator` (MemoryEstimator),
-  `print_cp_model_solution`, `scheduler` (minimize_peak_memory) and `valid_layouts`
-  (LayoutValidator).
+- The original's API and modules, minimizing scheduled peak memory: `layout(graph,
+  mesh_shape, outputs)` and `layout_and_mesh_shape(graph, num_machines, outputs,
+  max_dims)`.
 - `choose_layout(graph, outputs, num_devices_or_mesh_shape, profile, memory_cap)`:
-  the fastest layout by predicted step time (compute + collectives under a hardware
-  profile, bytes from `mtf.analysis.estimate_cost`) whose peak memory fits a cap,
-  searched jointly with the mesh shape, with a report of the choice and runner-ups.
+  the fastest layout by predicted step time under a hardware profile whose peak memory
+  fits a cap, searched jointly with the mesh shape, with a report of the choice.
 """
 # pylint: disable=g-importing-member
 from mesh_tf.auto_mtf import api

@@ -46,16 +46,12 @@ def layout_and_mesh_shape(mtf_graph, num_machines, mtf_outputs=(),
 
 
 def _mesh_shape_iterator(num_machines, max_mesh_shape_dimensions=None):
-  """The mesh shapes (lists of sizes) with num_machines processors.
+  """Yields the mesh shapes (lists of sizes) with num_machines processors.
 
-  For a power of two: every non-increasing list of powers of two, each at least 2, whose
-  product is num_machines, from the largest first size down ([8], [4, 2], [2, 2, 2] for
-  8); [1] for one machine. Other counts are factored the same way into non-increasing
-  factors of at least 2 (the original assumed powers of two). Shapes with more than
+  Every non-increasing list of factors of at least 2 (powers of two if num_machines is a
+  power of two) whose product is num_machines, from the largest first size down ([8],
+  [4, 2], [2, 2, 2] for 8); [1] for one machine. Shapes with more than
   max_mesh_shape_dimensions sizes are left out (None: no limit).
-
-  Yields:
-    lists of ints.
   """
   if num_machines == 1:
     yield [1]

@@ -1,9 +1,7 @@
 """A read-only view of a graph for the layout search: names, shapes, sizes, liveness.
 
-The graph is an mtf Graph, a TF graph (tf.Graph, as the original allowed), or a list of
-mtf Operations (e.g. only those one step needs). Operations and tensors are addressed by
-name. Sizes can be asked for under a partial layout ({mtf dim name: mesh dim name}) to
-get the bytes of one device's slice.
+Operations and tensors are addressed by name. Sizes can be asked for under a partial
+layout ({mtf dim name: mesh dim name}) to get the bytes of one device's slice.
 """
 import math
 
@@ -49,10 +47,9 @@ class GraphInterface(object):
                            "mtf Operations, got %s" % type(graph).__name__)
     self._operations = list(operations)
     self._op_index = {op.name: i for i, op in enumerate(self._operations)}
-    self._tensor_index = {}  # name -> (op index, output index)
-    for i, op in enumerate(self._operations):
-      for j, t in enumerate(op.outputs):
-        self._tensor_index[t.name] = (i, j)
+    self._tensor_index = {t.name: (i, j)  # (op index, output index)
+                          for i, op in enumerate(self._operations)
+                          for j, t in enumerate(op.outputs)}
     self._final = set()
 
   # --- lookups -------------------------------------------------------------
@@ -108,19 +105,10 @@ class GraphInterface(object):
 
   def get_tensor_num_entries(self, tensor_name, partial_layout=None,
                              mesh_dimension_to_size=None):
-    """Entries of a tensor, or of one device's slice under a partial layout.
-
-    The whole count is divided, rounding up, by the size of the mesh dim of each of the
-    tensor's mtf dims that partial_layout names.
-
-    Args:
-      tensor_name: the tensor.
-      partial_layout: optional {mtf dim name: mesh dim name}.
-      mesh_dimension_to_size: {mesh dim name: size}, needed with partial_layout.
-    """
-    entries = 1
-    for size in self.get_tensor_shape(tensor_name).as_list():
-      entries *= size
+    """Entries of a tensor, or of one device's slice under a partial layout {mtf dim
+    name: mesh dim name} (the count divided, rounding up, by the size in
+    mesh_dimension_to_size of the mesh dim of each of the tensor's dims it names)."""
+    entries = math.prod(self.get_tensor_shape(tensor_name).as_list())
     if not partial_layout:
       return entries
     for name in self.get_tensor_mtf_dimension_names(tensor_name):
@@ -189,10 +177,9 @@ class GraphInterface(object):
   def compute_cost_graph(self, devices=None):
     """A tf CostGraphDef with one node per operation, in order (node id = index).
 
-    Each node lists its inputs (producer id and output port) and, for each output, its
-    size in bytes, dtype and shape. With `devices`, an output on a device not listed gets
-    size 0 and no shape; device-less (mtf) outputs are never affected. A node is final
-    when one of its outputs is.
+    With `devices`, an output on a device not listed gets size 0 and no shape;
+    device-less (mtf) outputs are never affected. A node is final when one of its
+    outputs is.
     """
     cost_graph = cost_graph_pb2.CostGraphDef()
     for i, name in enumerate(self.get_all_operation_names()):
@@ -276,10 +263,7 @@ class GraphInterface(object):
       for y in self._operations[i].outputs:
         if not self.is_tensor_on_canonical_device(y.name):
           continue
-        if y.name in self._final:
-          end = last
-        else:
-          end = max([step] + [step_of[r] for r in readers.get(y.name, ())
-                              if r in step_of])
+        end = last if y.name in self._final else max(
+            [step] + [step_of[r] for r in readers.get(y.name, ()) if r in step_of])
         lifetimes[y.name] = (step, end)
     return lifetimes

@@ -13,6 +13,7 @@ times rank layouts; they do not promise wall-clock times.
   several mesh axes runs at the slowest of them.
 """
 import collections
+import math
 
 import gin
 
@@ -30,10 +31,7 @@ class HardwareProfile(collections.namedtuple("HardwareProfile", [
     """Bytes/s each device sends along mesh `axes` of a mesh with `mesh_sizes`."""
     bandwidth = None
     for a in axes:
-      stride = 1
-      for s in mesh_sizes[a + 1:]:
-        stride *= s
-      span = stride * mesh_sizes[a]
+      span = math.prod(mesh_sizes[a:])
       fast = (self.fast_group_size and span <= self.fast_group_size
               and self.fast_group_size % span == 0)
       b = self.fast_group_bandwidth if fast else self.link_bandwidth

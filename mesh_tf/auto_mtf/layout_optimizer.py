@@ -1,26 +1,15 @@
 """Layout rules of least peak memory per device, the original's objective and model.
 
 The model is the original's integer program, kept as named variables so that it can be
-inspected and printed like the original's (`optimizer._model.Proto().variables`):
+inspected and printed like the original's (`optimizer._model.Proto().variables`): a
+boolean "x_(dim:mesh_dim)" per splittable mtf dim and mesh dim; a boolean "y_(...)" per
+set of splittable dims seen together in an operation or tensor and per assignment of
+that set; "z", the peak bytes per device. The objective is (number of splittable dims +
+1) * z - (number of split dims): least peak memory first, then most split dims.
 
-- a global boolean "x_(dim:mesh_dim)" per splittable mtf dim and mesh dim: the dim is
-  split over that mesh dim;
-- a local boolean "y_(...)" per set of splittable dims seen together in an operation or
-  a tensor and per assignment of that set (see _generate_assignments): the global
-  variables agree with exactly that assignment;
-- "z", the peak bytes per device.
-
-Constraints: a dim goes to at most one mesh dim, and only where the validator allows
-(divisibility, unsplittable dims); the dims of one operation never share a mesh dim; the
-bytes held at each step of the schedule are at most z. The objective is
-(number of splittable dims + 1) * z - (number of split dims): least peak memory first,
-then as many split dims as possible.
-
-The original handed this program to OR-tools' CP-SAT. Here the same program is solved
-exactly by enumerating the global assignments that meet the constraints (the local
-variables follow from them); the optimum is the same. When several layouts reach the
-optimum, CP-SAT returns whichever its search meets first; this port returns the one
-whose rules string sorts first.
+The original handed this program to OR-tools' CP-SAT. Here it is solved exactly by
+enumerating the global assignments that meet the constraints; the optimum is the same,
+but of several optimal layouts this port returns the one whose rules string sorts first.
 """
 import itertools
 
@@ -42,36 +31,23 @@ def _global_var_name(splittable_dimension, mesh_dimension):
 
 
 def _local_var_name(splittable_dimensions, assignment):
-  """Name of the boolean of one assignment of a set of mtf dims.
-
-  The dims appear in sorted order, as "dim:mesh_dim" when assignment maps them and as
-  "dim" when it does not: e.g. "y_(channel:y,hidden)".
-  """
-  parts = []
-  for dim in sorted(splittable_dimensions):
-    parts.append("%s:%s" % (dim, assignment[dim]) if dim in assignment else dim)
+  """Name of the boolean of one assignment of a set of mtf dims, e.g.
+  "y_(channel:y,hidden)": the dims sorted, with the mesh dim of those assigned one."""
+  parts = ["%s:%s" % (dim, assignment[dim]) if dim in assignment else dim
+           for dim in sorted(splittable_dimensions)]
   return "y_(%s)" % ",".join(parts)
 
 
 def _generate_assignments(splittable_dimensions, mesh_dimension_to_size):
-  """Every way to split some of the dims over distinct mesh dims.
-
-  Args:
-    splittable_dimensions: names of mtf dims (any iterable).
-    mesh_dimension_to_size: {mesh dim name: size}; only the names are used.
-
-  Returns:
-    a list of {mtf dim name: mesh dim name} dicts, injective, the empty one first, then
-    by number of split dims. Divisibility is not checked here.
-  """
+  """Every way to split some of the dims over distinct mesh dims (of mesh_dimension_to_size's
+  names): injective {mtf dim: mesh dim} dicts, by number of split dims, divisibility
+  unchecked."""
   dims = list(splittable_dimensions)
   mesh_dims = list(mesh_dimension_to_size)
-  result = []
-  for k in range(min(len(dims), len(mesh_dims)) + 1):
-    for chosen in itertools.combinations(dims, k):
-      for targets in itertools.permutations(mesh_dims, k):
-        result.append(dict(zip(chosen, targets)))
-  return result
+  return [dict(zip(chosen, targets))
+          for k in range(min(len(dims), len(mesh_dims)) + 1)
+          for chosen in itertools.combinations(dims, k)
+          for targets in itertools.permutations(mesh_dims, k)]
 
 
 class _Variable(object):
@@ -120,8 +96,7 @@ class _LayoutModel(object):
 
 
 class _LayoutSolution(object):
-  """The values of the program's variables in the chosen layout (a CpSolver's reading
-  side: Value and ObjectiveValue)."""
+  """The program's values in the chosen layout (a CpSolver's Value, ObjectiveValue)."""
 
   def __init__(self, values, objective):
     self._values = values
@@ -178,11 +153,10 @@ class LayoutOptimizer(object):
   def _initialize_variables(self):
     """The global, local and memory variables."""
     mesh_sizes = self._layout_validator.mesh_dimension_name_to_size
-    self._global_vars = {}
-    for dim in self._layout_validator.splittable_mtf_dimension_names:
-      for mesh_dim in mesh_sizes:
-        self._global_vars[(dim, mesh_dim)] = self._model.NewBoolVar(
-            _global_var_name(dim, mesh_dim))
+    self._global_vars = {
+        (dim, mesh_dim): self._model.NewBoolVar(_global_var_name(dim, mesh_dim))
+        for dim in self._layout_validator.splittable_mtf_dimension_names
+        for mesh_dim in mesh_sizes}
     self._local_vars = {}
     for dim_set in self._mtf_dimension_sets:
       self._local_vars[dim_set] = {}
@@ -204,10 +178,8 @@ class LayoutOptimizer(object):
              "variables agree with")
     c.append("z >= the bytes per device held at each step of the schedule")
     # Pairs of dims that meet in some operation, for the solver.
-    self._conflicts = set()
-    for dim_set in self._operation_mtf_dimension_sets:
-      for a, b in itertools.combinations(sorted(dim_set), 2):
-        self._conflicts.add((a, b))
+    self._conflicts = {pair for dim_set in self._operation_mtf_dimension_sets
+                       for pair in itertools.combinations(sorted(dim_set), 2)}
 
   def _build_objective_function(self):
     """Minimize (number of splittable dims + 1) * z - (number of split dims)."""
@@ -226,8 +198,7 @@ class LayoutOptimizer(object):
   # --- memory under a layout ------------------------------------------------
 
   def _memory_table(self):
-    """(held, columns): held[step, column] counts the tensors of each column held at
-    each step; a column is a tensor name standing for every tensor of its shape."""
+    """(held[step, column] tensor counts, a tensor name per column standing for its shape)."""
     if getattr(self, "_table", None) is None:
       contents = self._get_memory_contents()
       columns = {}
@@ -289,14 +260,9 @@ class LayoutOptimizer(object):
     return extend(0)
 
   def solve(self, print_solution=False):
-    """The layout rules string ("dim:mesh_dim;...", sorted) of the optimum.
-
-    Args:
-      print_solution: print the program's variables in the solution and the objective.
-
-    Raises:
-      SolverError: no layout meets the constraints.
-    """
+    """The layout rules string ("dim:mesh_dim;...", sorted) of the optimum; with
+    print_solution, prints the program's variables and objective. Raises SolverError
+    when no layout meets the constraints."""
     best = None
     for layout in self._feasible_layouts():
       rules = ";".join(sorted("%s:%s" % p for p in layout.items()))

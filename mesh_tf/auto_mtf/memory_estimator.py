@@ -2,14 +2,14 @@
 
 The operations are ordered once by the scheduler (layout-independent); a tensor is held
 from the step that computes it to the step of its last reader, and outputs of the step
-and variables (weights and optimizer slots) are held throughout. The peak is the largest
-sum of slice bytes held at one step. Tensors of one shape share a column of a
-(steps x shapes) matrix of bytes-per-element, so one layout costs one matrix-vector
+and variables are held throughout. The peak is the largest sum of slice bytes held at
+one step; tensors of one shape share a column, so one layout costs one matrix-vector
 product.
 """
 import numpy as np
 
 from mesh_tf.analysis import cost_model
+from mesh_tf.analysis import memory_model
 from mesh_tf.auto_mtf import graph_interface as gi
 from mesh_tf.auto_mtf import scheduler
 from mesh_tf.auto_mtf import valid_layouts
@@ -67,10 +67,7 @@ class PeakMemoryModel(object):
 
   def __init__(self, graph_interface, schedule):
     lifetimes = graph_interface.tensor_lifetimes(schedule)
-    by_name = {}
-    for op in graph_interface.operations:
-      for t in op.outputs:
-        by_name[t.name] = t
+    by_name = {t.name: t for op in graph_interface.operations for t in op.outputs}
     columns = {}
     for name in lifetimes:
       key = tuple((d.name, d.size) for d in by_name[name].shape.dims)
@@ -86,14 +83,7 @@ class PeakMemoryModel(object):
 
   def peak_bytes(self, mesh_dimension_to_size, layout):
     """Peak bytes per device; layout is {mtf dim name: mesh dim name}."""
-    elements = np.empty(max(len(self._shapes), 1))
-    elements[0] = 0
-    for i, dims in enumerate(self._shapes):
-      n = 1
-      for name, size in dims:
-        m = layout.get(name)
-        n *= -(-size // mesh_dimension_to_size[m]) if m is not None else size
-      elements[i] = n
+    elements = memory_model.slice_elements(self._shapes, mesh_dimension_to_size, layout)
     if not len(self._held):  # pylint: disable=g-explicit-length-test
       return 0
     return int(np.max(self._held @ elements))
@@ -108,7 +98,6 @@ def estimator_peak_model(memory_estimator, scheduler_alg="LIST"):
   scheduler_alg DATAFLOW, mtf.analysis's TrainStepMemory (same peak_bytes interface),
   the model calibrated against TensorFlow's allocator."""
   if scheduler_alg == DATAFLOW:
-    from mesh_tf.analysis import memory_model  # pylint: disable=g-import-not-at-top
     return memory_model.TrainStepMemory(memory_estimator.mtf_graph,
                                         memory_estimator.mtf_outputs or None)
   graph = memory_estimator.get_graph_interface()

@@ -1,11 +1,4 @@
-"""The explanation of an automatic layout choice.
-
-`AutoLayoutReport` holds the chosen mesh shape and rules, the profile and memory cap,
-the predicted step time split into compute and communication, the exact cost-model
-estimate of the choice (bytes per collective kind and mesh dims), the layout report
-(which rule split which dim of each tensor), and the runner-up layouts with the reason
-each lost. str() prints it.
-"""
+"""The explanation of an automatic layout choice: `AutoLayoutReport`; str() prints it."""
 import collections
 
 from mesh_tf.analysis import communication
@@ -48,7 +41,7 @@ class AutoLayoutReport(collections.namedtuple("AutoLayoutReport", [
     "mesh_shape", "layout_rules", "profile", "memory_cap", "objective", "chosen",
     "runner_ups", "candidates", "num_mesh_shapes", "search_seconds", "cost",
     "layout_report"])):
-  """What choose_layout chose and why (see module docstring); str() prints it.
+  """What choose_layout chose and why; str() prints it.
 
   Fields: mesh_shape and layout_rules (strings); profile (HardwareProfile); memory_cap
   (bytes); objective; chosen (search.Candidate); runner_ups [(Candidate, reason)];

@@ -49,17 +49,12 @@ def _list_schedule(graph):
   pending = {}
   waiting = {}
   for n in names:
-    distinct = []
-    for t in inputs[n]:
-      if t not in distinct:
-        distinct.append(t)
+    distinct = list(dict.fromkeys(inputs[n]))
     waiting[n] = len(distinct)
     for t in distinct:
       pending.setdefault(t, set()).add(n)
 
-  def size(t):
-    return graph.get_tensor_size(t)
-
+  size = graph.get_tensor_size
   gain = {}
   for n in names:
     g = 0

@@ -2,17 +2,14 @@
 
 `choose_layout(graph, outputs, 8 or "rows:2;cols:4", profile=..., memory_cap=...)`
 enumerates the mesh shapes of a device count (1 to `max_mesh_dims` dims, named mesh_0,
-mesh_1, ...) or takes the one given, and every legal layout of each
-(candidates.layouts); scores each by the predicted step time of the hardware profile
-(step_time.StepTimeModel: per-device compute plus collectives, bytes from the cost
-model) and by its scheduled peak memory per device (memory_estimator.PeakMemoryModel);
-and returns the fastest layout whose memory fits the cap, with a report explaining the
-choice. The search is exhaustive, so its answer is the optimum of the model. It
-prunes: only legal layouts are generated (candidates.layouts), mesh dims of equal size
-(and, for profiles whose links are all alike, mesh dim orders) are visited once, and a
-layout over the memory cap is not timed. A pipeline's stages dim
-(valid_layouts.pipeline_stage_dims) is split only over a mesh dim of its size, and is
-always split where the mesh has one.
+mesh_1, ...) or takes the one given, and every legal layout of each; scores each by the
+predicted step time of the hardware profile (step_time.StepTimeModel) and its scheduled
+peak memory per device; and returns the fastest layout whose memory fits the cap, with
+a report explaining the choice. The search is exhaustive, so its answer is the optimum
+of the model; mesh dims of equal size (and, for profiles whose links are all alike,
+mesh dim orders) are visited once, and a layout over the memory cap is not timed. A
+pipeline's stages dim is split only over a mesh dim of its size, and always where the
+mesh has one.
 """
 import collections
 import numbers
@@ -44,11 +41,8 @@ Candidate.__doc__ = ("One searched layout: mesh shape and rules strings, its "
 class LayoutSearch(object):
   """Scores (mesh shape, layout rules) pairs of one graph; reused across searches.
 
-  Args:
-    graph: the mtf Graph.
-    outputs: tensors/ops one step computes (loss and update ops for training).
-    profile: a HardwareProfile or its name.
-    scheduler_alg: scheduler for the peak-memory estimate.
+  outputs: tensors/ops one step computes (loss and update ops for training); profile: a
+  HardwareProfile or its name; scheduler_alg: scheduler for the peak-memory estimate.
   """
 
   def __init__(self, graph, outputs, profile="tpu_v2", scheduler_alg="LIST"):

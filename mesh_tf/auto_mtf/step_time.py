@@ -1,13 +1,10 @@
 """Predicted step time of one graph under many layouts, fast enough to search with.
 
-`StepTimeModel.evaluate` gives the totals of `mtf.analysis.estimate_cost` (FLOPs, bytes
-sent, weight/optimizer/activation bytes per device) -- the same numbers, by the same rule
-functions -- and turns them into seconds with a HardwareProfile. It is fast because
+`StepTimeModel.evaluate` gives the totals of `mtf.analysis.estimate_cost`, by the same
+rule functions, and turns them into seconds with a HardwareProfile. It is fast because
 ops of one *signature* (class, input and output shapes and dtypes, and the attributes
-the cost rules read) cost the same under the same layout of their dims: each
-(signature, layout of its dims) is costed once and multiplied by its op count. Only the
-lazy allreduces (owed by einsums that contract a split dim, merged by add_n, paid when
-first read) need a pass in graph order, over the einsums, add_ns and their readers.
+the cost rules read) cost the same under the same layout of their dims, so each is
+costed once; only the lazy allreduces need a pass in graph order.
 """
 import collections
 
@@ -46,33 +43,26 @@ def _signature(op):
 
 def op_dim_names(op):
   """Sorted names of the dims of an op's inputs and outputs."""
-  names = set()
-  for t in list(op.inputs) + list(op.outputs):
-    names.update(t.shape.dimension_names)
-  return tuple(sorted(names))
+  return tuple(sorted({n for t in list(op.inputs) + list(op.outputs)
+                       for n in t.shape.dimension_names}))
 
 
 class StepTimeModel:
   """Predicts per-device step time of a graph under (mesh shape, layout) pairs.
 
-  Args:
-    graph: the mtf Graph.
-    fetches: the tensors/ops one step computes (e.g. loss and update ops); empty means
-      the whole graph, as in estimate_cost.
-    profile: a HardwareProfile.
+  fetches: the tensors/ops one step computes (e.g. loss and update ops; empty: the
+  whole graph, as in estimate_cost); profile: a HardwareProfile.
   """
 
   def __init__(self, graph, fetches, profile):
     self.profile = profile
     self._fetches = list(fetches or ())
-    ops = (cost_model.operations_needed(graph, self._fetches) if self._fetches
-           else list(graph.operations))
-    self.operations = ops
-    lazy = set()  # tensors that may owe an allreduce: einsum, gather and add_n outputs
-    for op in ops:
-      if isinstance(op, cost_model.LAZY_ALLREDUCE_OPS + (elementwise_ops.AddNOperation,)):
-        lazy.update(op.outputs)
-    self._lazy = lazy
+    ops = self.operations = (cost_model.operations_needed(graph, self._fetches)
+                             if self._fetches else list(graph.operations))
+    # tensors that may owe an allreduce: einsum, gather and add_n outputs
+    lazy = {y for op in ops
+            if isinstance(op, cost_model.LAZY_ALLREDUCE_OPS + (elementwise_ops.AddNOperation,))
+            for y in op.outputs}
     groups = collections.OrderedDict()  # signature -> [representative op, count, dims]
     self._events = []
     for op in ops:
@@ -157,13 +147,8 @@ class StepTimeModel:
     return self.evaluate_assignment(mesh_shape, axis_of, layout_rules)
 
   def evaluate_assignment(self, mesh_shape, axis_of, layout_rules=None):
-    """Prediction for an mtf mesh Shape and {mtf dim name: mesh axis index}.
-
-    Args:
-      mesh_shape: an mtf Shape.
-      axis_of: the mesh axis splitting each split dim.
-      layout_rules: the matching LayoutRules (built from axis_of when None).
-    """
+    """Prediction for an mtf mesh Shape and axis_of {mtf dim name: mesh axis index};
+    layout_rules: the matching LayoutRules (built from axis_of when None)."""
     mesh_sizes = tuple(mesh_shape.to_integer_list)
     # The memo key holds mesh axes, not sizes: a new mesh shape starts a new memo.
     if self._memo_mesh != mesh_sizes:

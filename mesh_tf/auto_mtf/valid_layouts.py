@@ -5,11 +5,9 @@ dims), no operation needs it whole (an op's `unsplittable_dims`), and the mesh d
 divides every size the dim has in the graph (a name can carry several sizes; the test is
 against their gcd). Dims are read from the operations' outputs.
 
-A pipeline's stages dim (mtf.layers.pipeline: weights carry it and the in-flight buffer
-is `shift`ed along it; see `pipeline_stage_dims`) may only be split over a mesh dim of
-its own size, one stage per processor: over a smaller mesh dim each processor would run
-several stages one after another, each paying the bubble, which a pipeline of fewer
-stages does with less work.
+A pipeline's stages dim (see `pipeline_stage_dims`) may only be split over a mesh dim
+of its own size: over a smaller one each processor would run several stages one after
+another, each paying the bubble, which a pipeline of fewer stages does with less work.
 """
 import math
 import re

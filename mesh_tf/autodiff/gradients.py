@@ -44,9 +44,8 @@ def gradients(ys, xs, grad_ys=None, operations=None):
     pending.setdefault(y, []).append(gy if gy is not None else ones_like(y))
   for op in reversed(ops):
     out_grads = [_add_all(pending[t]) if t in pending else None for t in op.outputs]
-    if all(g is None for g in out_grads) or not op.has_gradient:
-      continue
-    if not any(t in downstream for t in op.inputs):
+    if (all(g is None for g in out_grads) or not op.has_gradient or
+        not any(t in downstream for t in op.inputs)):
       continue
     in_grads = op.gradient(out_grads)
     for t, g in zip(op.inputs, in_grads):

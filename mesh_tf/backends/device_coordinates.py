@@ -2,12 +2,11 @@
 
 The original's `pnum_to_processor_coordinates_nd` and
 `processor_coordinates_to_pnum_map_nd`. A device assignment (anything with
-`coordinates(replica, logical_core)`, e.g. tf.tpu.experimental.DeviceAssignment) places
-replica r at physical coordinates (x, y, z, core); processor pnum runs as replica
-logical_to_physical[pnum]. Without a device assignment the coordinates are the logical
-mesh coordinates.
+`coordinates(replica, logical_core)`) places replica r at physical coordinates; processor
+pnum runs as replica logical_to_physical[pnum]. Without one, the coordinates are the
+logical mesh coordinates.
 """
-from mesh_tf.shapes import pnum_to_processor_coordinates
+from mesh_tf.shapes import list_product, pnum_to_processor_coordinates
 
 
 def pnum_to_processor_coordinates_nd(mesh_shape, pnum, device_assignment):
@@ -22,9 +21,7 @@ def processor_coordinates_to_pnum_map_nd(mesh_shape, logical_to_physical,
   """{physical coordinates tuple: logical pnum} for every processor of the mesh."""
   sizes = [d.size if hasattr(d, "size") else d[1] for d in
            (mesh_shape.dims if hasattr(mesh_shape, "dims") else mesh_shape)]
-  n = 1
-  for s in sizes:
-    n *= s
+  n = list_product(sizes)
   l2p = list(range(n)) if logical_to_physical is None else list(logical_to_physical)
   return {tuple(pnum_to_processor_coordinates_nd(mesh_shape, l2p[pnum], device_assignment)
                 if device_assignment is not None else

@@ -1,19 +1,11 @@
 """`GSPMDMeshImpl`: each op lowered once on global tensors, annotated with XLA shardings.
 
-Ops see every tensor whole (`slice_layout` splits no dim: slice shape = full shape,
-processor 0's view), so their plans are empty and they emit no collective.
-`tensor_layout` is the real layout -- validated with the usual layout rules, so an
-illegal layout still raises before anything is compiled -- and the backend annotates each
-lowered tensor, each variable read and each assigned value with its `mesh_split`
-sharding. XLA's SPMD partitioner then splits the program and inserts the collectives:
-on TPU under `tf.distribute.TPUStrategy` with SPMD partitioning; on CPU/GPU
-`tf.function(jit_compile=True)` runs it unpartitioned (the shardings are identities).
-
-Memory: under TF 2.21's `TPUStrategy` with SPMD partitioning, a variable created under
-the scope is a `TPUReplicatedVariable` holding one full copy per core of the replica, so
-the layout partitions the computation and the activations but not the variables'
-storage (the annotations make each core compute on its shard of that copy). For
-variables stored split across cores on a TPU, use `SimdMeshImpl`'s TPU runtime.
+Ops see every tensor whole (`slice_layout` splits no dim), so they emit no collective.
+`tensor_layout` is the real, validated layout: the backend annotates each lowered tensor,
+variable read and assigned value with its `mesh_split` sharding, and XLA's SPMD
+partitioner splits the program (on TPU under `TPUStrategy`; on CPU/GPU
+`tf.function(jit_compile=True)` runs it unpartitioned). Under TF 2.21's `TPUStrategy`
+each variable is a full copy per core (see the README).
 """
 import tensorflow as tf
 
@@ -21,7 +13,7 @@ from mesh_tf.backends import gspmd_sharding
 from mesh_tf.lowering import laid_out_tensor
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
 from mesh_tf.lowering.reductions import canonical_reduction
-from mesh_tf.shapes import convert_to_shape
+from mesh_tf.shapes import convert_to_shape, list_product
 from mesh_tf.shapes.mesh_layout import MeshLayout
 
 
@@ -30,8 +22,7 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
 
   def __init__(self, tensor_list):
     super().__init__(tensor_list)
-    # The OpSharding this value already carries (set by annotate), to avoid repeating it.
-    self.sharding = None
+    self.sharding = None  # the OpSharding this value already carries (set by annotate)
 
   @property
   def tensor(self):
@@ -121,8 +112,7 @@ class GSPMDMeshImpl(MeshImpl):
 
   @property
   def slice_layout(self):
-    """Every dim whole: ops compute on global tensors, so their plans are empty (no
-    collective is emitted) and XLA partitions by the shardings of tensor_layout."""
+    """Every dim whole: ops compute on global tensors (XLA partitions by tensor_layout)."""
     return self._whole_layout
 
   def sharding_of(self, shape, tensor_name=None):
@@ -156,9 +146,8 @@ class GSPMDMeshImpl(MeshImpl):
     """Records nothing: this backend emits no collective (XLA inserts them)."""
     del kind, mesh_axes, slice_shape, dtype
 
-  # Ops only call collectives on split dims, and GSPMD shows them none. Should one be
-  # called anyway, it means what it would on a mesh where every processor holds the same
-  # value and the program is processor 0's.
+  # Ops call collectives only on split dims, which GSPMD shows them none; one called
+  # anyway means what it would where every processor holds the same value.
   def _allreduce(self, x, mesh_axes, reduction_fn_string):
     """Sum of n identical values is n times the value; MAX/MIN keep it."""
     reduction_fn_string = canonical_reduction(reduction_fn_string)
@@ -189,10 +178,7 @@ class GSPMDMeshImpl(MeshImpl):
 
   def processor_group_size(self, mesh_axes):
     """Number of processors in each group that differs only on mesh_axes."""
-    size = 1
-    for a in mesh_axes:
-      size *= self.shape[a].size
-    return size
+    return list_product(self.shape[a].size for a in mesh_axes)
 
   def laid_out_pnum(self):
     """0: the global program is written from processor 0's point of view."""

@@ -17,11 +17,6 @@ from tensorflow.python.compiler.xla.experimental import xla_sharding
 from mesh_tf.errors import LayoutError
 
 
-def _num_cores(device_assignment):
-  """Cores per replica of a tf.tpu.experimental.DeviceAssignment-like object, else None."""
-  return getattr(device_assignment, "num_cores_per_replica", None)
-
-
 def make_device_mesh(mesh_shape, device_assignment=None, logical_to_physical=None):
   """The device-id array (shape = mesh shape) for a mesh and a core assignment.
 
@@ -37,7 +32,7 @@ def make_device_mesh(mesh_shape, device_assignment=None, logical_to_physical=Non
   """
   n = mesh_shape.size
   mesh_str = mesh_shape.to_string or "[]"
-  cores = _num_cores(device_assignment)
+  cores = getattr(device_assignment, "num_cores_per_replica", None)  # a DeviceAssignment
   if cores is not None and cores != n:
     raise LayoutError(
         "mesh %s has %d processors but the device assignment has %d cores per replica; "
@@ -48,10 +43,8 @@ def make_device_mesh(mesh_shape, device_assignment=None, logical_to_physical=Non
       raise LayoutError("give the core order of mesh %s once: as device_assignment or as "
                         "logical_to_physical, not both" % mesh_str, mesh_dim=mesh_str)
     logical_to_physical = device_assignment
-  if logical_to_physical is None:
-    ids = list(range(n))
-  else:
-    ids = [int(i) for i in np.asarray(logical_to_physical).reshape(-1)]
+  ids = (list(range(n)) if logical_to_physical is None
+         else [int(i) for i in np.asarray(logical_to_physical).reshape(-1)])
   if len(ids) != n:
     raise LayoutError(
         "mesh %s has %d processors but the device assignment lists %d devices (%s); give "
@@ -77,11 +70,8 @@ def sharding_proto(device_mesh, layout):
 
 
 def annotate(tensor, proto, name=None):
-  """tensor passed through an XlaSharding op carrying proto (kept by XLA's partitioner).
-
-  The op is an identity when run eagerly or compiled without SPMD partitioning. `name`
-  becomes the op's name scope, so the HLO metadata tells which mtf tensor it annotates.
-  """
+  """tensor passed through an XlaSharding op carrying proto (an identity unless XLA
+  partitions it); `name` is its name scope, so the HLO tells which mtf tensor it is."""
   serialized = proto.SerializeToString()
   with tf.name_scope(name or "sharding"):
     out = gen_xla_ops.xla_sharding(tensor, sharding=serialized)
@@ -92,12 +82,8 @@ def annotate(tensor, proto, name=None):
 
 
 def resource_variables(variable):
-  """The resource variables that hold a variable's value.
-
-  Itself for a plain tf.Variable; every component of a distributed variable (one per
-  replica); every per-core copy of a TPUStrategy SPMD variable (a TPUReplicatedVariable
-  keeps one full copy per core of its replica in `_vars`).
-  """
+  """The resource variables that hold a variable's value: itself, every component of a
+  distributed variable, or every per-core copy (`_vars`) of a TPUReplicatedVariable."""
   if isinstance(variable, tf.distribute.DistributedValues):
     parts = variable.values
   else:
@@ -112,8 +98,7 @@ _warned_no_variable_sharding = []
 
 def _xla_sharding_for_resource_variables_enabled():
   """context.xla_sharding_for_resource_variables_enabled(), or False (with one warning)
-  on a TF without it: then only the reads the backend annotates carry the sharding,
-  which is what the default (disabled) gives on every TF."""
+  on a TF without it."""
   enabled = getattr(context, "xla_sharding_for_resource_variables_enabled", None)
   if enabled is None:
     if not _warned_no_variable_sharding:
@@ -127,20 +112,14 @@ def _xla_sharding_for_resource_variables_enabled():
 
 def annotate_variable(variable, proto):
   """Stores proto on the resource variables behind `variable` where TF supports sharded
-  resource variables (`context.enable_xla_sharding_for_resource_variables()`).
-
-  TF then annotates their own reads; elsewhere (the default) only the reads the backend
-  annotates carry the sharding. Objects without the hook (other variable types) are left
-  as they are. Returns the number of resource variables annotated.
-  """
+  resource variables (`context.enable_xla_sharding_for_resource_variables()`), so TF
+  annotates their own reads too; returns the number of resource variables annotated."""
   if not _xla_sharding_for_resource_variables_enabled():
     return 0
-  annotated = 0
-  for leaf in resource_variables(variable):
-    if hasattr(leaf, "_set_xla_sharding"):
-      leaf._set_xla_sharding(proto)  # pylint: disable=protected-access
-      annotated += 1
-  return annotated
+  leaves = [v for v in resource_variables(variable) if hasattr(v, "_set_xla_sharding")]
+  for leaf in leaves:
+    leaf._set_xla_sharding(proto)  # pylint: disable=protected-access
+  return len(leaves)
 
 
 def scope_name(mtf_name):

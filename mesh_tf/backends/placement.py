@@ -19,9 +19,8 @@ from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_
 class LaidOutTensor(laid_out_tensor.LaidOutTensor):
   """Per-processor slices of one mtf Tensor (tensor_list[pnum], on devices[pnum]).
 
-  While a step is traced, slices may be made later: those of the processors other than
-  the first while they wait on a slice_segments.Segment, and all of a collective's
-  result on such slices (`_DeferredCollective`). Reading `tensor_list` makes them."""
+  While a step is traced, slices may wait on a slice_segments.Segment or a
+  `_DeferredCollective`; reading `tensor_list` makes them."""
 
   def __init__(self, tensor_list, pending=None, slice_shape=None):  # pylint: disable=super-init-not-called
     self._slices = list(tensor_list)
@@ -65,10 +64,8 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
     return self._slices
 
   def may_be_read_later(self, test):
-    """Notes test(), which tells whether code not built yet may still read these slices
-    (the lowering: whether an op reading this tensor is still to be lowered). A segment
-    that completes while every test says no leaves this tensor's other slices out of its
-    calls, and makes them only if they are read after all."""
+    """Notes test(): whether code not built yet may still read these slices (a segment
+    completing while every test says no makes them only if they are read after all)."""
     if self._read_later is None:
       self._read_later = []
     self._read_later.append(test)
@@ -84,9 +81,8 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
     self._reps = None
 
   def partition(self, shares_memory):
-    """reps[p] = the first processor whose slice is processor p's (where the devices
-    share memory, the same tensor; else only p's own), without making slices that wait
-    on a segment (theirs is the segment's partition)."""
+    """reps[p] = the first processor whose slice is p's very tensor (only p itself where
+    memory is not shared), without making slices that wait on a segment."""
     if self.segment is not None:
       return self.segment.reps
     if self._reps is None:
@@ -99,9 +95,8 @@ class LaidOutTensor(laid_out_tensor.LaidOutTensor):
 
 
 class _DeferredCollective:
-  """A collective on slices waiting on a segment, made when its result is first read:
-  a backward pass's weight gradients are reduced as they are made but read only by
-  the updates, so their segment keeps growing until then."""
+  """A collective on slices waiting on a segment, made when its result is first read (so
+  the segment of a backward pass keeps growing until the updates read the gradients)."""
 
   def __init__(self, graph, make, target):
     self._graph = graph
@@ -119,9 +114,7 @@ class LaidOutVariable(LaidOutVariableBase):
   """Per-device slice variables of one mtf Variable; the only copy of its state.
 
   `slice_variables[pnum]` is processor pnum's slice. Where the devices share this
-  process's memory, the processors holding the same slice (the replicas of a replicated
-  dim) share one tf.Variable, on the first of their devices: their copies would always
-  be equal, and each would cost its own memory and write per step."""
+  process's memory, the processors holding the same slice share one tf.Variable."""
 
   def __init__(self, variable, mesh_impl):
     self._variable = variable
@@ -148,9 +141,7 @@ class LaidOutVariable(LaidOutVariableBase):
 
   @property
   def laid_out_tensor(self):
-    """Reads of every slice, as a LaidOutTensor. Where the devices share memory, the
-    copies of one slice (always equal: every write assigns them the same value) are
-    read once, from the first, so what is computed from them is computed once too."""
+    """Reads of every slice (once per distinct slice variable), as a LaidOutTensor."""
     # no Identity after the read, unlike read_value()
     return self._mesh_impl._per_slice(  # pylint: disable=protected-access
         self.shape, lambda pnum: direct_ops.read_variable(self.slice_variables[pnum]))
@@ -207,13 +198,9 @@ def _check_devices(mesh_shape, devices):
         "twice would run several processors' ops; give one device per processor, or "
         "use the 'simd' backend to emulate a larger mesh"
         % (mesh_shape.to_string or "[]", mesh_shape.size, len(distinct), devices))
-  known = set()
-  for d in tf.config.list_logical_devices():
-    spec = tf.DeviceSpec.from_string(d.name)
-    known.add((spec.device_type.upper(), spec.device_index))
-  for d in devices:
-    if not d:
-      continue
+  specs = [tf.DeviceSpec.from_string(d.name) for d in tf.config.list_logical_devices()]
+  known = {(spec.device_type.upper(), spec.device_index) for spec in specs}
+  for d in named:
     spec = tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d)
     if spec.job or spec.device_type is None or spec.device_index is None:
       continue  # remote or partially specified: let TF place it
@@ -262,10 +249,8 @@ class PlacementMeshImpl(MeshImpl):
 
   @property
   def shares_memory(self):
-    """Whether every device is a CPU of this process. Then a processor whose inputs are
-    the very tensors another processor already computed from reuses that result instead
-    of computing it again: the replicas of a replicated value are computed once (as the
-    SIMD emulation stores them once), and collectives hand every device one result."""
+    """Whether every device is a CPU of this process: then the replicas of a value are
+    computed once, and collectives hand every device one result."""
     return self._shares_memory
 
   def slicewise(self, fn, *inputs):
@@ -293,8 +278,8 @@ class PlacementMeshImpl(MeshImpl):
     return LaidOutTensor(outputs)
 
   def _run_on(self, pnum, fn, args, recorded):
-    """(fn(*args) on processor pnum's device: copies of recorded's ops where they match
-    args, else a call, recorded anew; the recording to copy next)."""
+    """(fn(*args) on pnum's device, copied from recorded where it matches; the recording
+    to copy next)."""
     device = self._devices[pnum]
     with collectives.device_scope(device):
       result = recorded.replay(args, device) if recorded is not None else None
@@ -303,9 +288,8 @@ class PlacementMeshImpl(MeshImpl):
     return result, recorded
 
   def _deferrable_partition(self, laid_out):
-    """Where a call on these inputs may be deferred to a segment, the partition of the
-    processors by their inputs (reps[p] = the first processor with p's inputs); else
-    None."""
+    """reps[p] = the first processor with p's inputs, where a call on these inputs may be
+    deferred to a segment; else None."""
     if not self.defer_copies or self.size == 1 or not laid_out:
       return None
     graph = direct_ops.graph_for()  # a graph no tape watches
@@ -328,8 +312,8 @@ class PlacementMeshImpl(MeshImpl):
     return reps
 
   def _defer(self, graph, ops, reps, laid_out, first):
-    """Laid-out results of a call whose first-device ops are made and whose other
-    devices' copies join the graph's open segment; None where they cannot."""
+    """Laid-out results of a call whose other devices' copies join the graph's open
+    segment; None where they cannot."""
     results = list(first) if isinstance(first, (tuple, list)) else [first]
     if not all(isinstance(t, tf.Tensor) for t in results):
       return None
@@ -357,8 +341,8 @@ class PlacementMeshImpl(MeshImpl):
         x, mesh_axes, lambda xs, ds: collectives.allreduce(xs, ds, reduction_fn_string)))
 
   def _later(self, x, make):
-    """make() now, or (where x waits on a segment of the graph being built, outside a
-    control-dependency scope) a laid-out tensor that runs make() when first read."""
+    """make() now, or, where x waits on a segment of the graph being built, a laid-out
+    tensor that runs make() when first read."""
     segment = x.segment
     if segment is None or tf.executing_eagerly():
       return make()
@@ -396,27 +380,16 @@ class PlacementMeshImpl(MeshImpl):
     return LaidOutTensor(out)
 
   def laid_out_pnum(self):
-    out = []
-    for pnum, device in enumerate(self._devices):
-      with collectives.device_scope(device):
-        out.append(tf.constant(pnum, tf.int32))
-    return LaidOutTensor(out)
+    return self._once_per(lambda pnum: pnum, lambda pnum: tf.constant(pnum, tf.int32))
 
   def laid_out_pcoord(self, mesh_axis):
-    out, first = [], {}
-    for pnum, device in enumerate(self._devices):
-      coord = pnum_to_processor_coordinates(self.shape, pnum)[mesh_axis]
-      key = coord if self._shares_memory else pnum
-      if key not in first:
-        with collectives.device_scope(device):
-          first[key] = tf.constant(coord, tf.int32)
-      out.append(first[key])
-    return LaidOutTensor(out)
+    coords = [pnum_to_processor_coordinates(self.shape, p)[mesh_axis] for p in range(self.size)]
+    return self._once_per(lambda pnum: coords[pnum] if self._shares_memory else pnum,
+                          lambda pnum: tf.constant(coords[pnum], tf.int32))
 
   def slice_key(self, shape, pnum):
-    """What identifies processor pnum's slice of `shape` among equal copies: where the
-    devices share memory its position (the replicas of one slice share a key), else
-    pnum."""
+    """What identifies pnum's slice of `shape`: its position where the devices share
+    memory (the replicas of one slice share a key), else pnum."""
     if not self._shares_memory:
       return pnum
     keys = self._slice_keys.get(shape)
@@ -426,15 +399,18 @@ class PlacementMeshImpl(MeshImpl):
     return keys[pnum]
 
   def _per_slice(self, shape, make):
-    """LaidOutTensor of make(pnum) on each device; where the devices share memory, once
-    per distinct slice of `shape`, reused by the processors holding the same slice."""
+    """_once_per, once per distinct slice of `shape`."""
+    return self._once_per(lambda pnum: self.slice_key(shape, pnum), make)
+
+  def _once_per(self, key, make):
+    """LaidOutTensor of make(pnum) on each device, made once per distinct key(pnum)."""
     out, first = [], {}
     for pnum, device in enumerate(self._devices):
-      key = self.slice_key(shape, pnum)
-      if key not in first:
+      k = key(pnum)
+      if k not in first:
         with collectives.device_scope(device):
-          first[key] = make(pnum)
-      out.append(first[key])
+          first[k] = make(pnum)
+      out.append(first[k])
     return LaidOutTensor(out)
 
   def import_tf_tensor(self, x, tf_x):
@@ -443,7 +419,7 @@ class PlacementMeshImpl(MeshImpl):
 
   def import_constant(self, x, value):
     """One constant per device holding its slice of the numpy value, once per graph for
-    each distinct value (e.g. the scalar of every `x * 2.0`)."""
+    each distinct value."""
     sizes = self.slice_shape(x.shape)
 
     def piece(pnum):

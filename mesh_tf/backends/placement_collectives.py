@@ -17,20 +17,16 @@ RING_MIN_SIZE = 1024
 
 
 def device_scope(device):
-  """Places the ops made inside on `device`: tf.device(device) when executing eagerly;
-  in a graph being built, the graph's own device scope only. (Inside a tf.function,
-  tf.device also enters the eager context's device, for ops run eagerly within, e.g.
-  under init_scope; entering both costs about 120 us, which over the one scope per op per
-  device of a lowered step was a quarter of its build. Slice computations and
-  collectives make only graph ops.)"""
+  """Places the ops made inside on `device`: tf.device(device) when executing eagerly,
+  else only the graph's own device scope (tf.device also enters the eager context's,
+  a cost paid once per op and device of a lowered step)."""
   if tf.executing_eagerly():
     return tf.device(device)
   return tf.compat.v1.get_default_graph().device(device)
 
 
 def shares_host_memory(devices):
-  """True when every device is a CPU of this process (or unplaced): a "copy" between them
-  hands over a buffer, so the fewest ops win over spreading bytes across links."""
+  """True when every device is a CPU of this process (or unplaced): copies are free."""
   return _shares_host_memory(tuple(devices))
 
 
@@ -46,9 +42,8 @@ def _shares_host_memory(devices):
 
 
 def allreduce(xs, devices, reduction_fn_string="SUM"):
-  """Picks the algorithm. Where the devices share memory: one AddN (a SUM) or a tree
-  (other reductions), whose one result every device reads. Elsewhere: a tree for small
-  tensors (fewest ops, latency bound), the sharded ring otherwise (bandwidth bound)."""
+  """Picks the algorithm: where the devices share memory, one AddN (SUM) or a tree whose
+  one result every device reads; elsewhere a tree for small tensors, else the ring."""
   size = xs[0].shape.num_elements()
   reduction_fn_string = canonical_reduction(reduction_fn_string)
   if shares_host_memory(devices):
@@ -69,12 +64,8 @@ def allconcat(xs, devices, concat_axis):
 
 def allreduce_tree(xs, devices, reduction_fn_string="SUM", share=False):
   """Pairwise reduction in log2(n) rounds onto device 0, which hands the total to the
-  others: n - 1 reductions and n - 1 copies, the fewest ops of any allreduce. share:
-  every device reads device 0's total, without copies (devices sharing memory).
-
-  Measured on 8 virtual CPUs of one host (one allreduce, float32): 256 elements
-  0.15 ms (ring 0.13), 64Ki 0.24 ms (ring 1.1), 1Mi 0.98 ms (ring 3.6).
-  """
+  others (the fewest ops of any allreduce); with share, every device reads device 0's
+  total without copies (devices sharing memory)."""
   n = len(xs)
   if n == 1:
     return list(xs)
@@ -92,8 +83,7 @@ def allreduce_tree(xs, devices, reduction_fn_string="SUM", share=False):
 
 
 def allreduce_add_n(xs, devices):
-  """SUM as one AddN on device 0 that every device reads (devices sharing memory). Each
-  input is read once, where a pairwise tree reads and writes every partial sum again."""
+  """SUM as one AddN on device 0 that every device reads (devices sharing memory)."""
   if len(xs) == 1:
     return list(xs)
   with device_scope(devices[0]):
@@ -101,8 +91,7 @@ def allreduce_add_n(xs, devices):
 
 
 def allconcat_direct(xs, devices, concat_axis):
-  """Device 0 concatenates the pieces once and every device reads that (devices sharing
-  memory)."""
+  """One concat on device 0 that every device reads (devices sharing memory)."""
   with device_scope(devices[0]):
     return [tf.concat(list(xs), concat_axis)] * len(xs)
 
@@ -142,12 +131,10 @@ def allreduce_ring_single_shard(xs, devices, reduction_fn_string="SUM"):
   for i in range(1, middle + 1):  # left end -> middle
     with device_scope(devices[i]):
       partial = reduce(partial, xs[i])
-  for i in range(n - 1, middle, -1):  # right end -> middle, one running value
-    if i == n - 1:
-      right = xs[i]
-    else:
-      with device_scope(devices[i]):
-        right = reduce(right, xs[i])
+  right = xs[n - 1]
+  for i in range(n - 2, middle, -1):  # right end -> middle, one running value
+    with device_scope(devices[i]):
+      right = reduce(right, xs[i])
   if middle < n - 1:
     with device_scope(devices[middle]):
       partial = reduce(partial, right)
@@ -161,11 +148,8 @@ def allreduce_ring_single_shard(xs, devices, reduction_fn_string="SUM"):
 
 
 def allreduce_ring(xs, devices, reduction_fn_string="SUM"):
-  """Allreduce that splits the (flattened) tensor into n shards and reduces shard i
-  along the device line rotated by i, so every device does 1/n of the work.
-
-  Falls back to one shard for small tensors or sizes not divisible by n.
-  """
+  """Allreduce reducing shard i of the flattened tensor along the device line rotated by
+  i, so every device does 1/n of the work (one shard for small or indivisible sizes)."""
   n = len(xs)
   shape = xs[0].shape
   size = shape.num_elements()
@@ -211,8 +195,7 @@ def alltoall_pointtwise(xs, devices, split_axis, concat_axis):
 
 
 def reduce_scatter(xs, devices, split_axis):
-  """SUM of xs where device j keeps only piece j of split_axis: each device splits its
-  partial sum, and device j adds the n pieces j (n AddNs of 1/n of the tensor each)."""
+  """SUM of xs where device j keeps only piece j of split_axis (one AddN per device)."""
   n = len(xs)
   if n == 1:
     return list(xs)

@@ -1,19 +1,10 @@
 """`SimdMeshImpl`: one program written from the point of view of a single core.
 
-As on a TPU, every core runs the same program on its own slices; communication is
-collectives over groups of cores. This class holds the geometry -- the mesh, the
-logical-to-physical core map and the group assignments derived from them -- and hands
-the primitives to one of two runtimes:
-
-- the TPU runtime (`simd_tpu`), when a TPU `device_assignment` is given: cross-replica
-  sum, all-to-all and collective-permute with these group assignments, under
-  `tf.distribute.TPUStrategy`;
-- the CPU emulation runtime (`simd_emulation`) otherwise: every laid-out tensor carries
-  one leading axis per mesh axis (extent 1 where it is replicated, so each distinct slice
-  is stored once) and each collective is a tensor operation along those axes. Its TF
-  program does not grow with the number of cores, nor its work with replication.
-
-Both implement `simd_runtime.SimdRuntime`.
+As on a TPU, every core runs the same program on its own slices and communicates by
+collectives over groups of cores. This class holds the geometry (the mesh, the
+logical-to-physical core map, the group assignments) and hands the primitives to a
+`simd_runtime.SimdRuntime`: the TPU runtime (`simd_tpu`) when a TPU `device_assignment`
+is given, else the CPU emulation (`simd_emulation`).
 """
 import types
 
@@ -116,11 +107,7 @@ class SimdMeshImpl(MeshImpl):
     return self._p2l[physical_pnum]
 
   def _create_group_assignment(self, mesh_axes):
-    """Groups of PHYSICAL core ids for a collective over mesh_axes.
-
-    One group per combination of coordinates on the other axes; within a group, cores
-    are ordered by their (row-major) coordinates on mesh_axes. Both runtimes use this.
-    """
+    """Groups of PHYSICAL core ids for a collective over mesh_axes (processor_groups)."""
     return [[self._l2p[p] for p in group] for group in self.processor_groups(mesh_axes)]
 
   # ---- primitives (delegated to the runtime; MeshImpl records the collectives) ----
@@ -151,7 +138,7 @@ class SimdMeshImpl(MeshImpl):
     return self._runtime.allsplit(x, mesh_axis, split_axis, which)
 
   def control_tensors(self, laid_out):
-    # The emulation's compact form waits for the value without broadcasting it to cores.
+    # the emulation's compact form waits for the value without broadcasting it
     compact = getattr(laid_out, "compact", None)
     return [compact] if compact is not None else list(laid_out.all_slices)
 

@@ -1,21 +1,14 @@
 """CPU emulation runtime of SimdMeshImpl: all cores of the mesh in one TF program.
 
 A laid-out tensor is held *compact*: one tf.Tensor [*extents, *slice_shape] with one
-leading axis per mesh axis, in LOGICAL coordinates. The extent of mesh axis i is its size
-when cores along it hold different slices, and 1 when they all hold the same slice (the
-tensor is replicated along it); numpy broadcasting stands in for the copies. So a weight
-replicated over a 16-way data-parallel axis is stored and updated once, not 16 times, and
-the total work of a step stays close to one device's whatever the core count.
+leading axis per mesh axis, in LOGICAL coordinates, of extent 1 along the axes where every
+core holds the same slice (numpy broadcasting stands in for the copies), so a replicated
+weight is stored and updated once. Slice functions run on all cores at once
+(`simd_vectorize`) and each collective is a tensor operation along the mesh axes: no TF
+op is emitted per core.
 
-Slice functions run on all cores at once (`simd_vectorize`). Each collective is a tensor
-operation along the mesh axes: allreduce reduces them (or scales a replicated value),
-allconcat merges a mesh axis into a slice axis, alltoall swaps one with a slice axis,
-receive gathers along one. No TF op is emitted per core, so the program does not grow
-with the mesh.
-
-The physical view -- `all_slices` of a laid-out tensor, [num_cores, *slice] in PHYSICAL
-core order (entry c is the slice of physical core c, which plays logical processor
-p2l[c]) -- is built on request; the TPU runtime's host tables and tf.while_loop use it.
+The physical view, `all_slices` ([num_cores, *slice] in PHYSICAL core order: entry c is
+physical core c's slice), is built on request.
 """
 import numpy as np
 import tensorflow as tf
@@ -31,11 +24,10 @@ from mesh_tf.shapes import convert_to_shape
 
 
 class EmulatedLaidOutTensor(laid_out_tensor.LaidOutTensor):
-  """One mtf Tensor on every emulated core.
+  """One mtf Tensor on every emulated core, kept compact.
 
-  Built from `[stacked]`, a [num_cores, *slice] tensor in physical core order (the
-  public form, as `all_slices` returns it), or by the runtime from a compact tensor,
-  which is what it keeps (so it does not call the base __init__).
+  Built from `[stacked]` ([num_cores, *slice] in physical core order, as `all_slices`
+  returns it), or by the runtime from a compact tensor.
   """
 
   def __init__(self, tensor_list, runtime=None, compact=None, sum_recipe=None):
@@ -64,8 +56,7 @@ class EmulatedLaidOutTensor(laid_out_tensor.LaidOutTensor):
 
   @property
   def tensor_list(self):
-    """[stacked]: every core's slice, [num_cores, *slice] in physical core order (made
-    from the compact tensor when first asked for)."""
+    """[one_slice]: every core's slice, in physical core order."""
     return [self.one_slice]
 
   @property
@@ -85,8 +76,7 @@ class EmulatedLaidOutTensor(laid_out_tensor.LaidOutTensor):
 
 
 class EmulatedLaidOutVariable(LaidOutVariableBase):
-  """One tf.Variable per mtf Variable, holding its compact value (one copy of each
-  distinct slice)."""
+  """One tf.Variable per mtf Variable, holding its compact value."""
 
   def __init__(self, variable, runtime):
     self._runtime = runtime
@@ -103,11 +93,8 @@ class EmulatedLaidOutVariable(LaidOutVariableBase):
     return self._runtime.wrap(self.variable.value())  # no Identity, unlike read_value()
 
   def assign_to_slices(self, assign_fn, laid_out_values):
-    """assign_fn(variable, value) once on the compact variable (every core at once).
-
-    Along mesh axes where the variable is replicated, the cores' values are equal in a
-    well-formed program; the first core's is kept.
-    """
+    """assign_fn(variable, value) once on the compact variable (along replicated mesh
+    axes, the first core's value is kept)."""
     value = self._runtime.conform(laid_out_values.compact, self.extents)
     return [assign_fn(self.variable, tf.cast(value, self.slice_dtype))]
 
@@ -176,8 +163,7 @@ class EmulationRuntime(SimdRuntime):
     return tf.reshape(logical, self.mesh_shape + stacked.shape.as_list()[1:])
 
   def conform(self, compact, extents):
-    """A compact value with the given extents: broadcast where it has 1, first core's
-    slice where extents has 1."""
+    """compact with the given extents: broadcast, or the first core's slice where 1."""
     have = compact.shape.as_list()[:self.k]
     if any(e == 1 and h > 1 for h, e in zip(have, extents)):
       compact = compact[tuple(slice(0, 1) if e == 1 else slice(None) for e in extents)]
@@ -196,8 +182,7 @@ class EmulationRuntime(SimdRuntime):
   def _full_along(self, t, mesh_axis):
     """t broadcast to the full extent of one mesh axis."""
     extents = t.shape.as_list()[:self.k]
-    target = list(extents)
-    target[mesh_axis] = self.mesh_shape[mesh_axis]
+    target = extents[:mesh_axis] + [self.mesh_shape[mesh_axis]] + extents[mesh_axis + 1:]
     return broadcast_extents(t, extents, target)
 
   # ---- primitives ----
@@ -216,10 +201,8 @@ class EmulationRuntime(SimdRuntime):
                                          input_recipes)
     else:  # fn reads no slice, so every core computes the same value: compute it once
       out = fn(*args)
-      if isinstance(out, (tuple, list)):
-        out = tuple(self.replicate(o) for o in out)
-      else:
-        out = self.replicate(out)
+      out = (tuple(self.replicate(o) for o in out) if isinstance(out, (tuple, list))
+             else self.replicate(out))
     if isinstance(out, (tuple, list)):
       return tuple(self.wrap(o, recipes.get(i)) for i, o in enumerate(out))
     return self.wrap(out, recipes.get(0))
@@ -235,8 +218,7 @@ class EmulationRuntime(SimdRuntime):
     reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
     if not mesh_axes:
       return x
-    t = x.compact
-    extents = x.extents
+    t, extents = x.compact, x.extents
     split = sorted(a for a in mesh_axes if extents[a] > 1)
     if split and reduction_fn_string == "SUM" and x.sum_recipe is not None:
       # contract the mesh axes inside the einsum: no per-core partial sums
@@ -252,13 +234,11 @@ class EmulationRuntime(SimdRuntime):
   def allconcat(self, x, mesh_axis, concat_axis):
     t = self._full_along(x.compact, mesh_axis)
     shape = t.shape.as_list()
-    n = self.mesh_shape[mesh_axis]
     # the mesh axis goes just before the concat axis, then merges with it
     t = tf.transpose(t, _move_axis(len(shape), mesh_axis, self.k + concat_axis - 1))
-    new_shape = list(shape)
-    new_shape[mesh_axis] = 1
-    new_shape[self.k + concat_axis] *= n
-    return self.wrap(tf.reshape(t, new_shape))
+    shape[self.k + concat_axis] *= shape[mesh_axis]
+    shape[mesh_axis] = 1
+    return self.wrap(tf.reshape(t, shape))
 
   def alltoall(self, x, mesh_axis, split_axis, concat_axis):
     n = self.mesh_shape[mesh_axis]
@@ -298,32 +278,27 @@ class EmulationRuntime(SimdRuntime):
     return self.wrap(tf.gather(t, source, axis=mesh_axis))
 
   def allsplit(self, x, mesh_axis, split_axis, which=None):
-    n = self.mesh_shape[mesh_axis]
-    t = x.compact
-    shape = t.shape.as_list()
-    extents, slice_shape = shape[:self.k], shape[self.k:]
-    piece = slice_shape[split_axis] // n
-    axis = self.k + split_axis
-    pieces_shape = shape[:axis] + [n, piece] + shape[axis + 1:]
     if isinstance(which, EmulatedLaidOutTensor):
       return self._allsplit_per_core(x, mesh_axis, split_axis, which)
+    n = self.mesh_shape[mesh_axis]
+    shape = x.compact.shape.as_list()
+    axis = self.k + split_axis
+    piece = shape[axis] // n
+    pieces_shape = shape[:axis] + [n, piece] + shape[axis + 1:]
+    pieces = tf.reshape(x.compact, pieces_shape)
     if which is not None:  # every core keeps the same piece
-      pieces = tf.reshape(t, pieces_shape)
       return self.wrap(tf.gather(pieces, tf.cast(which, tf.int32), axis=axis))
-    if extents[mesh_axis] == 1:
+    if shape[mesh_axis] == 1:
       # the n pieces of the replicated slice become the mesh axis
-      pieces = tf.reshape(t, pieces_shape)
       pieces = tf.transpose(pieces, _move_axis(len(pieces_shape), axis, mesh_axis))
       out_shape = list(shape)
       out_shape[mesh_axis] = n
       out_shape[axis] = piece
       return self.wrap(tf.reshape(pieces, out_shape))
     # core i along the mesh axis keeps piece i of its own slice: a diagonal
-    pieces = tf.reshape(t, pieces_shape)
-    pieces = tf.transpose(pieces, [mesh_axis, axis] + [
-        i for i in range(len(pieces_shape)) if i not in (mesh_axis, axis)])
-    diag = tf.gather_nd(pieces, [[i, i] for i in range(n)])
     rest = [i for i in range(len(pieces_shape)) if i not in (mesh_axis, axis)]
+    pieces = tf.transpose(pieces, [mesh_axis, axis] + rest)
+    diag = tf.gather_nd(pieces, [[i, i] for i in range(n)])
     # diag axes: [mesh_axis, *rest]; put the mesh axis back in place
     diag = tf.transpose(diag, _move_axis(len(rest) + 1, 0, mesh_axis))
     return self.wrap(diag)
@@ -359,10 +334,7 @@ class EmulationRuntime(SimdRuntime):
     tensor_shape = convert_to_shape(tensor_shape)
     layout = self._impl.tensor_layout(tensor_shape)
     sizes = self._impl.slice_shape(tensor_shape)
-    extents = [1] * self.k
-    for a in layout:
-      if a is not None:
-        extents[a] = self.mesh_shape[a]
+    extents = [self.mesh_shape[a] if a in layout.mesh_axes else 1 for a in range(self.k)]
     begin = np.zeros(extents + [len(sizes)], np.int32)
     for i, (s, a) in enumerate(zip(sizes, layout)):
       if a is not None:
@@ -378,8 +350,7 @@ class EmulationRuntime(SimdRuntime):
 
   # ---- full tensors <-> compact / stacked slices ----
   def compact_from_full(self, full, tensor_shape, ops=tf):
-    """Cuts a full tf.Tensor into its compact laid-out value (no copies). With ops=np it
-    cuts a numpy array the same way."""
+    """Cuts a full tf.Tensor (a numpy array with ops=np) into its compact value."""
     tensor_shape = convert_to_shape(tensor_shape)
     layout = self._impl.tensor_layout(tensor_shape)
     sizes = self._impl.slice_shape(tensor_shape)
@@ -391,11 +362,9 @@ class EmulationRuntime(SimdRuntime):
       slice_axes.append(len(blocked_shape))
       blocked_shape.append(sizes[i])
     extents = [self.mesh_shape[a] if a in block_axis_of else 1 for a in range(self.k)]
-    block_axes = [block_axis_of[a] for a in sorted(block_axis_of)]
-    perm = block_axes + slice_axes
-    if perm == list(range(len(perm))):  # a reshape does it all
-      return ops.reshape(full, extents + sizes)
-    full = ops.transpose(ops.reshape(full, blocked_shape), perm)
+    perm = [block_axis_of[a] for a in sorted(block_axis_of)] + slice_axes
+    if perm != list(range(len(perm))):  # else a reshape does it all
+      full = ops.transpose(ops.reshape(full, blocked_shape), perm)
     return ops.reshape(full, extents + sizes)
 
   def full_from_compact(self, compact, tensor_shape):
@@ -417,16 +386,14 @@ class EmulationRuntime(SimdRuntime):
     return tf.reshape(t, tensor_shape.to_integer_list)
 
   def stack_full(self, full, tensor_shape):
-    """Cuts a full tf.Tensor into the stacked slices [num_cores, *slice_shape] (physical
-    core order)."""
+    """Cuts a full tf.Tensor into [num_cores, *slice_shape] (physical core order)."""
     return self.to_physical(self.compact_from_full(full, tensor_shape))
 
   def import_tf_tensor(self, x, tf_x):
     return self.wrap(self.compact_from_full(tf.convert_to_tensor(tf_x), x.shape))
 
   def import_constant(self, x, value):
-    """The compact value of a numpy array, cut in numpy: one constant, once per graph
-    for each distinct value."""
+    """The compact value of a numpy array, cut in numpy: one constant per graph and value."""
     key = (self, tuple(x.shape.dimension_names), tuple(x.shape.to_integer_list),
            value.dtype, value.tobytes())
     compact = graph_cached(key, lambda: tf.constant(

@@ -1,17 +1,11 @@
 """A two-operand einsum of the SIMD emulation as one (batch) matmul.
 
 The replay (`simd_vectorize`) gives each stacked operand leading mesh-axis labels, which
-tf.einsum handles by transposing the big operands and its result. `batched_matmul`
-writes the contraction as `tf.linalg.matmul` with the mesh axes as (broadcast) batch
-dims instead, which needs only reshapes. A mesh label in both operands but not the output (a SUM
-over cores fused into the einsum) is contracted by the matmul along with the slice's
-contracted dims, so no per-core partial sums are stored.
-
-`folded_matmul`, tried first, takes the einsums where a mesh label of the output is in
-one operand only: that label becomes a free dim of its operand rather than a broadcast
-batch dim, so the product is one matmul of the unsplit size instead of one thin matmul
-per core (which slows down as the cores multiply). `batched_matmul` takes the rest.
-(Only the replay calls these: with the speed layer off, neither runs.)
+tf.einsum handles by transposing the big operands. `folded_matmul`, tried first, makes a
+mesh label of the output that is in one operand only a free dim of that operand (one
+matmul of the unsplit size, not a thin one per core); `batched_matmul` makes the mesh
+axes (broadcast) batch dims, and contracts a mesh label summed over (in both operands,
+not the output) with the slice's contracted dims, so no per-core partial sums are stored.
 """
 import numpy as np
 import tensorflow as tf
@@ -57,14 +51,7 @@ def _split_rest(rest, contracted):
 
 def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
   """lhs, rhs contracted as `equation` says, by one matmul; None where that would need a
-  transpose (the caller then uses tf.einsum).
-
-  Mesh labels summed over (in both operands, not in the output: a SUM allreduce fused
-  into the einsum) are contracted by the matmul with the slice's contracted labels,
-  after a transpose of the operands that do not already hold them next to each other.
-  The product is then one core's size along those mesh axes, not a partial sum per core
-  (which would grow with the mesh axes and need a reduce_sum after).
-  """
+  transpose without a mesh label summed over (the caller then uses tf.einsum)."""
   ins, out = equation.split("->")
   lhs, rhs = ins.split(",")
   if not any(c in mesh_labels for c in ins):
@@ -135,18 +122,9 @@ def batched_matmul(equation, lhs_value, rhs_value, mesh_labels):
 
 
 def folded_matmul(equation, lhs_value, rhs_value, mesh_labels):
-  """lhs, rhs contracted as `equation` says where a mesh label of the output is in one
-  operand only (that operand's cores meet the other's one slice, as activations
-  replicated over the model axis meet weights replicated over the data axis); None
-  elsewhere, or where the einsum is not a plain product.
-
-  Used as a batch dim (broadcast in the other operand), such a label makes one small
-  matmul per core, thinner the more cores share the slice dims (at 512 cores, [256, 8]
-  products). Here it is a free dim of its operand instead, so the whole contraction is
-  one matmul of the full, unsplit size, between transposes that put each operand's free
-  and contracted dims together and the result's mesh axes back in front: O(size) moves
-  whose number follows from the labels alone, not from the mesh shape.
-  """
+  """lhs, rhs contracted as `equation` says, by one matmul of the unsplit size, where a
+  mesh label of the output is in one operand only (made a free dim of that operand);
+  None elsewhere, or where the einsum is not a plain product."""
   ins, out = equation.split("->")
   lhs, rhs = ins.split(",")
   if not any(c in mesh_labels and c in out and ((c in lhs) != (c in rhs)) for c in ins):

@@ -1,23 +1,17 @@
 """`MultiClientMeshImpl`: one replica of a SIMD program, in a multi-process (multi-client)
 mesh, communicating through TensorFlow's collective ops.
 
-Every process of the cluster runs the same mtf program once per local device -- one
-replica per mesh processor, each seeing only its own slice (the TPU runtime's one core's
-view). Collectives along mesh axes are `CollectiveReduceV2` / `CollectiveGatherV2` /
-`CollectiveAllToAllV2` over the processor groups of those axes (the group assignment of
-`SimdMeshImpl`), which TF's collective executor runs over gRPC between processes (and
-over NCCL between GPUs with communication_hint="nccl").
+Every process runs the same mtf program once per local device: one replica per mesh
+processor, each seeing only its own slice. Collectives along mesh axes are
+`CollectiveReduceV2` / `CollectiveGatherV2` / `CollectiveAllToAllV2` over the processor
+groups of those axes, run by TF's collective executor over gRPC (or NCCL between GPUs).
 
-Keys: a group is named by its mesh axes and its lowest processor number, so every
-process derives the same `group_key` without talking; `instance_key`s count the
-collectives a replica emits, so replicas tracing the same program in the same order
-agree on them. Ranks within a group are TF's (sorted device names); each gather also
-exchanges the members' positions so results come out in mesh order whatever TF sorted.
-
-The replicas of one process run concurrently, each in its own thread calling its own
-tf.function (see mesh_tf.cluster.multi_client): TF's runtime runs the per-device parts of
-ONE multi-device function one after another, so collectives between devices of one
-function never meet (they time out).
+A group is keyed by its mesh axes and lowest processor number, so every process derives
+the same `group_key` without talking; `instance_key`s count the collectives a replica
+emits. Each gather also exchanges the members' positions, so results come out in mesh
+order whatever ranks TF gave. The replicas of one process run concurrently, each in its
+own thread and tf.function (see mesh_tf.cluster.multi_client): collectives between
+devices of one multi-device function never meet.
 """
 import weakref
 
@@ -66,17 +60,12 @@ class ReplicaLaidOutVariable(LaidOutVariableBase):
     return tf.cast(full, self.master_dtype)
 
   def sync_copies(self):
-    """Gives every replica processor 0's initial value: each replica drew its own (a
-    random initializer draws differently per replica and per process); processor 0
-    sends its full value in a masked SUM allreduce over the whole mesh. A collective:
-    call it in every replica's function at once, before training."""
+    """Gives every replica processor 0's initial value (each drew its own), by a masked
+    SUM allreduce over the mesh: call it in every replica's function at once."""
     impl = self._mesh_impl
-    shape = self.shape.to_integer_list
     with tf.device(impl.device):
-      if self._initial_full is None:
-        mine = tf.zeros(shape, self.slice_dtype)
-      else:
-        mine = self._initial_full
+      mine = (tf.zeros(self.shape.to_integer_list, self.slice_dtype)
+              if self._initial_full is None else self._initial_full)
       full = impl.allreduce(LaidOutTensor([mine]), list(range(impl.ndims)), "SUM",
                             record=False).one_slice  # setup, not a step's traffic
       return self.variable.assign(self._slice_to_keep(full))
@@ -92,12 +81,8 @@ class ReplicaLaidOutVariable(LaidOutVariableBase):
       self.variable.assign(self._slice_to_keep(value))
 
   def _slice_to_keep(self, full):
-    """This replica's slice of a full value, in a buffer of its own. TF's CPU Slice
-    returns a view into its input's buffer when the slice is one contiguous block
-    (e.g. a split of the first dim), and a variable assigned that view keeps the whole
-    full-size buffer alive for the rest of the run: every replica of every process
-    would hold each such variable whole (measured: ~21 MiB per process on
-    benchmarks.memory's peer LM on mp, the full embedding and d_ff weights 4 times)."""
+    """This replica's slice of a full value, in a buffer of its own (TF's CPU Slice may
+    return a view, which would keep the whole full-size buffer alive)."""
     with tf.device(self._mesh_impl.device):
       return tf.raw_ops.DeepCopy(x=self._mesh_impl.own_slice(full, self.shape))
 
@@ -112,9 +97,8 @@ class MultiClientMeshImpl(MeshImpl):
     device: its TF device, e.g. "/job:worker/replica:0/task:1/device:CPU:2".
     process_pnums: the processors of this process (for reading only this process's
       share of an input; default: just pnum).
-    timeout: seconds within which a lost peer process must be noticed; the
-      ReplicaSet's peer monitor enforces it (the collectives themselves wait without
-      a timeout, see _collective_args).
+    timeout: seconds within which the ReplicaSet's peer monitor must notice a lost peer
+      process (the collectives themselves wait without a timeout).
     communication_hint: "auto", "ring" or "nccl" (GPUs), passed to the collective ops.
   """
 
@@ -123,8 +107,7 @@ class MultiClientMeshImpl(MeshImpl):
   imports_process_share = True
   # an allreduce over a group of one emits no collective, so it is not recorded
   record_lone_allreduce = False
-  # each collective here is a round trip between processes: gradients' SUMs owed at
-  # once are paid in one (lowering/lazy_allreduce.py)
+  # each collective is a round trip between processes: pack the SUMs owed at once
   packs_allreduces = True
 
   def __init__(self, shape, layout, pnum, device, process_pnums=None,
@@ -168,14 +151,12 @@ class MultiClientMeshImpl(MeshImpl):
     return dict(group_size=len(group), group_key=self.group_key(mesh_axes, group),
                 instance_key=self._next_instance(), ordering_token=[],
                 communication_hint=self.communication_hint,
-                # no per-op timeout: TF keeps a sleeping thread per timed collective
-                # for the whole timeout; mesh_tf.cluster.peer_monitor notices lost
-                # peers instead
+                # no per-op timeout (TF keeps a thread per timed collective);
+                # mesh_tf.cluster.peer_monitor notices lost peers instead
                 timeout_seconds=0.0)
 
   def _rank_positions(self, mesh_axes, group):
-    """int32 [group size]: the mesh position of the member at each TF rank (gathered
-    once per group and trace)."""
+    """int32 [group size]: the mesh position of the member at each TF rank."""
     cache = self._positions.setdefault(tf.compat.v1.get_default_graph(), {})
     key = tuple(sorted(set(mesh_axes)))
     if key not in cache:
@@ -209,10 +190,9 @@ class MultiClientMeshImpl(MeshImpl):
     group = self.group_of(mesh_axes) if mesh_axes else [self.pnum]
     if len(group) == 1:
       return x
-    t = x.one_slice
     with tf.device(self.device):
       return LaidOutTensor([tf.raw_ops.CollectiveReduceV2(
-          input=t, merge_op=reductions.collective_merge_op(reduction_fn_string),
+          input=x.one_slice, merge_op=reductions.collective_merge_op(reduction_fn_string),
           final_op="Id",
           **self._collective_args(mesh_axes, group))])
 
@@ -230,9 +210,7 @@ class MultiClientMeshImpl(MeshImpl):
       return [LaidOutTensor([tf.reshape(p, t.shape)]) for p, t in zip(pieces, slices)]
 
   def _allconcat(self, x, mesh_axis, concat_axis):
-    t = x.one_slice
-    group = self.group_of([mesh_axis])
-    pieces = self._gather(t, [mesh_axis], group)
+    pieces = self._gather(x.one_slice, [mesh_axis], self.group_of([mesh_axis]))
     with tf.device(self.device):
       return LaidOutTensor([tf.concat(tf.unstack(pieces), concat_axis)])
 
@@ -257,8 +235,7 @@ class MultiClientMeshImpl(MeshImpl):
   def _receive(self, x, mesh_axis, source_pcoord):
     t = x.one_slice
     source = source_pcoord[self._coord[mesh_axis]]
-    # every member gathers the group's slices and keeps its source's: one collective
-    # whatever the shift pattern
+    # every member gathers the group's slices and keeps its source's
     everyone = self._gather(t, [mesh_axis], self.group_of([mesh_axis]))
     with tf.device(self.device):
       return LaidOutTensor([tf.zeros_like(t) if source is None else everyone[source]])
@@ -291,8 +268,7 @@ class MultiClientMeshImpl(MeshImpl):
     return lo, [h - l for h, l in zip(hi, lo)]
 
   def import_tf_tensor(self, x, tf_x):
-    """This replica's slice of tf_x: the full tensor, or only this process's share of
-    it (the box process_share gives) when that is what tf_x's shape is."""
+    """This replica's slice of tf_x, the full tensor or this process's share of it."""
     tf_x = tf.convert_to_tensor(tf_x)
     full = x.shape.to_integer_list
     begin = self.slice_begin(x.shape, self.pnum)
@@ -306,8 +282,7 @@ class MultiClientMeshImpl(MeshImpl):
     return LaidOutTensor([self._cut(tf_x, x.shape, begin)])
 
   def gather_full(self, t, tensor_shape):
-    """The full tensor from every replica's slice t (allconcat along each split axis;
-    not counted in comm_log, as no backend counts an export)."""
+    """The full tensor from every replica's slice t (allconcats not counted in comm_log)."""
     tensor_shape = convert_to_shape(tensor_shape)
     layout = self.tensor_layout(tensor_shape)
     x = LaidOutTensor([t])

@@ -1,32 +1,12 @@
 """TPU runtime of SimdMeshImpl: the same primitives bound to TPU collectives.
 
 The program is lowered inside `strategy.run` of a `tf.distribute.TPUStrategy` whose
-device assignment puts replica r on physical core r (`device_assignment_for_mesh`), so a
-replica id is a physical core number and the group assignments of
-`SimdMeshImpl._create_group_assignment` (physical ids) go straight to the collectives:
-
-- allreduce SUM: `CrossReplicaSum` for the dtypes it takes (half, bfloat16, float32,
-  float64, int32, uint32; bfloat16 summed in float32 for groups above
-  `allreduce_in_bfloat16_max_group_size`); other dtypes (int64, complex, small ints) and
-  MAX/MIN: an exact all-gather, then a local reduction;
-- all-gather (allconcat, and the reductions above): `AllToAll` of the slice repeated once
-  per group member, so values travel untouched (no arithmetic, so +-inf and NaN stay
-  what they are) whatever their dtype;
-- alltoall: `AllToAll`; receive/shift: `CollectivePermute` (cores nobody sends to get 0;
-  bool travels as int32, which CollectivePermute takes; a receive that has a core send
-  to several others is split into rounds in which each core sends once);
-- laid_out_pnum/pcoord/slice_begin: tables indexed by the replica id.
-
-Variables are sync-on-read `tf.Variable`s of the slice shape created under the
-strategy's scope: one component per replica, each holding that core's slice. The
-variable keeps its strategy, so checkpoints read and write it outside the scope, and it
-moves each core's slice to that core's component directly from the host: no
-`strategy.run`, so no TPU compilation per variable or per restore.
-
-Limits: without a TPU the runtime is checked under `tf.distribute.MirroredStrategy` on
-virtual CPUs with stand-ins for the three collectives that enforce the TF ops'
-signatures, dtype lists and group-assignment rules (tests/backends/tpu_contract); the
-README lists what only TPU hardware can confirm.
+device assignment puts replica r on physical core r (`device_assignment_for_mesh`), so the
+physical group assignments of `SimdMeshImpl._create_group_assignment` go straight to
+`CrossReplicaSum`, `AllToAll` (also as an exact all-gather) and `CollectivePermute` (see
+the README). Variables are sync-on-read `tf.Variable`s of the slice shape, one component
+per replica, written from the host (no TPU compilation per variable or restore).
+Without a TPU, tests/backends/tpu_contract checks the runtime against stand-ins.
 """
 import numpy as np
 import tensorflow as tf
@@ -53,12 +33,8 @@ def physical_core_coordinates(topology_mesh_shape):
 
 
 def device_assignment_for_mesh(topology, num_cores=None):
-  """A tf.tpu.experimental.DeviceAssignment placing replica r on physical core r.
-
-  Physical core r is the r-th core of the topology in row-major [x, y, z, core] order,
-  the numbering that logical_to_physical maps (e.g. auto_logical_to_physical_tpu with
-  physical_shape = topology.mesh_shape) refer to.
-  """
+  """A tf.tpu.experimental.DeviceAssignment placing replica r on physical core r (the
+  r-th of the topology in row-major [x, y, z, core] order, as logical_to_physical maps)."""
   coords = physical_core_coordinates(topology.mesh_shape)
   if num_cores is not None and num_cores != len(coords):
     raise LayoutError("the mesh has %d cores but the TPU topology %s has %d"
@@ -76,11 +52,8 @@ def _replica_id():
 
 
 class TpuLaidOutVariable(LaidOutVariableBase):
-  """A sync-on-read variable with one component (this core's slice) per replica.
-
-  Created under `strategy.scope()` of a strategy with one replica per core; read_full
-  and assign_full (checkpoints) then work in or out of the scope.
-  """
+  """A sync-on-read variable with one component (this core's slice) per replica, made
+  under `strategy.scope()`; read_full and assign_full work in or out of the scope."""
 
   def __init__(self, variable, runtime):
     self._runtime = runtime
@@ -178,12 +151,8 @@ class TpuRuntime(SimdRuntime):
     return LaidOutTensor([out])
 
   def _all_gather(self, t, mesh_axes):
-    """[group_size, *slice]: every member's slice, in group order, bit for bit.
-
-    Each core sends its slice to every member of its group with one AllToAll (piece j
-    of the repeated slice goes to member j), and receives the members' slices
-    concatenated in group order.
-    """
+    """[group_size, *slice]: every member's slice, in group order, bit for bit (one
+    AllToAll of the slice repeated once per member)."""
     n = self._group_size(mesh_axes)
     repeated = tf.tile(t[tf.newaxis], [n] + [1] * t.shape.rank)
     return tf.raw_ops.AllToAll(input=repeated,

@@ -1,30 +1,20 @@
 """Runs a function written for one core's slices on every emulated core at once.
 
-The emulation keeps each laid-out tensor as one *compact* tf.Tensor [*extents, *slice]:
-one leading axis per mesh axis, in logical coordinates, of extent 1 along the mesh axes
-where every core holds the same slice (see `simd_emulation`). An op's slice function
-(`fn` of `MeshImpl.slicewise`) is written for one slice, so it is vectorized over the
-mesh axes:
+The emulation keeps each laid-out tensor compact, [*extents, *slice] (extent 1 along
+the mesh axes where every core holds the same slice; see `simd_emulation`), so an op's
+slice function is vectorized over the mesh axes:
 
-1. `fn` is traced once on slice-shaped placeholders in a scratch graph. Within one
-   graph being built, a call whose function and slices match an earlier one
-   (`slice_fn_key.call_key`: same code, closure values, dtypes and slice shapes) reuses
-   that trace unless it has stateful ops (a random op must get a new seed per call).
-2. If every op of the trace has a rule below, the ops are replayed on the compact
-   tensors: ops that depend on no slice ("unstacked") are replayed unchanged and computed
-   once for all cores; ops on stacked values get their axis arguments shifted past the
-   mesh axes, and numpy broadcasting pairs extents of 1 with full ones, so a value
-   replicated along a mesh axis is computed once along it. The replay emits as many TF
-   ops as one slice needs, whatever the core count.
-3. Otherwise `tf.vectorized_map` (TF's general loop vectorizer) runs `fn` on every core
-   (inputs broadcast to the full mesh); its graph does not grow with the core count
-   either, but it is slower to build.
+1. `fn` is traced once on slice-shaped placeholders in a scratch graph; within one graph,
+   a later call with the same `slice_fn_key.call_key` reuses that trace unless it has
+   stateful ops (a random op needs a new seed per call).
+2. If every op of the trace has a rule below, the ops are replayed on the compact tensors:
+   ops that read no slice run once for all cores; the others get their axis arguments
+   shifted past the mesh axes, and numpy broadcasting pairs extents of 1 with full ones.
+   The replay emits as many TF ops as one slice needs, whatever the core count.
+3. Otherwise `tf.vectorized_map` runs `fn` on every core (inputs broadcast to the mesh).
 
-Steps 1-2 are part of the speed layer (`mesh_tf.lowering.speed_layer`: the trace graph is
-TF's private FuncGraph). With the layer off, every call takes step 3, the public API.
-
-`stats` counts which path each call took, so tests and benchmarks can see the split
-("plain": calls on tf.vectorized_map because the layer was off).
+Steps 1-2 are part of the speed layer (`mesh_tf.lowering.speed_layer`); with it off every
+call takes step 3. `stats` counts the path each call took ("plain": the layer was off).
 """
 import collections
 import functools
@@ -68,6 +58,9 @@ _AXIS_INPUT = {
 }
 # Ops whose axis is an attr.
 _AXIS_ATTR = {"Pack": "axis", "Unpack": "axis", "OneHot": "axis"}
+# Other inputs of axis ops that must be the same on every core.
+_EXTRA_CONTROLS = {"Roll": {"shift"}, "SplitV": {"size_splits"},
+                   "OneHot": {"depth", "on_value", "off_value"}}
 _SHAPE_OPS = frozenset(["Shape", "Size", "Rank"])
 # Sums (and the identity): their sum recipe is the sum of their inputs' (`_sum_recipe`).
 _SUMS = frozenset(["AddN", "AddV2", "Add", "Identity"])
@@ -104,9 +97,8 @@ _PARAMS = {}
 
 
 def _python_names(op):
-  """op_def input/attr names -> the keyword names of tf.raw_ops.<type> (a few differ,
-  e.g. ExpandDims' input "dim" is the keyword "axis"): inputs map in order, attrs by name
-  where it matches and otherwise in order."""
+  """(tf.raw_ops.<type>, {op_def input/attr name: its keyword}) (ExpandDims' "dim" is
+  "axis"): inputs map in order, attrs by name where it matches, else in order."""
   if op.type not in _PARAMS:
     raw = getattr(tf.raw_ops, op.type, None)
     if raw is None:
@@ -124,8 +116,7 @@ def _python_names(op):
 
 
 def _is_splat_view(value):
-  """Whether value is a numpy array of rank >= 1 broadcast from one element (the lazy
-  value of a Fill the replay did not emit: see `_Replay.run`)."""
+  """Whether value is a numpy array of rank >= 1 broadcast from one element (a lazy Fill)."""
   return (isinstance(value, np.ndarray) and value.ndim > 0 and value.size > 0 and
           not any(value.strides))
 
@@ -137,8 +128,7 @@ def _as_tensor(value):
 
 
 def _splat_scalar(value):
-  """The one element of a numpy array of rank >= 1 whose elements are all equal, as a
-  0-d array; else None."""
+  """The one element (0-d) of a numpy array of rank >= 1 with all elements equal, or None."""
   if not isinstance(value, np.ndarray) or value.ndim == 0 or value.dtype.kind not in "biuf":
     return None
   first = value.flat[0] if value.size else None
@@ -148,8 +138,7 @@ def _splat_scalar(value):
 
 
 def _call_raw(op, args, attrs):
-  """Emits op.type with the given inputs and attrs (keyed by op_def names); returns its
-  outputs as a flat list."""
+  """Emits op.type on inputs and attrs keyed by op_def names; its outputs, a flat list."""
   if any(_is_splat_view(x) for v in args.values() for x in (v if isinstance(v, list)
                                                               else [v])):
     args = {k: [_as_tensor(x) for x in v] if isinstance(v, list) else _as_tensor(v)
@@ -158,23 +147,18 @@ def _call_raw(op, args, attrs):
   if made is not None:
     return made
   raw, names = _python_names(op)
-  # A numpy input (a constant of the trace) becomes a constant of its own dtype (a raw op
-  # would otherwise convert it to the op's default type).
+  # a numpy input becomes a constant of its own dtype, not of the raw op's default type
   args = {k: [_as_tensor(x) for x in v] if isinstance(v, list) else _as_tensor(v)
           for k, v in args.items()}
   kwargs = {names[k]: v for k, v in list(args.items()) + list(attrs.items())}
   result = raw(**kwargs)
   if isinstance(result, (tf.Tensor, tf.Variable)) or hasattr(result, "dtype"):
     return [result]
-  flat = []
-  for r in result:
-    flat.extend(r if isinstance(r, (list, tuple)) else [r])
-  return flat
+  return [x for r in result for x in (r if isinstance(r, (list, tuple)) else [r])]
 
 
 def _shift_axis(a, k):
-  """Non-negative axis values move past the k mesh axes; negative ones count from the
-  end. A known axis is shifted in numpy (no TF op)."""
+  """Non-negative axis values moved past the k mesh axes (in numpy where known)."""
   static = tf.get_static_value(a)
   if static is not None:
     static = np.asarray(static)
@@ -197,20 +181,14 @@ def broadcast_extents(value, extents, target):
 
 
 class _Replay:
-  """Replays a scratch trace on compact values.
-
-  Values: {scratch tensor ref: (value, extents)}. A stacked value has k leading mesh
-  axes whose extents are listed (1 where it is the same on every core along that axis);
-  extents None means the value is the same on every core and has no mesh axes.
-  """
+  """Replays a scratch trace on compact values: {scratch tensor ref: (value, extents)};
+  extents None: the same on every core, without mesh axes."""
 
   def __init__(self, mesh_shape):
     self.mesh_shape = list(mesh_shape)
     self.k = len(self.mesh_shape)
     self.values = {}
-    # scratch tensor ref -> recipe(drop_axes) re-emitting its value summed over those
-    # mesh axes (see `run_slicewise`): an Einsum output, an input that came with one, or
-    # a sum of such values (`_sum_recipe`)
+    # scratch tensor ref -> recipe(drop_axes): its value summed over those mesh axes
     self.einsum_recipes = {}
 
   def get(self, t):
@@ -220,8 +198,7 @@ class _Replay:
     return self.get(t)[1]
 
   def as_stacked(self, t, target=None):
-    """The value of t with its mesh axes (size 1 if it has none), broadcast to the
-    target extents if given."""
+    """t's value with mesh axes (of size 1 if it has none), broadcast to target if given."""
     v, extents = self.get(t)
     if extents is None:
       if _is_splat_view(v):
@@ -236,8 +213,7 @@ class _Replay:
     return v if target is None else broadcast_extents(v, extents, target)
 
   def aligned(self, t, rank):
-    """Stacked value of per-slice rank r reshaped to per-slice rank `rank` (size-1 dims
-    inserted after the mesh axes), so numpy broadcasting pairs the right axes."""
+    """t's stacked value with size-1 dims after the mesh axes up to per-slice `rank`."""
     v, extents = self.get(t)
     if extents is None:
       return v
@@ -261,10 +237,8 @@ class _Replay:
       outs, extents = [tf.make_ndarray(op.get_attr("value"))], None
     elif op.type == "Fill" and not in_extents and all(
         isinstance(self.get(t)[0], np.ndarray) for t in op.inputs):
-      # Kept in numpy too, as a broadcast view of its one element. TF writes a known
-      # tf.zeros / tf.ones / tf.fill of under 1000 elements as a Const and a larger one
-      # as a Fill; both are splats here, so the slice size (smaller on a bigger mesh)
-      # does not change which ops the replay emits (see `_elementwise_args`).
+      # Kept in numpy too, as a broadcast view: TF writes a small tf.fill as a Const and a
+      # large one as a Fill, and the slice size must not change which ops are emitted.
       dims, value = (self.get(t)[0] for t in op.inputs)
       outs, extents = [np.broadcast_to(np.asarray(value), np.asarray(dims).tolist())], None
     elif op.type in _SHAPE_OPS and in_extents:
@@ -286,11 +260,8 @@ class _Replay:
       self._sum_recipe(op)
 
   def _sum_recipe(self, op):
-    """A recipe for the sum of values that each have one, all of the same compact shape
-    (so of the same extents): the sum of their recipes. The lazy allreduce adds the
-    partial sums of several einsums (the gradients of q, k and v reaching the attention
-    input) before one SUM allreduce; with this recipe that allreduce contracts the mesh
-    axes inside each einsum, instead of storing a partial sum per core."""
+    """A recipe for a sum of values of one compact shape that each have one: the sum of
+    their recipes (e.g. the q, k and v gradients summed before one SUM allreduce)."""
     recipes = [self.einsum_recipes.get(t.ref()) for t in op.inputs]
     if not recipes or any(r is None for r in recipes):
       return
@@ -312,8 +283,7 @@ class _Replay:
     return [tf.constant(value, dtype=op.outputs[0].dtype)]
 
   def _stacked_op(self, op, groups, attrs, extents):
-    """Rules for ops with at least one stacked input; outputs have `extents` (the union
-    of the inputs')."""
+    """Outputs of an op with a stacked input; they have `extents` (the inputs' union)."""
     kind = op.type
     if kind in _CWISE:
       return _call_raw(op, self._elementwise_args(op, groups, extents), attrs)
@@ -325,13 +295,8 @@ class _Replay:
     return rule(op, groups, attrs, extents)
 
   def _elementwise_args(self, op, groups, extents):
-    """Inputs of an elementwise op with a stacked input, aligned for broadcasting.
-
-    A known input whose elements are all equal (e.g. the zeros of tf.zeros_like) is
-    passed as its one element where the other inputs alone give the output its shape,
-    so neither a slice-sized constant nor a Fill is emitted for it, whatever the slice
-    size.
-    """
+    """Inputs of an elementwise op with a stacked input, aligned for broadcasting; a known
+    input of equal elements is passed as one element where the others give the shape."""
     kind = op.type
     rank = max(t.shape.rank for _, ts, _ in groups for t in ts)
     inputs = [t for _, ts, _ in groups for t in ts]
@@ -380,13 +345,7 @@ class _Replay:
     if op.type == "Reverse":
       raise _Fallback(op.type)
     controls = {axis_input} if axis_input else set()
-    if op.type == "Roll":
-      controls.add("shift")
-    if op.type == "SplitV":
-      controls.add("size_splits")
-    if op.type == "OneHot":
-      controls.update(["depth", "on_value", "off_value"])
-    args = self._data_args(groups, controls, extents)
+    args = self._data_args(groups, controls | _EXTRA_CONTROLS.get(op.type, set()), extents)
     if axis_input:
       args[axis_input] = _shift_axis(args[axis_input], self.k)
     else:
@@ -403,9 +362,7 @@ class _Replay:
     if not all(t.shape.is_fully_defined() for t in list(op.inputs) + list(op.outputs)):
       raise _Fallback("einsum of unknown shape")
     lhs, out = equation.split("->")
-    used = set(equation)
-    free = [c for c in "ZYXWVUTSRQPONMLKJIHGFEDCBAzyxwvutsrqponmlkjihgfedcba"
-            if c not in used]
+    free = [c for c in "ZYXWVUTSRQPONMLKJIHGFEDCBAzyxwvutsrqponmlkjihgfedcba" if c not in equation]
     if len(free) < self.k:
       raise _Fallback("einsum with too many labels")
     mesh_labels = free[:self.k]
@@ -469,8 +426,7 @@ class _Replay:
     return _call_raw(op, args, attrs)
 
   def _prepend(self, value, first):
-    """The 1-D control tensor `value` with the per-mesh-axis entries `first` in front
-    (in numpy when both are known)."""
+    """The 1-D control tensor `value` with `first` in front (in numpy where known)."""
     known, head = tf.get_static_value(value), tf.get_static_value(first)
     if known is not None and head is not None:
       known = np.asarray(known)
@@ -491,9 +447,7 @@ class _Replay:
 
   def _rule_Fill(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
     dims = self._plain(op.inputs[0])
-    value = self.get(op.inputs[1])[0]
-    rank = op.outputs[0].shape.rank
-    value = tf.reshape(value, extents + [1] * rank)
+    value = tf.reshape(self.get(op.inputs[1])[0], extents + [1] * op.outputs[0].shape.rank)
     return [tf.broadcast_to(value, self._prepend(dims, np.array(extents, np.int32)))]
 
   def _rule_Tile(self, op, groups, attrs, extents):  # pylint: disable=invalid-name
@@ -502,14 +456,12 @@ class _Replay:
     return _call_raw(op, args, attrs)
 
   def _pad_rule(self, op, groups, attrs, extents):
-    controls = {"paddings", "constant_values"}
-    args = self._data_args(groups, controls, extents)
+    args = self._data_args(groups, {"paddings", "constant_values"}, extents)
     paddings = args["paddings"]
     if isinstance(paddings, np.ndarray):
       args["paddings"] = np.concatenate([np.zeros([self.k, 2], paddings.dtype), paddings])
     else:
-      zero = tf.zeros([self.k, 2], paddings.dtype)
-      args["paddings"] = tf.concat([zero, paddings], 0)
+      args["paddings"] = tf.concat([tf.zeros([self.k, 2], paddings.dtype), paddings], 0)
     return _call_raw(op, args, attrs)
 
   _rule_Pad = _rule_PadV2 = _rule_MirrorPad = _pad_rule
@@ -521,8 +473,7 @@ class _Replay:
     return _call_raw(op, args, attrs)
 
   def _last_axis_rule(self, op, groups, attrs, extents):  # pylint: disable=unused-argument
-    """Softmax / LogSoftmax act on the last axis; the leading (mesh and batch) axes are
-    folded into one, as the CPU kernels take at most rank 5."""
+    """Softmax / LogSoftmax with the leading axes folded (CPU kernels take rank <= 5)."""
     v, _ = self.get(op.inputs[0])
     v = _as_tensor(v)
     if not v.shape.is_fully_defined():
@@ -584,13 +535,9 @@ def _trace(fn, args, stacked_positions, k):
   """Traces fn on slice-shaped placeholders; returns (graph, placeholders, outputs)."""
   graph = speed_layer.internals().FuncGraph("simd_slice_fn")
   with graph.as_default():
-    placeholders = {}
-    call_args = list(args)
-    for i in stacked_positions:
-      t = args[i]
-      placeholders[i] = tf.compat.v1.placeholder(t.dtype, t.shape[k:])
-      call_args[i] = placeholders[i]
-    outputs = fn(*call_args)
+    placeholders = {i: tf.compat.v1.placeholder(args[i].dtype, args[i].shape[k:])
+                    for i in stacked_positions}
+    outputs = fn(*[placeholders.get(i, a) for i, a in enumerate(args)])
   return graph, placeholders, outputs
 
 
@@ -649,19 +596,12 @@ def _replay(graph, placeholders, outputs, args, mesh_shape, recipes, input_recip
 
 def run_slicewise(fn, args, stacked_positions, mesh_shape, recipes=None,
                   input_recipes=None):
-  """fn on each core's slices.
-
-  Args at stacked_positions are compact: [*extents, *slice] with one leading axis per
-  mesh axis, of extent 1 where the value is the same on every core along it.
+  """fn on each core's slices; args at stacked_positions are compact [*extents, *slice].
 
   If `recipes` is a dict, recipes[i] is set for each output i that is one einsum of the
-  trace: recipe(drop_axes) emits that einsum again with the mesh axes drop_axes
-  contracted too, i.e. the output SUM-allreduced over them without the per-core partial
-  sums ever being stored. `input_recipes` ({position: recipe}) gives the recipes of
-  inputs made that way; an output that is a sum of such values gets one too.
-
-  Returns a compact tf.Tensor (or a tuple for several outputs). See the module
-  docstring for the two paths.
+  trace (or a sum of such, or of inputs with `input_recipes`, {position: recipe}):
+  recipe(drop_axes) emits it SUM-allreduced over the mesh axes drop_axes without storing
+  per-core partial sums. Returns a compact tf.Tensor (a tuple for several outputs).
   """
   if not speed_layer.enabled():
     stats["plain"] += 1
@@ -690,10 +630,8 @@ def _vectorized_map(fn, args, stacked_positions, mesh_shape):
     stacked.append(tf.reshape(full, [num_cores] + a.shape.as_list()[k:]))
 
   def one_core(slices):
-    call_args = list(args)
-    for i, s in zip(stacked_positions, slices):
-      call_args[i] = s
-    out = fn(*call_args)
+    given = dict(zip(stacked_positions, slices))
+    out = fn(*[given.get(i, a) for i, a in enumerate(args)])
     return tuple(out) if isinstance(out, list) else out
   out = tf.vectorized_map(one_core, stacked)
   unflat = lambda o: tf.reshape(o, mesh_shape + o.shape.as_list()[1:])

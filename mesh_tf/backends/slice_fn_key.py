@@ -1,18 +1,12 @@
 """When two calls of slice functions make the same TF ops: a hashable key for a call.
 
-Lowering an mtf op builds a new closure per op (`lambda *slices: impl.einsum(equation,
-*slices)`), so the same computation on same-shaped slices comes back as different
-function objects. `call_key` looks through them: two calls get equal keys when their
-functions have the same code and closure values, and their arguments the same dtypes
-and slice shapes (tensors) or values (anything else), so tracing one stands for the
-other. Closure values are compared by value where they are plain data (numbers, strings,
-dtypes, tuples and lists of those, mtf shapes, small numpy arrays), by identity where
-they are tensors, functions made at import (module-level ones, which exist once) or
-without a value key, or other objects; anything else has no key. As with tf.function,
-an object captured by identity is assumed not to change in a way that changes what
-the function computes, and a call answered from an earlier trace
-does not run the function again (its Python side effects, a print or a counter, happen
-at the first call only; its TF ops are what the step runs).
+Lowering builds a new closure per mtf op, so the same computation on same-shaped slices
+comes back as different function objects. `call_key` looks through them: two calls get
+equal keys when their functions have the same code and closure values (plain data by
+value; tensors, module-level functions and other objects by identity) and their
+arguments the same dtypes and slice shapes (tensors) or values. As with tf.function, a
+call answered from an earlier trace does not run the function again (its Python side
+effects happen at the first call only).
 """
 import math
 
@@ -65,9 +59,7 @@ def value_key(value, depth=0):
   if isinstance(value, dict):
     return None
   if hasattr(value, "__code__"):
-    # a function made once, at import (tf.math.multiply and its dispatch wrappers):
-    # the object itself is its key, and looking through its closure costs more than
-    # the rest of the key
+    # a function made once, at import (tf.math.multiply): the object itself is its key
     if "<locals>" not in getattr(value, "__qualname__", "<locals>"):
       return _Identity(value)
     return function_key(value, depth + 1)
@@ -108,9 +100,8 @@ def call_key(fn, args, sliced_positions, num_leading_axes):
 
 
 def graph_cache(graph, name):
-  """A dict named `name` that lives as long as graph, kept on the graph itself. (A table
-  keyed weakly by graph would never drop an entry: its values, ops and traces of the
-  graph, hold the graph.)"""
+  """A dict named `name` kept on the graph itself, so it lives as long as graph (a table
+  keyed weakly by graph would never drop an entry: its values hold the graph)."""
   caches = getattr(graph, "_mesh_tf_slice_caches", None)
   if caches is None:
     caches = {}

@@ -1,26 +1,13 @@
 """Builds one slice function's TF ops for the next device by copying the first device's.
 
-PlacementMeshImpl runs a slice function once per device, so a traced step has one copy
-of each op per device, and most of its build time is TF's Python op construction (type
-inference and argument conversion, about 170 us an op). The ops one call made are a
-recipe: for another device whose arguments have the same dtypes and static shapes, the
-same ops with that device's inputs are the same computation, and the graph makes each of
-them directly from the recorded type, attrs and dtypes, without that work (about 90 us).
-Where a copy could differ from a fresh call the function is run again instead: eager
-execution, a gradient tape recording, stateful ops (random ops draw a new seed per
-call), colocation constraints, ops placed by the function itself, arguments from an
-outer graph (a loop body's captures), or arguments whose dtypes, shapes or aliasing
-differ. A function's Python side effects (a print, a counter) then happen once for the
-devices it was copied to, as its TF ops are what the step runs.
-
-A replay given a device shares constants: a recorded Const whose value that device
-already has in this graph (a reshape's shape, a reduction's axes, a transpose's
-permutation) is reused rather than copied, so each device holds each distinct constant
-once (on the LM's dp step, 20 of a device's 99).
-
-Recordings are kept per graph under `slice_fn_key.call_key`, so a later slicewise call
-of the same computation on same-shaped slices (the next layer's, say) copies them for
-its first device too, instead of calling its function again.
+PlacementMeshImpl runs a slice function once per device, and most of a traced step's
+build time is TF's Python op construction. For another device whose arguments have the
+same dtypes, static shapes and aliasing, the ops one call made are copied directly from
+their recorded type, attrs and dtypes. Where a copy could differ from a fresh call (eager
+execution, a gradient tape, stateful ops, colocation, ops placed by the function itself,
+arguments from an outer graph) the function is run again instead. A replay given a
+device reuses the Consts that device already has. Recordings are kept per graph under
+`slice_fn_key.call_key`, so a later call of the same computation copies them too.
 
 Part of the speed layer (`mesh_tf.lowering.speed_layer`): with it off,
 `direct_ops.graph_for` answers None and every call runs the function.
@@ -38,9 +25,8 @@ stats = collections.Counter()
 
 
 def _signature(args, graph):
-  """What a recorded call must share with a new one: each argument's kind, dtype and
-  static shape, and which arguments are the very same tensor; None where a tensor is
-  from another graph (an outer graph of a loop body: the ops would read its capture)."""
+  """What a recorded call must share with a new one: each argument's kind, dtype, static
+  shape and aliasing; None where a tensor is from another graph (e.g. a loop's outer)."""
   out, first_seen = [], {}
   for a in args:
     if isinstance(a, tf.Tensor):
@@ -55,8 +41,7 @@ def _signature(args, graph):
 
 
 def _signature_once(args, graph):
-  """_signature(args, graph), computed once for the argument list one slicewise call
-  hands to earlier, record, a recording and replay in turn."""
+  """_signature(args, graph), computed once per argument list."""
   last = slice_fn_key.graph_cache(graph, "last signature")
   if None in last and last[None][0] is args:
     return last[None][1]
@@ -89,11 +74,8 @@ def _constant_key(op, attrs):
 
 
 class RecordedCall:
-  """The ops one call of a slice function created, and how its result is made of them.
-
-  Two tables live on each graph (slice_fn_key.graph_cache): "recordings" maps a call_key
-  to its RecordedCall, "constants" (device, dtype, serialized value) to that device's
-  Const tensor."""
+  """The ops one call of a slice function created, and how its result is made of them
+  (kept in the graph_cache "recordings", by call_key)."""
 
   def __init__(self, graph, args, ops, result, node_defs=None):
     self._graph = graph

@@ -1,24 +1,13 @@
 """Builds the other devices' copies of a run of slice computations as one function.
 
-PlacementMeshImpl computes every processor's slice with its own TF ops. Making those ops
-in Python is most of a traced step's build time (the LM's dp step had 2,545 of them,
-eight copies of each), while the runtime needs the computation only once: the same ops
-on each device's inputs. So, while a step is traced, a slice computation whose inputs
-differ between devices is run for the first device only (its ops placed there, as
-before) and joins the open `Segment` of its graph. The other devices' copies are made
-when some code first reads one of their slices (a collective, an export, an assign):
-the segment's first-device ops become one function (made from the graph in C++, not op
-by op) and each other device gets one call of it, placed there. A step's ops between
-two collectives thus cost one op each plus one call per device. (A segment of fewer
-than MIN_FUNCTION_OPS ops is copied per device with slice_replay instead: for a handful
-of ops, copies are cheaper to make than a function and its calls.)
-
-A segment holds computations over one partition of the devices (`reps`, which processor
-first holds each processor's inputs, where the devices share memory and replicas are
-computed once), so a call per distinct slice computes exactly what the per-device ops
-would. Only what slice_replay could copy is deferred (no stateful ops, no control
-inputs, nothing placed by the function itself); anything else runs per device as it
-always did, after completing the segments its inputs wait on.
+Making PlacementMeshImpl's per-device ops in Python is most of a traced step's build
+time. So, while a step is traced, a slice computation whose inputs differ between devices
+is run for the first device only and joins the open `Segment` of its graph. When code
+first reads another device's slice (a collective, an export, an assign), the segment's
+first-device ops become one function (made in C++) and each other device gets one call
+of it (a segment of fewer than MIN_FUNCTION_OPS ops is copied with slice_replay instead).
+A segment covers one partition of the devices (`reps`); only what slice_replay could copy
+is deferred, and anything else runs per device after completing the segments it reads.
 
 Part of the speed layer (`mesh_tf.lowering.speed_layer`): TF's private internals used
 here are probed there, and segments are only opened while it is on (placement asks
@@ -36,10 +25,8 @@ from mesh_tf.backends import slice_fn_key
 from mesh_tf.backends import slice_replay
 from mesh_tf.lowering import speed_layer
 
-# "deferred" slice calls; segments completed by "segments" (function calls) or as
-# "copied segments" (ops copied per device); "late segments": results left out of a
-# segment's calls and read after all; "functions failed": segments whose function TF
-# could not make, copied instead.
+# "deferred" slice calls; "segments" completed by function calls, "copied segments";
+# "late segments" (results read after their segment completed); "functions failed".
 stats = collections.Counter()
 
 # Below this many ops a segment's copies are cheaper to make than a function and calls.
@@ -52,10 +39,8 @@ _slice_function_class = None
 
 
 def _slice_function(name, inputs, outputs):
-  """A _SliceFunction: an AtomicFunction whose FunctionType (a TensorSpec per input and
-  output, which only a gradient or an export asks for) is made when first asked: making
-  it for every segment took a third of `graph_function`. (The class is made at first
-  use, from the internals the speed layer probed.)"""
+  """An AtomicFunction whose FunctionType (which only a gradient or an export asks for) is
+  made when first asked (the class is made at first use, from the speed layer's probes)."""
   global _slice_function_class
   if _slice_function_class is None:
     internals = speed_layer.internals()
@@ -158,16 +143,11 @@ class Segment:
     return False
 
   def complete(self, reader=None):
-    """Makes the other devices' results, once per distinct slice computation: calls of
-    one function of the first-device ops, or for a segment of a few ops, copies of
-    them (cheaper than a function); fills in the waiting laid-out tensors.
-
-    The calls return only what may still be read: `reader` (the laid-out tensor being
-    read now) and the results whose `read_later()` is true (e.g. a weight's gradient
-    before its allreduce): of the 181 results of the LM's dp step, 27. A result left
-    out and read after all is made then, by one more call per device of a function
-    returning every result left out (TF's graph optimizer merges the work the two
-    calls share once it inlines them)."""
+    """Makes the other devices' results once per distinct slice computation (calls of a
+    function of the first-device ops, or copies for a few ops) and fills in the waiting
+    laid-out tensors. The calls return only `reader` and the results whose
+    `read_later()` is true; a result left out and read after all is made then, by one
+    more call per device of a function of every result left out."""
     if self.completed:
       late, self._late = self._late, []
       if late:
@@ -214,7 +194,7 @@ class Segment:
 
   def _caller(self, ops, inputs, results):
     """A _Caller of a function of ops computing results; where TF cannot make that
-    function (not seen so far), one that copies the ops instead, with a warning."""
+    function, one that copies the ops instead, with a warning."""
     try:
       return _Caller(self.graph, graph_function(self.graph, ops, inputs, results),
                      inputs, results)
@@ -254,10 +234,8 @@ class Segment:
 
 
 class _Caller:
-  """Makes PartitionedCall ops of one stateless function in a graph. (What
-  AtomicFunction.call_flat does, less its per-call work: it re-adds the function to the
-  graph and rebuilds the function's graph from its definition to look for resource
-  inputs, which these functions do not have -- most of a segment's build.)"""
+  """Makes PartitionedCall ops of one stateless function in a graph (what
+  AtomicFunction.call_flat does, less its per-call work for resource inputs)."""
 
   def __init__(self, graph, function, inputs, outputs):
     graph._add_function_recursive(function)  # pylint: disable=protected-access
@@ -287,8 +265,8 @@ class _Caller:
     }
 
   def _gradient(self, op, *output_grads):
-    """A call's gradient, where a tape differentiates the traced step from outside: TF's
-    forward/backward rewrite of a ConcreteFunction of the body, built once, when asked."""
+    """A call's gradient (a tape differentiating the traced step), from a ConcreteFunction
+    of the body built when first asked."""
     if self._concrete is None:
       internals = self._internals
       body = internals.function_def_to_graph.function_def_to_graph(

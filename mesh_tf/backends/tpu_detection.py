@@ -1,10 +1,9 @@
 """Finding the TPU a notebook runs on: a Colab TPU runtime, a TPU VM, or none.
 
-TensorFlow's `TPUClusterResolver()` without arguments only reads `TPU_NAME`,
-`KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS` or `TPU_CONFIG`; a Colab TPU (node) runtime sets
-`COLAB_TPU_ADDR` instead, and on a TPU VM the TPU is `tpu="local"`. `find_tpu` reads the
-environment, picks the resolver's arguments, connects, and says which branch it took and
-why, so a notebook never falls back to the CPU silently.
+`TPUClusterResolver()` without arguments only reads `TPU_NAME`,
+`KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS` or `TPU_CONFIG`; a Colab TPU runtime sets
+`COLAB_TPU_ADDR` instead, and on a TPU VM the TPU is `tpu="local"`. `find_tpu` picks the
+resolver's arguments, connects, and says which branch it took and why.
 """
 import collections
 import os

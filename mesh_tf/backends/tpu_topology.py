@@ -81,7 +81,6 @@ class HierarchicalTiling:
           "HierarchicalTiling spec %s does not tile the physical shape %s: its blocks "
           "multiply to %s per physical axis" % (spec, physical_shape, current))
     self._projected = shapes
-    self._physical_shape = physical_shape
     self._l2p = []
     sizes = [list_product(s) for s in shapes]
     for logical in range(list_product(sizes)):
@@ -158,10 +157,9 @@ def physical_shape_3d_from_topology_proto_4d(mesh_shape):
 def auto_logical_to_physical_tpu(logical_shape, physical_shape, return_coordinates=False):
   """A logical-to-physical map keeping the inner logical dims on compact physical rings.
 
-  The cores of a chip come first, then the chips are visited along a 2-D ring over the
-  (x, y) plane (so consecutive positions are physical neighbours and the order wraps
-  around), then z, the ring running backwards on odd z layers. Logical pnums are laid along this order, so every group of an inner
-  logical dim is a run of consecutive positions: a short physical ring.
+  The cores of a chip come first, then the chips along a 2-D ring over the (x, y) plane,
+  then z (the ring running backwards on odd layers); logical pnums are laid along this
+  order, so every group of an inner logical dim is a short physical ring.
 
   Args:
     logical_shape: list of ints (or an mtf Shape / Dimensions).
@@ -178,8 +176,7 @@ def auto_logical_to_physical_tpu(logical_shape, physical_shape, return_coordinat
     raise LayoutError("auto_logical_to_physical_tpu: logical mesh %s has %d processors but "
                       "the physical mesh %s has %d cores" % (sizes, list_product(sizes),
                                                              physical_shape, num_cores))
-  padded = physical_shape + [1] * (4 - len(physical_shape))
-  x, y, z, cores = padded[:4]
+  x, y, z, cores = (physical_shape + [1] * (4 - len(physical_shape)))[:4]
   order = []
   ring = _ring_2d(x, y)
   for k in range(z):

@@ -22,12 +22,9 @@ _TEMPORARY = re.compile(r"^\..+\.tmp-[0-9a-f]{32}")  # files.write_bundle / writ
 _LOOKS = 4  # how often a listing disturbed by a concurrent save or prune is retried
 _LOOK_PAUSE_SECS = 0.02
 Found = collections.namedtuple("Found", ["checkpoints", "note", "state_ok"])
-Found.__doc__ = """What find_checkpoints saw.
-
-checkpoints: complete checkpoint prefixes, oldest first (the latest is last); note: one
-line describing how they differ from what the state file says (None when the state file
-is fine and complete); state_ok: whether the state file needs no rewrite.
-"""
+Found.__doc__ = """What find_checkpoints saw: complete checkpoint prefixes, oldest first;
+a line saying how they differ from the state file (None if it is fine and complete); and
+whether the state file needs no rewrite."""
 
 
 def is_complete(prefix):
@@ -70,10 +67,9 @@ def _name(prefix):
 def find_checkpoints(directory, basename="model.ckpt"):
   """The directory's complete checkpoints by the rule above; returns a Found.
 
-  A trainer saving into directory meanwhile can make a look need a note that a moment
-  later it would not (a checkpoint pruned between reading the state file and checking
-  it, a new one not yet in the state file), so such a look is repeated a few times and
-  the first without a note (or else the last) is returned.
+  A trainer saving meanwhile can make a look need a note that a moment later it would
+  not, so such a look is repeated a few times; the first without a note (or else the
+  last) is returned.
   """
   directory = os.fspath(directory)
   for look in range(_LOOKS):
@@ -138,12 +134,9 @@ def leftovers(directory, basename="model.ckpt"):
 
 
 class Latest(str):
-  """A checkpoint prefix picked as the newest of `directory`.
-
-  Readers given one read it if it is still there, else (pruned by a trainer keeping
-  few checkpoints) the directory's newest complete checkpoint, as if given the
-  directory; a plain prefix string that vanishes is an error instead.
-  """
+  """A checkpoint prefix picked as the newest of `directory`: readers read it while it
+  is there, else (pruned) the directory's newest complete checkpoint; a plain prefix
+  string that vanishes is an error instead."""
 
   def __new__(cls, prefix, directory):
     latest = super().__new__(cls, prefix)

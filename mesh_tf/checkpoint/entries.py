@@ -12,14 +12,9 @@ from mesh_tf.errors import CheckpointError
 
 
 class Entry:
-  """One checkpoint key and the state behind it.
-
-  Attributes:
-    name: the checkpoint key (for mtf variables, the variable's full name).
-    shape: the full shape, a list of ints.
-    dtype: the tf.DType the value is stored in (an mtf variable's master dtype).
-    state: the laid-out variable or tf.Variable.
-  """
+  """One checkpoint key (`name`) and the laid-out variable or tf.Variable behind it
+  (`state`); `shape` is the full shape (ints), `dtype` the stored tf.DType (an mtf
+  variable's master dtype)."""
 
   def __init__(self, name, state):
     self.name = name
@@ -116,19 +111,12 @@ def _variable_dicts(source):
 def collect_entries(source, extra_variables=None):
   """A dict checkpoint key -> Entry, sorted by key.
 
-  Args:
-    source: a Lowering (every variable of every mesh it lowers to), a MeshImpl (its
-      `variable_store`), a dict name -> laid-out variable or tf.Variable, a list of these,
-      or None.
-    extra_variables: optional dict name -> tf.Variable saved beside them (e.g.
-      "global_step").
-
-  A laid-out variable with a `checkpoint_split` list of names (a pipeline's stacked
-  stage weights) is stored as one key per entry of its first dim, under those names,
-  and so are its optimizer slots (see `_split_names`).
-
-  Raises:
-    CheckpointError: if two different states claim the same name.
+  source: a Lowering (every variable of every mesh it lowers to), a MeshImpl (its
+  `variable_store`), a dict name -> laid-out variable or tf.Variable, a list of these, or
+  None; extra_variables: optional dict name -> tf.Variable saved beside them. A laid-out
+  variable with a `checkpoint_split` list of names (a pipeline's stacked stage weights)
+  and its optimizer slots are stored as one key per entry of the first dim. Raises
+  CheckpointError if two different states claim the same name.
   """
   states = {}
   dicts = list(_variable_dicts(source)) if source is not None else []

@@ -29,13 +29,11 @@ def check_finite(entries, prefix):
 class CheckpointManager:
   """Saves `<directory>/<basename>-<step>` checkpoints and keeps the newest max_to_keep.
 
-  The directory's `checkpoint` state file lists the kept checkpoints (oldest first,
-  latest last) in TF's format, so `tf.train.latest_checkpoint` and the original
-  library's tools find them. A manager made on an existing directory picks up its
-  complete checkpoints by `discovery.find_checkpoints` (the state file's, or found by
-  scanning when the state file is lost); `note` says how they differ from the state
-  file, and `repair_state()` rewrites it. A save never writes over an existing
-  checkpoint, and old checkpoints are pruned only after a new one is written.
+  The directory's `checkpoint` state file lists the kept checkpoints in TF's format. A
+  manager made on an existing directory picks up its complete checkpoints by
+  `discovery.find_checkpoints`; `note` says how they differ from the state file, and
+  `repair_state()` rewrites it. A save never writes over an existing checkpoint, and old
+  checkpoints are pruned only after a new one is written.
 
   Args:
     directory: where checkpoints go (created on the first save).
@@ -47,9 +45,8 @@ class CheckpointManager:
       "global_step", which save() then uses when no step is given).
     require_finite: if True, save() refuses (NonFiniteError) to write a checkpoint in
       which a floating-point variable holds NaN or Inf.
-    record: optional text saved in every checkpoint as the scalar string entry
-      record.RECORD_KEY (e.g. what the weights mean: vocabulary, hyperparameters);
-      record.read_record reads it back.
+    record: optional text saved in every checkpoint as the entry record.RECORD_KEY
+      (e.g. vocabulary, hyperparameters); record.read_record reads it back.
   """
 
   def __init__(self, directory, source, max_to_keep=5, checkpoint_basename=DEFAULT_BASENAME,

@@ -1,10 +1,8 @@
 """`save_checkpoint` and `restore_checkpoint`: full-shape values under mtf names.
 
-Each variable is written whole (its slices reassembled) in its master dtype, under the
-same name the original library gave its master variable, as a name-based TensorFlow
-checkpoint. So `tf.train.list_variables` shows the mtf names, checkpoints written by the
-original library restore by name, and a checkpoint written on one mesh and layout
-restores on any other.
+Each variable is written whole in its master dtype, under the name the original library
+gave its master variable, as a name-based TensorFlow checkpoint: the original's
+checkpoints restore by name, and one written on one mesh and layout restores on any other.
 """
 import collections
 import difflib
@@ -29,12 +27,9 @@ _READ_ATTEMPTS = 5
 
 RestoreResult = collections.namedtuple("RestoreResult",
                                        ["path", "names", "missing", "global_step"])
-RestoreResult.__doc__ = """What restore_checkpoint did.
-
-path: the checkpoint prefix read; names: the keys restored, sorted; missing: the keys
-the target wanted but the checkpoint lacks (only with allow_missing); global_step: the
-checkpoint's integer `global_step` value, or None if it has none.
-"""
+RestoreResult.__doc__ = """What restore_checkpoint did: the prefix read, the keys restored
+(sorted), the keys missing from the checkpoint (only with allow_missing), and its integer
+`global_step` value (or None)."""
 
 
 def _check_eager(what):
@@ -52,10 +47,8 @@ def _checkpoint_prefix(path):
 def write_checkpoint(prefix, entries, global_step=None, record=None):
   """Writes entries (from collect_entries) at prefix[-global_step]; returns the prefix.
 
-  Does not touch the state file. With a global_step and no `global_step` entry, the
-  step is also stored as an int64 scalar `global_step`, as the original trainer's
-  checkpoints have it. A record (text) is stored as the scalar string entry
-  record.RECORD_KEY.
+  Does not touch the state file. A global_step is also stored as the int64 scalar
+  `global_step` unless entries have one; a record (text) as the entry record.RECORD_KEY.
   """
   _check_eager("saving a checkpoint")
   values = {name: e.read() for name, e in entries.items()}
@@ -80,8 +73,7 @@ def save_checkpoint(path, source, extra_variables=None, global_step=None):
     global_step: optional int; appends "-<step>" to the prefix (as tf.train.Saver does)
       and stores `global_step` unless extra_variables has one.
 
-  The write is atomic, and the directory's `checkpoint` state file then names this
-  checkpoint as the latest, so `tf.train.latest_checkpoint(dir)` finds it.
+  The write is atomic; the directory's `checkpoint` state file then names it the latest.
   """
   prefix = _checkpoint_prefix(path)
   entries = collect_entries(source, extra_variables)

@@ -3,10 +3,9 @@ chief: processes that disagree (another learning rate, another checkpoint, anoth
 layout) would otherwise train together silently wrong, or fail deep inside TF with a
 collective shape mismatch.
 
-Each process describes its run as {setting: value text}; every process's description
-is sent to all (one small collective per process over one device of each task, with
-its own group key, so it works whatever the mesh), and all of them compute the same
-first difference and stop with the same line.
+Each process describes its run as {setting: value text}; every description is sent to
+all (small collectives with their own group key, whatever the mesh), and all of them
+compute the same first difference and stop with the same line.
 """
 import json
 

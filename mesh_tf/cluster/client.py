@@ -5,9 +5,7 @@ devices, and fail with one line when the cluster cannot hold the mesh.
     devices = cluster.connect("host0:2222,host1:2222", "batch:2;model:4")
     mesh_impl = mtf.PlacementMeshImpl("batch:2;model:4", layout, devices)
 
-The client process only issues ops; the workers (mesh_tf.cluster.worker) run them. A
-placement mesh's collectives are the backend's own copies between devices, which TF's
-runtime sends over gRPC where they cross a process.
+The client process only issues ops; the workers (mesh_tf.cluster.worker) run them.
 """
 import socket
 

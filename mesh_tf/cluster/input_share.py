@@ -1,11 +1,9 @@
 """Each process of a multi-client run reads only its own share of the batch.
 
 With processors laid task-major over the processes, the replicas of one process hold
-one box of every input (`MultiClientMeshImpl.process_share`): e.g. on mesh
-batch:2;model:4 over two processes, task t's replicas hold rows [t*B/2, (t+1)*B/2) of
-a [B, ...] batch, replicated over `model`. The process builds just that box and gives
-it to its replicas (`import_tf_tensor` accepts the share); nothing ships the whole
-batch.
+one box of every input (`MultiClientMeshImpl.process_share`), e.g. rows [t*B/2,
+(t+1)*B/2) of a [B, ...] batch for task t of two on mesh batch:2;model:4. The process
+builds just that box and gives it to its replicas; nothing ships the whole batch.
 """
 import tensorflow as tf
 

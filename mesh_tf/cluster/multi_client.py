@@ -7,11 +7,8 @@ devices, one replica per device, and the replicas meet in TF collective ops.
                                        "h0:2222,h1:2222", task=i)
     losses = replicas.run(lambda r, impl: step_fns[r](inputs, targets))
 
-Processor p of the mesh is device p % k of task p // k (k = mesh size / N), as for the
-placement mesh. The processes are peers: there are no separate worker servers; each
-process is the gRPC server of its task (`enable_collective_ops`). With
-distribution="multi_worker_mirrored" (one replica per process) the calls go through
-`strategy.run` of a tf.distribute.MultiWorkerMirroredStrategy instead of threads.
+Processor p of the mesh is device p % k of task p // k (k = mesh size / N). The
+processes are peers, each the gRPC server of its task (`enable_collective_ops`).
 """
 import socket
 import threading
@@ -88,9 +85,9 @@ def check_port_free(address, task):
 
 
 def wait_for_peers(addresses, task, timeout, poll=1.0, report_every=10.0):
-  """Waits until every other task answers a health check; raises a ClusterError
-  naming the first that did not within `timeout` seconds (never started, or
-  unreachable). Prints a line every report_every seconds while waiting."""
+  """Waits until every other task answers a health check, printing a line every
+  report_every seconds; raises a ClusterError naming the first that did not within
+  `timeout` seconds."""
   deadline = time.time() + timeout
   next_report = time.time() + report_every
   pending = [t for t in range(len(addresses)) if t != task]
@@ -244,8 +241,7 @@ class ReplicaSet:
     return results
 
   def not_joined_error(self, what, seconds):
-    """The ClusterError for collectives that every peer answers but none completes:
-    some peer is not running this SPMD program."""
+    """The ClusterError for collectives that none completes though every peer answers."""
     others = ", ".join("%d (%s)" % (t, a) for t, a in enumerate(self.addresses)
                        if t != self.task)
     return spec.ClusterError(

@@ -1,12 +1,10 @@
 """Noticing a lost SPMD peer without a thread per collective.
 
 A TF collective given `timeout_seconds` keeps one OS thread asleep for the whole
-timeout (TF schedules its deadline with a sleeping closure), so a step of ~50
-collectives at a 60 s timeout piles up thousands of threads within seconds. The
-replicas' collectives therefore wait without a timeout, and this monitor asks every
-peer process for its health every `interval` seconds instead: a killed, stopped or
-unreachable peer does not answer within `timeout`, and the monitor aborts this
-process's collectives, so the step in flight fails, and remembers which task it was.
+timeout, so a step of many collectives piles up thousands of threads. The replicas'
+collectives therefore wait without a timeout, and this monitor health-checks every peer
+instead: when one does not answer within `timeout`, it aborts this process's
+collectives, so the step in flight fails, and remembers which task it was.
 """
 import threading
 

@@ -32,9 +32,8 @@ class SpmdTrainer:
     skip_nonfinite: if True, a step whose loss is NaN/Inf runs no update (every replica
       sees the same loss, so all of them skip it).
 
-  A step exports the loss and runs every update op, as models.train_steps does. Making
-  the trainer runs collectives (every replica takes processor 0's initial values), so
-  every process makes it at the same point of its program.
+  Making the trainer runs collectives (every replica takes processor 0's initial
+  values), so every process makes it at the same point of its program.
   """
 
   def __init__(self, model, replicas, skip_nonfinite=False):

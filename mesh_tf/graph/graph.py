@@ -8,49 +8,40 @@ import threading
 
 import tensorflow as tf
 
-_scope_state = threading.local()
+class _ScopeState(threading.local):
+  """Per thread: the names and reuse flags of the open mtf.variable_scopes."""
+
+  def __init__(self):
+    super().__init__()
+    self.stack = []
+    self.reuse = []
 
 
-def _scope_stack():
-  if not hasattr(_scope_state, "stack"):
-    _scope_state.stack = []
-  return _scope_state.stack
+_scope_state = _ScopeState()
 
 
 @contextlib.contextmanager
 def variable_scope(name, reuse=None):
-  """Prefixes the names of ops and variables created inside with `name/`.
+  """Prefixes the names of ops and variables created inside with `name/` (the original's
+  `tf.variable_scope`; `tf.compat.v1.variable_scope` is honoured too).
 
-  Plays the part of `tf.variable_scope` in the original: layers use it to give their
-  variables names such as "dense/kernel". `tf.compat.v1.variable_scope` is honoured too.
   With reuse=True (or tf.compat.v1.AUTO_REUSE), mtf.get_variable inside returns the
   graph's existing variable of the same full name instead of raising (weight sharing);
   reuse=False turns reuse off again inside a reusing scope.
   """
-  stack = _scope_stack()
-  stack.append(name)
-  reuse_stack = _reuse_stack()
-  reuse_stack.append(reuse)
+  _scope_state.stack.append(name)
+  _scope_state.reuse.append(reuse)
   try:
     yield
   finally:
-    stack.pop()
-    reuse_stack.pop()
-
-
-def _reuse_stack():
-  if not hasattr(_scope_state, "reuse"):
-    _scope_state.reuse = []
-  return _scope_state.reuse
+    _scope_state.stack.pop()
+    _scope_state.reuse.pop()
 
 
 def reuse_variables():
-  """Whether the innermost mtf.variable_scope that says so asked to reuse variables.
-
-  (TF's own variable scopes are not consulted: under eager execution they always report
-  AUTO_REUSE.)
-  """
-  for r in reversed(_reuse_stack()):
+  """Whether the innermost mtf.variable_scope that says so asked to reuse variables (TF's
+  own variable scopes are not consulted: eagerly they always report AUTO_REUSE)."""
+  for r in reversed(_scope_state.reuse):
     if r is not None:
       return bool(r)
   return False
@@ -65,7 +56,7 @@ def current_scope_name():
   tf_scope = tf.compat.v1.get_variable_scope().name
   if tf_scope:
     parts.append(tf_scope)
-  parts.extend(p for p in _scope_stack() if p)
+  parts.extend(p for p in _scope_state.stack if p)
   return "/".join(parts)
 
 
@@ -105,8 +96,7 @@ class Graph:
   def custom_getter(self, getter):
     """Inside, mtf.get_variable on this graph calls getter(next_getter, mesh, name,
     shape, **kwargs) instead; next_getter (same arguments) is the next getter out, the
-    last one the plain get_variable. A getter may change the shape or initializer
-    (e.g. mtf.layers.pipeline's stage weights gain a leading `stages` dim)."""
+    last one the plain get_variable."""
     self._custom_getters.append(getter)
     try:
       yield
@@ -137,16 +127,14 @@ class Graph:
 
   def make_variables_untrainable(self, variables):
     """Removes the given Variable ops from `trainable_variables`."""
-    drop = set(id(v) for v in variables)
+    drop = {id(v) for v in variables}
     self._trainable_variables = [v for v in self._trainable_variables if id(v) not in drop]
     for v in variables:
       v._trainable = False  # pylint: disable=protected-access
 
   def unique_name(self, name, mark_as_used=True):
-    """Scoped, case-insensitively unique name: "foo", then "foo_1", "foo_2", ...
-
-    Follows TF's rule: if "foo_1" was taken explicitly, the next "foo" skips to "foo_2".
-    """
+    """Scoped, case-insensitively unique name: "foo", then "foo_1", "foo_2", ... (as TF:
+    if "foo_1" was taken explicitly, the next "foo" skips to "foo_2")."""
     scope = current_scope_name()
     if scope:
       name = scope + "/" + name
@@ -173,9 +161,8 @@ class Graph:
   def clone_operations(self, ops, input_mapping):
     """Re-creates `ops` (in order) reading the replacements given by input_mapping.
 
-    Returns (the new operations, the mapping from every old tensor to its copy);
-    input_mapping itself is updated too. Ops without inputs (variables, constants,
-    random ops) are shared, not copied.
+    Returns (the new operations, input_mapping updated to map every old tensor to its
+    copy). Ops without inputs (variables, constants, random ops) are shared, not copied.
     """
     from mesh_tf.ops.custom_gradient import clone_operations  # pylint: disable=g-import-not-at-top
     mapping, new_ops = self.capture_operations(
@@ -184,10 +171,8 @@ class Graph:
     return new_ops, input_mapping
 
   def combine_assignments(self, assignments):
-    """Merges Assign operations that share an assign_fn into one Assign each.
-
-    Returns the list of merged Assign operations (use them instead of the originals).
-    """
+    """Merges Assign operations that share an assign_fn into one Assign each; returns the
+    merged Assign operations (use them instead of the originals)."""
     from mesh_tf.ops.assign import Assign  # pylint: disable=g-import-not-at-top
     groups = {}
     for a in assignments:
@@ -201,12 +186,8 @@ class Graph:
 
   def rewrite_stack_variables(self, max_combined_variable_size=2 ** 29,
                               max_combined_slice_size=2 ** 27, mesh_to_impl=None):
-    """Kept for the original's API; leaves the graph as it is.
-
-    The original stacked same-shaped variables into one (fewer TF1 ops per step). Here
-    each variable keeps its own state and name, which checkpoints and relayouts rely on,
-    and the op count of a traced step does not grow with the variable count that way.
-    """
+    """Kept for the original's API; leaves the graph as it is (variables are not
+    stacked: each keeps its own state and name, which checkpoints rely on)."""
     del max_combined_variable_size, max_combined_slice_size, mesh_to_impl
 
   @property

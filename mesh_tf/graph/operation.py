@@ -70,11 +70,9 @@ class Operation:
     """Emits TF for this op through `lowering.mesh_impl(self)` and records the outputs."""
     raise NotImplementedError("op %s (%s) cannot be lowered" % (self._name, type(self).__name__))
 
-  # Splittability. Ops written against the original assign the pair
-  #   self._splittable_dims, self._unsplittable_dims = self._initialize_...()
-  # after creating their outputs; those assignments land in the setters below and are
-  # then reported as given. An op that assigns nothing reports every dim of its inputs
-  # and outputs as splittable, less what its `unsplittable_dims` property names.
+  # Splittability. Ops written against the original assign self._splittable_dims and
+  # self._unsplittable_dims; the setters below keep them. An op that assigns nothing
+  # reports every dim as splittable, less what its `unsplittable_dims` property names.
 
   @property
   def _splittable_dims(self):
@@ -93,10 +91,8 @@ class Operation:
     self.__dict__["_declared_unsplittable"] = frozenset(names)
 
   def _all_dimension_names(self):
-    names = set()
-    for t in list(self._inputs) + list(self._outputs):
-      names.update(t.shape.dimension_names)
-    return names
+    return {n for t in list(self._inputs) + list(self._outputs)
+            for n in t.shape.dimension_names}
 
   @property
   def splittable_dims(self):
@@ -116,12 +112,9 @@ class Operation:
                                                    exception_dims_iterable=None):
     """(splittable, unsplittable): two frozensets of dim names of the inputs and outputs.
 
-    Every dim name gets `default_splittability` ("splittable" or "unsplittable") except
-    the names in exception_dims_iterable, which get the other one (they are listed even
-    when no input or output has them). Computes only; the caller stores the pair.
-
-    Raises:
-      ValueError: default_splittability is neither "splittable" nor "unsplittable".
+    Every dim name gets `default_splittability` ("splittable" or "unsplittable", else
+    ValueError) except the names in exception_dims_iterable, which get the other one.
+    Computes only; the caller stores the pair.
     """
     exceptions = frozenset(exception_dims_iterable or ())
     rest = frozenset(self._all_dimension_names()) - exceptions

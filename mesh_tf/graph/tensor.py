@@ -4,6 +4,16 @@ import tensorflow as tf
 from mesh_tf.shapes import convert_to_shape
 
 
+def _elementwise(fn_name, reflected=False):
+  """A binary Tensor operator: elementwise.<fn_name>(self, other), or (other, self)."""
+
+  def operator(self, other):
+    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
+    fn = getattr(elementwise, fn_name)
+    return fn(other, self) if reflected else fn(self, other)
+  return operator
+
+
 class Tensor:
   """The output of an mtf Operation: a shape of named dims, a dtype, and a mesh.
 
@@ -54,62 +64,21 @@ class Tensor:
   def to_string(self):
     return repr(self)
 
-  # Operators. Imported lazily: the ops depend on this module.
-  def __add__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.add(self, other)
-
-  def __radd__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.add(other, self)
-
-  def __sub__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.sub(self, other)
-
-  def __rsub__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.sub(other, self)
-
-  def __mul__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.multiply(self, other)
-
-  def __rmul__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.multiply(other, self)
-
-  def __truediv__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.divide(self, other)
-
-  def __rtruediv__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.divide(other, self)
-
-  def __floordiv__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.floordiv(self, other)
-
-  def __rfloordiv__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.floordiv(other, self)
-
-  def __mod__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.mod(self, other)
-
-  def __rmod__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.mod(other, self)
-
-  def __pow__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.pow(self, other)
-
-  def __rpow__(self, other):
-    from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.pow(other, self)
+  # Operators (mesh_tf.ops.elementwise, imported lazily: the ops depend on this module).
+  __add__ = _elementwise("add")
+  __radd__ = _elementwise("add", reflected=True)
+  __sub__ = _elementwise("sub")
+  __rsub__ = _elementwise("sub", reflected=True)
+  __mul__ = _elementwise("multiply")
+  __rmul__ = _elementwise("multiply", reflected=True)
+  __truediv__ = _elementwise("divide")
+  __rtruediv__ = _elementwise("divide", reflected=True)
+  __floordiv__ = _elementwise("floordiv")
+  __rfloordiv__ = _elementwise("floordiv", reflected=True)
+  __mod__ = _elementwise("mod")
+  __rmod__ = _elementwise("mod", reflected=True)
+  __pow__ = _elementwise("pow")
+  __rpow__ = _elementwise("pow", reflected=True)
 
   def __neg__(self):
     from mesh_tf.ops import elementwise  # pylint: disable=g-import-not-at-top

@@ -8,20 +8,16 @@ from mesh_tf.layers.dense import (dense, dense_product, get_dense_kernel_weights
                                   us_einsum)
 from mesh_tf.layers.normalization import batch_norm, layer_norm, rms_norm
 from mesh_tf.layers.feed_forward import dense_relu_dense
-from mesh_tf.layers.masks import (attention_bias_local_2d_block,
-                                  attention_bias_local_block,
-                                  attention_mask_autoregressive,
-                                  attention_mask_ignore_padding,
-                                  attention_mask_same_segment,
-                                  rename_length_to_memory_length)
+from mesh_tf.layers.masks import (attention_bias_local_2d_block, attention_bias_local_block,
+                                  attention_mask_autoregressive, attention_mask_ignore_padding,
+                                  attention_mask_same_segment, rename_length_to_memory_length)
 from mesh_tf.layers.attention import (compress_mean, dot_product_attention,
                                       multihead_attention, multihead_attention_params,
                                       multihead_attention_vars,
                                       multihead_encdec_attention_incremental,
                                       multihead_self_attention_incremental,
                                       multihead_self_attention_memory_compressed)
-from mesh_tf.layers.local_attention import (local_1d_halo_exchange,
-                                            local_2d_halo_exchange,
+from mesh_tf.layers.local_attention import (local_1d_halo_exchange, local_2d_halo_exchange,
                                             local_2d_self_attention_spatial_blocks,
                                             local_self_attention_spatial_blocks,
                                             masked_local_attention_1d,

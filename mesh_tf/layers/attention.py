@@ -20,26 +20,15 @@ from mesh_tf.ops.variables import VariableDType, get_variable
 from mesh_tf.shapes import Dimension, Shape
 
 
-def _dropout_shape(shape, broadcast_dims):
-  return shape - list(broadcast_dims or [])
-
-
 def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
                           dropout_broadcast_dims=None, extra_logit=None):
   """softmax(q.k + mask) . v over the memory dim (the second-to-last dim of k).
 
-  Args:
-    q: [batch..., heads, length?, kv_channels].
-    k: [batch..., heads, memory_length, kv_channels].
-    v: [batch..., heads, memory_length, v_channels].
-    mask: None or a tensor broadcastable to the logits (0 or -1e9 entries).
-    is_training: dropout applies only when True.
-    dropout: dropout rate on the attention weights.
-    dropout_broadcast_dims: dims along which the dropout mask is shared.
-    extra_logit: an extra logit (e.g. 0.0) in the softmax denominator.
-
-  Returns:
-    [q's dims without kv_channels..., v_channels].
+  q: [batch..., heads, length?, kv_channels]; k: [batch..., heads, memory_length,
+  kv_channels]; v: [batch..., heads, memory_length, v_channels]; mask: None or additive
+  (0 or -1e9) and broadcastable to the logits. dropout applies to the weights only when
+  is_training; extra_logit (e.g. 0.0) adds a logit to the softmax denominator. Returns
+  [q's dims without kv_channels..., v_channels].
   """
   memory_length = k.shape.dims[-2]
   if q.shape.dims[-1] != k.shape.dims[-1]:
@@ -51,7 +40,7 @@ def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
   output_shape = Shape(q.shape.dims[:-1] + [v.shape.dims[-1]])
   logits_shape = Shape(q.shape.dims[:-1] + [memory_length])
   drops = is_training and dropout != 0.0
-  noise_shape = _dropout_shape(logits_shape, dropout_broadcast_dims) if drops else None
+  noise_shape = logits_shape - list(dropout_broadcast_dims or []) if drops else None
   if extra_logit is None:
     fused = fused_attention.dot_product_attention(
         q, k, v, mask, q.shape.dims[-1], memory_length, v.shape.dims[-1], output_shape,
@@ -112,19 +101,10 @@ def multihead_attention(query_antecedent, memory_antecedent, mask, kv_channels, 
                         name="multihead_attention"):
   """Multi-head attention with its q/k/v/o projections.
 
-  Args:
-    query_antecedent: [batch..., length, io_channels].
-    memory_antecedent: [batch..., memory_length, io_channels], or None for
-      self-attention (the query with length renamed to memory_length).
-    mask: None or an additive mask broadcastable to [batch..., heads, length,
-      memory_length].
-    kv_channels, heads: Dimensions.
-    is_training, dropout, dropout_broadcast_dims: dropout on the attention weights.
-    master_dtype, slice_dtype: variable precisions.
-    name: variable scope.
-
-  Returns:
-    [batch..., length, io_channels].
+  query_antecedent: [batch..., length, io_channels]; memory_antecedent: [batch...,
+  memory_length, io_channels], or None for self-attention (the query with length renamed
+  to memory_length); mask: None or additive, broadcastable to [batch..., heads, length,
+  memory_length]. Returns [batch..., length, io_channels].
   """
   batch_dims = query_antecedent.shape.dims[:-2]
   length, io_channels = query_antecedent.shape.dims[-2:]
@@ -144,8 +124,8 @@ def multihead_attention(query_antecedent, memory_antecedent, mask, kv_channels, 
                        "channels %s" % (name, memory_channels, io_channels), op=name,
                        tensor=memory_antecedent.name, dim=memory_channels.name)
     q = _project(query_antecedent, wq, batch_dims + [heads, length, kv_channels])
-    k = _project(memory_antecedent, wk, batch_dims + [heads, memory_length, kv_channels])
-    v = _project(memory_antecedent, wv, batch_dims + [heads, memory_length, kv_channels])
+    k, v = [_project(memory_antecedent, w, batch_dims + [heads, memory_length, kv_channels])
+            for w in (wk, wv)]
     o = dot_product_attention(q, k, v, mask, is_training, dropout, dropout_broadcast_dims)
     return _project(o, wo, batch_dims + [length, io_channels])
 
@@ -155,15 +135,10 @@ def multihead_self_attention_incremental(query_antecedent, prev_k, prev_v, step_
                                          name="multihead_attention"):
   """One decoding step of causal self-attention with a key/value cache.
 
-  Args:
-    query_antecedent: [batch..., io_channels], the current position's input.
-    prev_k, prev_v: [batch..., heads, memory_length, kv_channels] caches (zeros ahead).
-    step_num: int32 scalar mtf Tensor, the current position.
-    master_dtype, slice_dtype: variable precisions.
-    name: variable scope (same variables as multihead_attention of that name).
-
-  Returns:
-    (y [batch..., io_channels], new_k, new_v).
+  query_antecedent: [batch..., io_channels], the current position's input; prev_k,
+  prev_v: [batch..., heads, memory_length, kv_channels] caches (zeros ahead); step_num:
+  int32 scalar mtf Tensor, the current position; name: variable scope (the variables of
+  multihead_attention of that name). Returns (y [batch..., io_channels], new_k, new_v).
   """
   batch_dims = query_antecedent.shape.dims[:-1]
   io_channels = query_antecedent.shape.dims[-1]
@@ -172,10 +147,8 @@ def multihead_self_attention_incremental(query_antecedent, prev_k, prev_v, step_
     wq, wk, wv, wo = multihead_attention_vars(
         query_antecedent.mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
         query_antecedent.dtype)
-    dims = batch_dims + [heads, kv_channels]
-    q = _project(query_antecedent, wq, dims)
-    k = _project(query_antecedent, wk, dims)
-    v = _project(query_antecedent, wv, dims)
+    q, k, v = [_project(query_antecedent, w, batch_dims + [heads, kv_channels])
+               for w in (wq, wk, wv)]
     at_step = indexing.one_hot(step_num, memory_length, dtype=prev_k.dtype)
     k = prev_k + ew.multiply(k, at_step, output_shape=prev_k.shape)
     v = prev_v + ew.multiply(v, at_step, output_shape=prev_v.shape)
@@ -238,8 +211,8 @@ def multihead_self_attention_memory_compressed(x, mask_right, compression_factor
                                             length.name)
     memory_length = memory.shape.dims[-2]
     q = _project(x, wq, batch_dims + [heads, length, kv_channels])
-    k = _project(memory, wk, batch_dims + [heads, memory_length, kv_channels])
-    v = _project(memory, wv, batch_dims + [heads, memory_length, kv_channels])
+    k, v = [_project(memory, w, batch_dims + [heads, memory_length, kv_channels])
+            for w in (wk, wv)]
     mask = None
     if mask_right:
       query_pos = indexing.mtf_range(x.mesh, length, tf.int32)

@@ -11,16 +11,16 @@ named. separable_conv1d creates one "depthwise_conv_hack/depthwise_dense_<k>/ker
 
 The *_with_blocks layers convolve an image cut into blocks, [batch..., blocks dims...,
 spatial dims..., channels], whose blocks dims may be split over the mesh: each block gets
-the margins it needs from its neighbours (halo exchange through mtf.shift), is convolved
-with VALID padding, and the result equals a SAME convolution of the whole image. Any
-filter size is allowed (margins may span several blocks); a convolution's strides
-must divide the block size.
+its margins from its neighbours (halo exchange) and is convolved with VALID padding, so
+the result equals a SAME convolution of the whole image. Strides must divide the block
+size.
 """
 
 from mesh_tf.errors import ShapeError
-from mesh_tf.graph import current_scope_name, variable_scope
+from mesh_tf.graph import variable_scope
 from mesh_tf.layers.dense import dense
 from mesh_tf.layers import initializers
+from mesh_tf.layers.scoping import unique_scope_name
 from mesh_tf.ops import convolution as conv_ops
 from mesh_tf.ops.halo import halo_exchange_sides
 from mesh_tf.ops.reshape import reshape
@@ -29,15 +29,6 @@ from mesh_tf.ops.variables import VariableDType, get_variable
 from mesh_tf.shapes import Dimension, Shape
 
 _FILTER_DIM_NAMES = {1: ["fw"], 2: ["fh", "fw"], 3: ["fd", "fh", "fw"]}
-
-
-def _scope_name(x, name, default_name):
-  """name, or default_name made unique in x's graph ("conv2d", "conv2d_1", ...)."""
-  if name:
-    return name
-  full = x.graph.unique_name(default_name)
-  scope = current_scope_name()
-  return full[len(scope) + 1:] if scope else full
 
 
 def _as_tuple(value, n, what, role):
@@ -67,12 +58,13 @@ def _make_kernel(x, output_dim, filter_size, transpose, filter_initializer,
                       dtype=variable_dtype)
 
 
-def _conv_layer(x, output_dim, filter_size, strides, padding, filter_initializer,
+def _conv_layer(x, output_dim, filter_size, n, strides, padding, filter_initializer,
                 variable_dtype, name, transpose, blocks_dims=None):
-  n = len(filter_size)
   what = "conv%dd%s" % (n, "_transpose" if transpose else "")
+  filter_size = _as_tuple(filter_size, n, what if blocks_dims is None
+                          else what + "_with_blocks", "filter_size")
   strides = _as_tuple(strides, n, what, "strides")
-  with variable_scope(_scope_name(x, name, what)):
+  with variable_scope(name or unique_scope_name(x.graph, what)):
     kernel = _make_kernel(x, output_dim, filter_size, transpose, filter_initializer,
                           variable_dtype, what)
     if blocks_dims and any(d is not None for d in blocks_dims):
@@ -96,16 +88,10 @@ def _extend(x, blocks_dim, size_dim, left, right):
 def conv_with_blocks(x, conv_filter, strides, padding, blocks_dims, transpose=False):
   """SAME (transposed) convolution of a blocked image with a filter tensor.
 
-  Args:
-    x: [batch..., blocks dims..., n spatial dims, channels].
-    conv_filter: [n filter dims, in, out] ([..., out, in] if transpose).
-    strides: n spatial strides (or the TF form [1, ..., 1]).
-    padding: must be "SAME".
-    blocks_dims: for each spatial dim, the Dimension numbering its blocks, or None when
-      that spatial dim is not blocked.
-    transpose: transposed convolution instead.
-  Returns:
-    the blocked result; each spatial dim keeps its name, with the per-block size.
+  x: [batch..., blocks dims..., n spatial dims, channels]; conv_filter: [n filter dims,
+  in, out] ([..., out, in] if transpose); strides: n spatial strides (or the TF form);
+  padding: must be "SAME"; blocks_dims: for each spatial dim, the Dimension numbering its
+  blocks, or None. Returns the blocked result (spatial dims of the per-block size).
   """
   n = len(blocks_dims)
   what = "conv%dd%s_with_blocks" % (n, "_transpose" if transpose else "")
@@ -154,8 +140,8 @@ def conv_with_blocks(x, conv_filter, strides, padding, blocks_dims, transpose=Fa
 def conv2d(x, output_dim, filter_size=(3, 3), strides=(1, 1), padding="SAME",
            filter_initializer=None, variable_dtype=None, name=None):
   """2-D convolution of x [batch..., h, w, in] to [batch..., h', w', output_dim]."""
-  return _conv_layer(x, output_dim, _as_tuple(filter_size, 2, "conv2d", "filter_size"),
-                     strides, padding, filter_initializer, variable_dtype, name, False)
+  return _conv_layer(x, output_dim, filter_size, 2, strides, padding, filter_initializer,
+                     variable_dtype, name, False)
 
 
 def conv2d_with_blocks(x, output_dim, filter_size=(3, 3), strides=(1, 1),
@@ -165,18 +151,15 @@ def conv2d_with_blocks(x, output_dim, filter_size=(3, 3), strides=(1, 1),
 
   The blocks dims may be split over the mesh; with neither given this is conv2d.
   """
-  return _conv_layer(x, output_dim,
-                     _as_tuple(filter_size, 2, "conv2d_with_blocks", "filter_size"),
-                     strides, padding, filter_initializer, variable_dtype, name, False,
-                     [h_blocks_dim, w_blocks_dim])
+  return _conv_layer(x, output_dim, filter_size, 2, strides, padding, filter_initializer,
+                     variable_dtype, name, False, [h_blocks_dim, w_blocks_dim])
 
 
 def conv2d_transpose(x, output_dim, filter_size=(2, 2), strides=(2, 2), padding="SAME",
                      filter_initializer=None, variable_dtype=None, name=None):
   """Transposed 2-D convolution (kernel [fh, fw, output_dim, in]); upsamples by strides."""
-  return _conv_layer(x, output_dim,
-                     _as_tuple(filter_size, 2, "conv2d_transpose", "filter_size"),
-                     strides, padding, filter_initializer, variable_dtype, name, True)
+  return _conv_layer(x, output_dim, filter_size, 2, strides, padding, filter_initializer,
+                     variable_dtype, name, True)
 
 
 def conv2d_transpose_with_blocks(x, output_dim, filter_size=(2, 2),
@@ -184,37 +167,31 @@ def conv2d_transpose_with_blocks(x, output_dim, filter_size=(2, 2),
                                  w_blocks_dim=None, filter_initializer=None,
                                  variable_dtype=None, name=None):
   """conv2d_transpose of an image cut into blocks; each block grows by the strides."""
-  return _conv_layer(x, output_dim,
-                     _as_tuple(filter_size, 2, "conv2d_transpose_with_blocks",
-                               "filter_size"),
-                     strides, padding, filter_initializer, variable_dtype, name, True,
-                     [h_blocks_dim, w_blocks_dim])
+  return _conv_layer(x, output_dim, filter_size, 2, strides, padding, filter_initializer,
+                     variable_dtype, name, True, [h_blocks_dim, w_blocks_dim])
 
 
 def conv3d(x, output_dim, filter_size=(3, 3, 3), strides=(1, 1, 1), padding="SAME",
            filter_initializer=None, variable_dtype=None, name=None):
   """3-D convolution of x [batch..., d, h, w, in] to [batch..., d', h', w', output_dim]."""
-  return _conv_layer(x, output_dim, _as_tuple(filter_size, 3, "conv3d", "filter_size"),
-                     strides, padding, filter_initializer, variable_dtype, name, False)
+  return _conv_layer(x, output_dim, filter_size, 3, strides, padding, filter_initializer,
+                     variable_dtype, name, False)
 
 
 def conv3d_with_blocks(x, output_dim, filter_size=(3, 3, 3), strides=(1, 1, 1),
                        padding="SAME", d_blocks_dim=None, h_blocks_dim=None,
                        filter_initializer=None, variable_dtype=None, name=None):
   """conv3d of a volume cut into blocks: [batch, d_blocks, h_blocks, d, h, w, in]."""
-  return _conv_layer(x, output_dim,
-                     _as_tuple(filter_size, 3, "conv3d_with_blocks", "filter_size"),
-                     strides, padding, filter_initializer, variable_dtype, name, False,
-                     [d_blocks_dim, h_blocks_dim, None])
+  return _conv_layer(x, output_dim, filter_size, 3, strides, padding, filter_initializer,
+                     variable_dtype, name, False, [d_blocks_dim, h_blocks_dim, None])
 
 
 def conv3d_transpose(x, output_dim, filter_size=(2, 2, 2), strides=(2, 2, 2),
                      padding="SAME", filter_initializer=None, variable_dtype=None,
                      name=None):
   """Transposed 3-D convolution (kernel [fd, fh, fw, output_dim, in])."""
-  return _conv_layer(x, output_dim,
-                     _as_tuple(filter_size, 3, "conv3d_transpose", "filter_size"),
-                     strides, padding, filter_initializer, variable_dtype, name, True)
+  return _conv_layer(x, output_dim, filter_size, 3, strides, padding, filter_initializer,
+                     variable_dtype, name, True)
 
 
 def conv3d_transpose_with_blocks(x, output_dim, filter_size=(2, 2, 2),
@@ -222,11 +199,8 @@ def conv3d_transpose_with_blocks(x, output_dim, filter_size=(2, 2, 2),
                                  h_blocks_dim=None, filter_initializer=None,
                                  variable_dtype=None, name=None):
   """conv3d_transpose of a volume cut into d/h blocks."""
-  return _conv_layer(x, output_dim,
-                     _as_tuple(filter_size, 3, "conv3d_transpose_with_blocks",
-                               "filter_size"),
-                     strides, padding, filter_initializer, variable_dtype, name, True,
-                     [d_blocks_dim, h_blocks_dim, None])
+  return _conv_layer(x, output_dim, filter_size, 3, strides, padding, filter_initializer,
+                     variable_dtype, name, True, [d_blocks_dim, h_blocks_dim, None])
 
 
 def conv1d(x, output_dim, filter_size=3, stride=1, **kw_args):
@@ -238,18 +212,13 @@ def conv1d(x, output_dim, filter_size=3, stride=1, **kw_args):
   unknown = set(kw_args) - {"padding", "filter_initializer", "variable_dtype", "name"}
   if unknown:
     raise TypeError("conv1d got unexpected keyword arguments %s" % sorted(unknown))
-  padding = kw_args.get("padding", "SAME")
-  filter_initializer = kw_args.get("filter_initializer")
-  variable_dtype = kw_args.get("variable_dtype")
-  name = kw_args.get("name")
   if x.shape.ndims < 2:
     raise ShapeError("conv1d: input %s has shape %s; it needs [batch dims..., length, "
                      "channels]" % (x.name, x.shape), tensor=x.name)
   height = Dimension("fake_height", 1)
   dims = x.shape.dims
   x = reshape(x, Shape(dims[:-2] + [height] + dims[-2:]))
-  y = conv2d(x, output_dim, (1, filter_size), (1, stride), padding, filter_initializer,
-             variable_dtype, name)
+  y = conv2d(x, output_dim, (1, filter_size), (1, stride), **kw_args)
   return reshape(y, Shape(y.shape.dims[:-3] + y.shape.dims[-2:]))
 
 
@@ -260,14 +229,11 @@ def separable_conv1d(x, output_dim, min_relative_pos=-1, max_relative_pos=1,
   """A depthwise 1-D convolution along x's length dim, then a pointwise dense layer.
 
   x is [batch..., length, channels]. For each tap k = 0 .. K-1 (K = max_relative_pos -
-  min_relative_pos + 1), the input shifted so that position t reads t +
-  min_relative_pos + k (zeros past the ends) is scaled per channel by the dense layer
-  "depthwise_dense_<k>" (kernel [channels] with channels as expert dim; a bias
-  [channels] on tap 0 only); the taps are summed and projected by the dense layer
-  "pointwise_dense" (kernel [channels, output_dim], bias [output_dim]). Everything is in
-  scope `name` (default "separable_conv1d"), the taps in "depthwise_conv_hack", the
-  original's names. Tap kernels start from VarianceScalingInitializer(depthwise scale /
-  K), the pointwise kernel from VarianceScalingInitializer(pointwise scale).
+  min_relative_pos + 1), x shifted so that position t reads t + min_relative_pos + k
+  (zeros past the ends) is scaled per channel by the dense layer "depthwise_dense_<k>"
+  (bias on tap 0 only); the taps' sum goes through the dense layer "pointwise_dense".
+  Tap kernels start from VarianceScalingInitializer(depthwise scale / K), the pointwise
+  kernel from VarianceScalingInitializer(pointwise scale).
 
   kernel_depth_weights: optional list of K Tensors with the channels dim, used as the
     tap kernels instead of variables.
@@ -287,7 +253,7 @@ def separable_conv1d(x, output_dim, min_relative_pos=-1, max_relative_pos=1,
                      "max_relative_pos %d)" % (what, len(kernel_depth_weights), taps,
                                                min_relative_pos, max_relative_pos),
                      tensor=x.name)
-  with variable_scope(_scope_name(x, name, what)):
+  with variable_scope(name or unique_scope_name(x.graph, what)):
     total = None
     with variable_scope("depthwise_conv_hack"):
       for k in range(taps):

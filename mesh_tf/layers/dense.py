@@ -59,10 +59,8 @@ def _check_dense_dims(layer, x, new_dims, reduced_dims, expert_dims):
 
 
 def _rename_reduced_dims_named_like_new_dims(x, reduced_dims, new_dims):
-  """Gives each reduced dim that shares its name with a new dim the name "_" + name, in x
-  and in reduced_dims, so that the kernel [reduced..., new...] has distinct dim names
-  (e.g. channels:3 -> channels:8 uses a kernel [_channels:3, channels:8]). The original
-  did this for a new dim equal to a reduced one."""
+  """Renames each reduced dim named like a new dim to "_" + name (in x and reduced_dims),
+  so the kernel's dims are distinct: channels:3 -> channels:8 uses [_channels:3, channels:8]."""
   new_names = set(d.name for d in new_dims)
   renamed = []
   for d in reduced_dims:
@@ -72,12 +70,6 @@ def _rename_reduced_dims_named_like_new_dims(x, reduced_dims, new_dims):
       d = tmp
     renamed.append(d)
   return x, renamed
-
-
-def _variable_dtype(x, variable_dtype, master_dtype, slice_dtype):
-  if variable_dtype is not None:
-    return variable_dtype
-  return VariableDType(master_dtype, slice_dtype, x.dtype)
 
 
 def get_dense_kernel_weights(x, new_dims, reduced_dims, expert_dims, kernel_initializer,
@@ -110,8 +102,6 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
     reduced_dims: dims of x to contract (default: the last dim of x).
     expert_dims: dims of x with separate weights per entry (kept in the output).
     use_bias: add a "bias" variable of shape [expert_dims..., new_dims...].
-    activation: optional function applied to the result (e.g. mtf.relu).
-    master_dtype / slice_dtype / variable_dtype: precisions of the variables.
     kernel_initializer: a DenseInitializer or a plain initializer (default
       VarianceScalingInitializer()).
     kernel_weights: use this kernel instead of creating one.
@@ -119,7 +109,7 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
       default scope, as in the original ("dense/kernel" and "dense_1/bias").
 
   Returns:
-    mtf Tensor with the dims of x minus reduced_dims, followed by new_dims.
+    the dims of x minus reduced_dims, followed by new_dims.
   """
   new_dims = _dim_list(new_dims)
   reduced_dims = _dim_list(reduced_dims) if reduced_dims is not None else (
@@ -128,7 +118,8 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   _check_dense_dims("dense %r" % (name or "dense"), x, new_dims, reduced_dims,
                     expert_dims)
   x, reduced_dims = _rename_reduced_dims_named_like_new_dims(x, reduced_dims, new_dims)
-  variable_dtype = _variable_dtype(x, variable_dtype, master_dtype, slice_dtype)
+  if variable_dtype is None:
+    variable_dtype = VariableDType(master_dtype, slice_dtype, x.dtype)
   if kernel_weights is None:
     # Looked up on mtf.layers at call time, as the original's one-module name was, so a
     # test patching mtf.layers.get_dense_kernel_weights reaches this call.
@@ -137,8 +128,6 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
     kernel_weights = make_kernel(x, new_dims, reduced_dims, expert_dims,
                                  kernel_initializer, name=name,
                                  variable_dtype=variable_dtype)
-  # As in the original, the kernel and the bias each open the scope: with a name that is
-  # one scope, without one they are two fresh ones ("dense/kernel", "dense_1/bias").
   with layer_scope(x.graph, name, "dense"):
     output_shape = Shape([d for d in x.shape.dims if d not in reduced_dims] + new_dims)
     y = us_einsum([x, kernel_weights], output_shape=output_shape)

@@ -23,9 +23,8 @@ def embedding_weights(mesh, vocab_dim, output_dim, variable_dtype, name="embeddi
     leading = list(ensemble_dim)
   else:
     leading = [ensemble_dim]
-  dims = leading + [vocab_dim, output_dim]
-  return get_variable(mesh, name, Shape(dims), dtype=variable_dtype,
-                      initializer=initializer)
+  return get_variable(mesh, name, Shape(leading + [vocab_dim, output_dim]),
+                      dtype=variable_dtype, initializer=initializer)
 
 
 def embedding(indices, vocab_dim, output_dim, variable_dtype, name="embedding"):

@@ -21,11 +21,8 @@ from mesh_tf.shapes import Dimension, Shape
 
 
 def _extend_by_a_block(x, blocks_dim, size_dim, mask_right, what):
-  """x with size_dim grown by one block of halo before (and after, unless mask_right).
-
-  The halo comes from the neighbouring blocks along blocks_dim, or is zero padding when
-  blocks_dim is None (a single block).
-  """
+  """x with size_dim grown by one block of halo before (and after, unless mask_right):
+  from the neighbouring blocks along blocks_dim, or zero padding when it is None."""
   if size_dim not in x.shape.dims:
     raise ShapeError("%s: %s %s has no dim %s" % (what, x.name, x.shape, size_dim),
                      tensor=x.name, dim=size_dim.name)
@@ -36,11 +33,8 @@ def _extend_by_a_block(x, blocks_dim, size_dim, mask_right, what):
 
 
 def local_1d_halo_exchange(k, v, num_w_blocks, w_dim, mask_right):
-  """Extends keys and values along w_dim by one block of halo (left only if mask_right).
-
-  With num_w_blocks (the dim numbering the blocks) the halo comes from the neighbouring
-  blocks; without it (a single block) it is zero padding.
-  """
+  """Extends keys and values along w_dim by one block of halo (left only if mask_right),
+  from the neighbouring blocks along num_w_blocks, or zero padding when it is None."""
   return tuple(_extend_by_a_block(x, num_w_blocks, w_dim, mask_right,
                                   "local_1d_halo_exchange") for x in (k, v))
 
@@ -48,10 +42,9 @@ def local_1d_halo_exchange(k, v, num_w_blocks, w_dim, mask_right):
 def local_2d_halo_exchange(k, v, num_h_blocks, h_dim, num_w_blocks, w_dim, mask_right):
   """Extends keys and values by one block of halo along h_dim, then along w_dim.
 
-  Each block gains the blocks above and below it and, through the second exchange (which
-  moves the already extended blocks), the ones left, right and diagonal to it; with
-  mask_right only those above and to the left. A None blocks dim means a single block
-  along that axis (zero padding).
+  The second exchange moves the already extended blocks, so each block also gains its
+  diagonal neighbours; with mask_right only those above and to the left. A None blocks
+  dim means a single block along that axis (zero padding).
   """
   def extend(x):
     x = _extend_by_a_block(x, num_h_blocks, h_dim, mask_right, "local_2d_halo_exchange")
@@ -77,16 +70,10 @@ def masked_local_attention_1d(x, kv_channels, heads, is_training=True, window_si
   Positions before the start count as zero keys and values (logit 0), as in the
   original. x: [batch..., length, io_channels]; returns the same shape.
 
-  Args:
-    x: input tensor.
-    kv_channels, heads: Dimensions.
-    is_training: unused (no dropout); kept for the original signature.
-    window_size: how far back a query sees.
-    master_dtype, slice_dtype: variable precisions.
-    length_per_split: the length on one processor; blocks never straddle two.
-    return_kv: optional list that receives [k, v].
-    params: optional (wq, wk, wv, wo) instead of new variables.
-    name: variable scope (default a fresh "multihead_attention").
+  is_training is unused (no dropout). length_per_split: the length on one processor
+  (blocks never straddle two); return_kv: optional list that receives [k, v]; params:
+  optional (wq, wk, wv, wo) instead of new variables; name: variable scope (default a
+  fresh "multihead_attention").
   """
   del is_training
   batch_dims = x.shape.dims[:-2]
@@ -110,10 +97,8 @@ def masked_local_attention_1d(x, kv_channels, heads, is_training=True, window_si
     blocks = Dimension(length.name, length.size // block)
     q = reshape(q, batch_dims + [heads, blocks, query_block, kv_channels])
     kv_shape = batch_dims + [heads, blocks, memory_block, kv_channels]
-    k = left_halo_exchange(reshape(k, kv_shape), blocks, memory_block,
-                           window_size)
-    v = left_halo_exchange(reshape(v, kv_shape), blocks, memory_block,
-                           window_size)
+    k = left_halo_exchange(reshape(k, kv_shape), blocks, memory_block, window_size)
+    v = left_halo_exchange(reshape(v, kv_shape), blocks, memory_block, window_size)
     padded = Dimension(memory_block.name, window_size + block)
     memory_pos = indexing.mtf_range(x.mesh, padded, tf.int32)
     query_pos = indexing.mtf_range(x.mesh, query_block, tf.int32) + window_size
@@ -130,17 +115,10 @@ def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
                                           params=None, name=None):
   """One decoding step of masked_local_attention_1d with a ring-buffer cache.
 
-  Args:
-    x: [batch..., io_channels] at the current position.
-    prev_k, prev_v: [batch..., heads, window_length, kv_channels]; position
-      step_num % window_length is overwritten.
-    step_num: int32 scalar mtf Tensor.
-    master_dtype, slice_dtype: variable precisions (default float32; used only when
-      params is None).
-    params, name: as for masked_local_attention_1d.
-
-  Returns:
-    (y [batch..., io_channels], new_k, new_v).
+  x: [batch..., io_channels] at the current position; prev_k, prev_v: [batch..., heads,
+  window_length, kv_channels], of which position step_num % window_length is
+  overwritten; step_num: int32 scalar mtf Tensor. master_dtype and slice_dtype default
+  to float32. Returns (y [batch..., io_channels], new_k, new_v).
   """
   batch_dims = x.shape.dims[:-1]
   io_channels = x.shape.dims[-1]
@@ -161,55 +139,56 @@ def masked_local_attention_1d_incremental(x, prev_k, prev_v, step_num,
     return einsum([o, wo], x.shape), k, v
 
 
+def _check_blocks_rank(x, what, dim_names):
+  if x.shape.ndims != len(dim_names):
+    raise ShapeError("%s: %s %s must be [%s]" % (what, x.name, x.shape, ", ".join(dim_names)),
+                     tensor=x.name)
+
+
+def _spatial_blocks_qkv(x, kv_channels, heads, master_dtype, slice_dtype, num_spatial):
+  """(q, k, v, wo, memory dims) for x [batch, blocks dims..., spatial dims...,
+  io_channels]; k and v have each spatial dim renamed "memory_<name>"."""
+  dims = x.shape.dims
+  spatial = dims[-1 - num_spatial:-1]
+  wq, wk, wv, wo = multihead_attention_vars(x.mesh, heads, dims[-1], kv_channels,
+                                            master_dtype, slice_dtype, x.dtype)
+  memory = x
+  for d in spatial:
+    memory = rename_dimension(memory, d.name, "memory_" + d.name)
+  memory_dims = memory.shape.dims[-1 - num_spatial:-1]
+  blocks = [dims[0], heads] + dims[1:-1 - num_spatial]
+  q = einsum([x, wq], blocks + spatial + [kv_channels])
+  kv_shape = blocks + memory_dims + [kv_channels]
+  return q, einsum([memory, wk], kv_shape), einsum([memory, wv], kv_shape), wo, memory_dims
+
+
 def local_self_attention_spatial_blocks(query_antecedent, kv_channels, heads, is_training,
                                         memory_w_dim=None, mask_right=False,
                                         master_dtype=tf.float32, slice_dtype=tf.float32,
                                         name=None):
   """Self-attention within blocks and their neighbours, the input already in blocks.
 
-  query_antecedent: [batch, num_w_blocks, w_dim, io_channels]. Each query sees its own
-  block and the previous one (and the next one unless mask_right); with mask_right
-  nothing after itself. Neighbours beyond the ends are zero keys and values.
-
-  Args:
-    query_antecedent: input tensor.
-    kv_channels, heads: Dimensions.
-    is_training: accepted as in the original (this layer has no dropout).
-    memory_w_dim: unused (the memory dim is "memory_<w_dim name>"); kept for the
-      original signature.
-    mask_right: causal attention.
-    master_dtype, slice_dtype: variable precisions.
-    name: variable scope (default a fresh "multihead_attention").
-
-  Returns:
-    query_antecedent's shape.
+  query_antecedent: [batch, num_w_blocks, w_dim, io_channels]; returns its shape. Each
+  query sees its own block and the previous one (and the next one unless mask_right);
+  with mask_right nothing after itself. Neighbours beyond the ends are zero keys and
+  values. is_training and memory_w_dim (the memory dim is "memory_<w_dim name>") are
+  unused, kept for the original signature; name: variable scope (default a fresh
+  "multihead_attention").
   """
-  del is_training
-  del memory_w_dim
-  if query_antecedent.shape.ndims != 4:
-    raise ShapeError("local_self_attention_spatial_blocks: %s %s must be [batch, "
-                     "num_w_blocks, w_dim, io_channels]" % (
-                         query_antecedent.name, query_antecedent.shape),
-                     tensor=query_antecedent.name)
-  batch, num_w_blocks, w_dim, io_channels = query_antecedent.shape.dims
-  with layer_scope(query_antecedent.graph, name, "multihead_attention"):
-    wq, wk, wv, wo = multihead_attention_vars(
-        query_antecedent.mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
-        query_antecedent.dtype)
-    memory = rename_dimension(query_antecedent, w_dim.name,
-                                          "memory_" + w_dim.name)
-    memory_w_dim = memory.shape.dims[2]
-    q = einsum([query_antecedent, wq],
-                          [batch, heads, num_w_blocks, w_dim, kv_channels])
-    kv_shape = [batch, heads, num_w_blocks, memory_w_dim, kv_channels]
-    k, v = local_1d_halo_exchange(einsum([memory, wk], kv_shape),
-                                  einsum([memory, wv], kv_shape),
-                                  num_w_blocks, memory_w_dim, mask_right)
+  del is_training, memory_w_dim
+  x = query_antecedent
+  _check_blocks_rank(x, "local_self_attention_spatial_blocks",
+                     ["batch", "num_w_blocks", "w_dim", "io_channels"])
+  _, num_w_blocks, w_dim, _ = x.shape.dims
+  with layer_scope(x.graph, name, "multihead_attention"):
+    q, k, v, wo, (memory_w_dim,) = _spatial_blocks_qkv(x, kv_channels, heads, master_dtype,
+                                                       slice_dtype, 1)
+    k, v = local_1d_halo_exchange(k, v, num_w_blocks, memory_w_dim, mask_right)
     mask = None
     if mask_right:
-      mask = attention_bias_local_block(query_antecedent.mesh, w_dim, memory_w_dim)
+      mask = attention_bias_local_block(x.mesh, w_dim, memory_w_dim)
     o = dot_product_attention(q, k, v, mask)
-    return einsum([o, wo], query_antecedent.shape)
+    return einsum([o, wo], x.shape)
 
 
 def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
@@ -219,50 +198,30 @@ def local_2d_self_attention_spatial_blocks(query_antecedent, kv_channels, heads,
                                            slice_dtype=tf.float32, name=None):
   """Self-attention of each image block to itself and its neighbouring blocks.
 
-  query_antecedent: [batch, num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels]. A
-  query sees the 3 x 3 blocks around (and including) its own; with mask_right only the
-  blocks above-left, above, left and its own, and there only the positions before it in
-  raster order (attention_bias_local_2d_block). Neighbours beyond the image edges are zero
-  keys and values. The blocks dims may be split over the mesh.
-
-  Args:
-    query_antecedent: input tensor.
-    kv_channels, heads: Dimensions.
-    is_training: accepted as in the original (this layer has no dropout).
-    memory_h_dim, memory_w_dim: unused (the memory dims are "memory_<h_dim name>" and
-      "memory_<w_dim name>"); kept for the original signature.
-    mask_right: causal attention in raster order.
-    master_dtype, slice_dtype: variable precisions.
-    name: variable scope (default a fresh "multihead_attention").
-
-  Returns:
-    query_antecedent's shape.
+  query_antecedent: [batch, num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels];
+  returns its shape. A query sees the 3 x 3 blocks around (and including) its own; with
+  mask_right only the blocks above-left, above, left and its own, and there only the
+  positions before it in raster order (attention_bias_local_2d_block). Neighbours beyond
+  the image edges are zero keys and values. The blocks dims may be split over the mesh.
+  is_training, memory_h_dim and memory_w_dim are unused (the memory dims are
+  "memory_<name>"), kept for the original signature.
   """
-  del is_training
-  del memory_h_dim, memory_w_dim
+  del is_training, memory_h_dim, memory_w_dim
   x = query_antecedent
-  if x.shape.ndims != 6:
-    raise ShapeError("local_2d_self_attention_spatial_blocks: %s %s must be [batch, "
-                     "num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels]" % (
-                         x.name, x.shape), tensor=x.name)
-  batch, num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels = x.shape.dims
+  _check_blocks_rank(x, "local_2d_self_attention_spatial_blocks",
+                     ["batch", "num_h_blocks", "num_w_blocks", "h_dim", "w_dim",
+                      "io_channels"])
+  batch, num_h_blocks, num_w_blocks, h_dim, w_dim, _ = x.shape.dims
   with layer_scope(x.graph, name, "multihead_attention"):
-    wq, wk, wv, wo = multihead_attention_vars(x.mesh, heads, io_channels, kv_channels,
-                                              master_dtype, slice_dtype, x.dtype)
-    memory = rename_dimension(x, h_dim.name, "memory_" + h_dim.name)
-    memory = rename_dimension(memory, w_dim.name, "memory_" + w_dim.name)
-    memory_h_dim, memory_w_dim = memory.shape.dims[3:5]
-    blocks = [batch, heads, num_h_blocks, num_w_blocks]
-    q = einsum([x, wq], blocks + [h_dim, w_dim, kv_channels])
-    kv_shape = blocks + [memory_h_dim, memory_w_dim, kv_channels]
-    k, v = local_2d_halo_exchange(einsum([memory, wk], kv_shape),
-                                  einsum([memory, wv], kv_shape),
-                                  num_h_blocks, memory_h_dim, num_w_blocks, memory_w_dim,
-                                  mask_right)
+    q, k, v, wo, (memory_h_dim, memory_w_dim) = _spatial_blocks_qkv(
+        x, kv_channels, heads, master_dtype, slice_dtype, 2)
+    k, v = local_2d_halo_exchange(k, v, num_h_blocks, memory_h_dim, num_w_blocks,
+                                  memory_w_dim, mask_right)
     # dot_product_attention reduces one memory dim, so both memory axes become one.
     memory_dim = Dimension("memory_positions",
                            k.shape.get_dim_by_name(memory_h_dim.name).size *
                            k.shape.get_dim_by_name(memory_w_dim.name).size)
+    blocks = [batch, heads, num_h_blocks, num_w_blocks]
     k, v = [reshape(t, blocks + [memory_dim, kv_channels]) for t in (k, v)]
     mask = None
     if mask_right:

@@ -10,14 +10,8 @@ from mesh_tf.ops import reduce as reduce_ops
 def softmax_cross_entropy_with_logits(logits, targets, vocab_dim, z_loss=0.0):
   """Per-example cross-entropy of softmax(logits) against target distributions.
 
-  Args:
-    logits: mtf Tensor with vocab_dim.
-    targets: mtf Tensor of the same shape (e.g. one_hot of the labels).
-    vocab_dim: the Dimension to normalize over.
-    z_loss: coefficient of an auxiliary loss z_loss * logsumexp(logits)**2.
-
-  Returns:
-    mtf Tensor of logits' shape without vocab_dim.
+  targets: logits' shape (e.g. one_hot of the labels); z_loss: coefficient of an
+  auxiliary loss z_loss * logsumexp(logits)**2. Returns logits' shape without vocab_dim.
   """
   if logits.shape != targets.shape:
     raise ShapeError("softmax_cross_entropy_with_logits: logits %s and targets %s must "

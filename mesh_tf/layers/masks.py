@@ -48,9 +48,8 @@ def attention_mask_same_segment(query_segment, memory_segment=None, dtype=tf.flo
 def attention_bias_local_block(mesh, block_length, memory_length, dtype=tf.int32):
   """Mask of local block attention: [block_length, memory_length of 2 * block_length].
 
-  The memory is the previous block (all visible) followed by the current block (visible
-  up to the query's own position). memory_length gives the memory dim's name; its size
-  is taken as 2 * block_length.
+  The memory is the previous block (all visible), then the current block (visible up to
+  the query's own position); memory_length gives only the memory dim's name.
   """
   if block_length.size < 1:
     raise ShapeError("attention_bias_local_block: block_length %s is empty" % block_length,
@@ -68,10 +67,9 @@ def attention_bias_local_2d_block(mesh, h_dim, w_dim, memory_h_dim, memory_w_dim
   """Mask of causal local 2-D block attention: [h_dim, w_dim, memory_h_dim, memory_w_dim].
 
   The memory of a block is the 2h x 2w window of the blocks above-left, above, left and
-  the block itself (at the bottom right). A query at row i, column j of its block sees
-  what comes no later in raster order over the whole image: memory rows above row i, and
-  row i up to column j. The memory dims give the names; their sizes are 2 * h and 2 * w.
-  dtype is that of the position arithmetic; the mask is float32.
+  the block itself (at the bottom right); a query sees what comes no later in raster
+  order over the whole image. The memory dims give the names; their sizes are 2 * h and
+  2 * w. dtype is that of the position arithmetic; the mask is float32.
   """
   for query_dim, memory_dim in ((h_dim, memory_h_dim), (w_dim, memory_w_dim)):
     if query_dim.name == memory_dim.name:

@@ -62,24 +62,12 @@ def batch_norm(x, is_training, momentum, epsilon=1e-9, dims_idx_start=0,
                dims_idx_end=-1, init_zero=False, name=None):
   """Batch normalization over x.shape.dims[dims_idx_start:dims_idx_end].
 
-  The statistics are taken over those dims; scale, bias and the moving statistics have
-  the remaining dims. As in the original, the moving averages are not updated behind
-  the caller's back: the function returns (y, update_ops), where update_ops are
-  `mtf.assign` ops (empty at eval time) that the caller lowers with its train step,
-  e.g. `lowering.lowered_operation(op)` for each.
-
-  Args:
-    x: mtf Tensor.
-    is_training: use batch statistics (and return the moving-average updates) when True;
-      use the moving statistics when False.
-    momentum: moving = momentum * moving + (1 - momentum) * batch statistic.
-    epsilon: added to the variance.
-    dims_idx_start, dims_idx_end: the normalized dims, as a slice of x.shape.dims.
-    init_zero: start the scale at zero instead of one.
-    name: variable scope (default a fresh "batch_norm").
-
-  Returns:
-    (normalized x, list of update ops).
+  Scale, bias and the moving statistics have the remaining dims. As in the original,
+  the moving averages are not updated behind the caller's back: returns (y, update_ops),
+  where update_ops are `mtf.assign` ops (empty unless is_training; at eval time the
+  moving statistics normalize) for the caller to lower with its train step. momentum:
+  moving = momentum * moving + (1 - momentum) * batch statistic; init_zero starts the
+  scale at zero; name: variable scope (default a fresh "batch_norm").
   """
   norm_dims = x.shape.dims[dims_idx_start:dims_idx_end]
   if not norm_dims:
@@ -105,10 +93,9 @@ def batch_norm(x, is_training, momentum, epsilon=1e-9, dims_idx_start=0,
       normalized = centered * ew.rsqrt(variance + epsilon)
       updates = [
           assign(moving_mean, moving_mean * momentum + mean * (1.0 - momentum),
-                            name="bn_mean_update"),
-          assign(moving_variance,
-                            moving_variance * momentum + variance * (1.0 - momentum),
-                            name="bn_var_update")]
+                 name="bn_mean_update"),
+          assign(moving_variance, moving_variance * momentum + variance * (1.0 - momentum),
+                 name="bn_var_update")]
     else:
       normalized = (x - moving_mean) * ew.rsqrt(moving_variance + epsilon)
     return normalized * scale + bias, updates

@@ -20,10 +20,8 @@ from mesh_tf.ops.reshape import replace_dimensions, reshape, transpose
 from mesh_tf.ops.slicing import shift, stack, unstack
 from mesh_tf.shapes import Dimension, Shape, convert_to_dimension
 
-# One iteration of a schedule.
-#   enter: the microbatch put into stage 0 at this iteration, or None.
-#   slots: {stage: (microbatch, repeat)} for the stages that hold a real microbatch.
-#   leave: the microbatch that the last stage finishes at this iteration, or None.
+# One iteration of a schedule: the microbatch put into stage 0 (or None); {stage:
+# (microbatch, repeat)} of the stages holding one; the microbatch the last stage finishes.
 Iteration = collections.namedtuple("Iteration", ["enter", "slots", "leave"])
 
 
@@ -101,12 +99,11 @@ def pipeline(stage_fn, x, stages_dim, microbatch_dim, num_microbatches=None,
   """Runs x through S * R layers as an S-stage pipeline of microbatches.
 
   Args:
-    stage_fn: fn(h, repeat) -> a Tensor of h's shape. h is the in-flight buffer: x's
-      microbatch shape plus `stages_dim` (one microbatch per stage). It must use
-      variables that carry `stages_dim`, so that stage s applies its own weights. It is
-      called inside the reusing variable scope "<name>/repeat_<repeat>", so each repeat
-      has its own variables and later calls reuse them (give layers explicit names).
-      Layer r * S + s of the model is stage s of repeat r.
+    stage_fn: fn(h, repeat) -> a Tensor of h's shape, h being x's microbatch shape plus
+      `stages_dim` (one microbatch per stage). Its variables must carry `stages_dim`, so
+      that stage s applies its own weights; it is called in the reusing variable scope
+      "<name>/repeat_<repeat>" (give layers explicit names). Layer r * S + s of the
+      model is stage s of repeat r.
     x: the input Tensor; its batch dim is cut into microbatches.
     stages_dim: Dimension of size S (split it over a mesh dim to pipeline).
     microbatch_dim: Dimension of size num_microbatches, or a name.
@@ -118,8 +115,8 @@ def pipeline(stage_fn, x, stages_dim, microbatch_dim, num_microbatches=None,
     name: the variable scope, and the name in error messages.
 
   Returns:
-    A Tensor of x's shape: stage_fn's layers applied to every microbatch, in order.
-    There are len(pipeline_schedule(S, M, R)) iterations: M + S - 1 when R is 1.
+    x's shape: stage_fn's layers applied to every microbatch, in order, in
+    len(pipeline_schedule(S, M, R)) iterations (M + S - 1 when R is 1).
   """
   stages_dim = convert_to_dimension(stages_dim)
   if isinstance(microbatch_dim, str):
@@ -188,15 +185,11 @@ def pipeline(stage_fn, x, stages_dim, microbatch_dim, num_microbatches=None,
         mine = [s for s, (_, rs) in it.slots.items() if rs == r]
         parts.append(einsum([y, _stage_mask(mesh, stages_dim, mine, dtype)],
                             output_shape=buffer_shape))
-      buffer = parts[0]
-      for p in parts[1:]:
-        buffer += p
+      buffer = sum(parts[1:], parts[0])
     if it.leave is not None:
       outputs[it.leave] = einsum([buffer, last], output_shape=microbatches[0].shape)
 
   axis = split.shape.dims.index(microbatch_dim)
-  if num_microbatches > 1:
-    out = stack(outputs, microbatch_dim.name, axis=axis)
-  else:
-    out = reshape(outputs[0], split.shape)
+  out = (stack(outputs, microbatch_dim.name, axis=axis) if num_microbatches > 1
+         else reshape(outputs[0], split.shape))
   return reshape(out, x.shape)

@@ -40,19 +40,12 @@ def _step_tensor(mesh, global_step):
 
 def annealed_dropout(x, is_training, start_step, end_step, init_rate=None,
                      noise_shape=None, name=None, final_rate=0.0, global_step=None):
-  """Dropout whose rate moves linearly from init_rate to final_rate between two steps.
+  """Dropout whose rate moves linearly from init_rate (until start_step) to final_rate
+  (from end_step on); no dropout if init_rate is None or not is_training.
 
-  Before start_step the rate is init_rate, after end_step final_rate.
-
-  Args:
-    x: mtf Tensor.
-    is_training: no dropout when False.
-    start_step, end_step: the steps where annealing starts and ends.
-    init_rate, final_rate: rates at those steps (no dropout if init_rate is None).
-    noise_shape: dims the mask varies over (default x.shape).
-    name: accepted as in the original (the ops get default names).
-    global_step: the step: an mtf scalar, a tf.Variable (read at each lowering), or
-      None for tf.compat.v1.train.get_or_create_global_step().
+  noise_shape: dims the mask varies over (default x.shape); name: unused, as in the
+  original; global_step: an mtf scalar, a tf.Variable (read at each lowering), or None
+  for tf.compat.v1.train.get_or_create_global_step().
   """
   del name
   if not is_training or init_rate is None:
@@ -70,7 +63,16 @@ def annealed_dropout(x, is_training, start_step, end_step, init_rate=None,
   return x * keep / (1.0 - rate)
 
 
-class ClipActivationGradientOperation(Operation):
+class _IdentityOperation(Operation):
+  """Identity forward; subclasses give the gradient."""
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    lowering.set_tensor_lowering(
+        self.outputs[0], impl.slicewise(tf.identity, lowering.tensors[self.inputs[0]]))
+
+
+class ClipActivationGradientOperation(_IdentityOperation):
   """Identity forward; the backward gradient is rescaled to RMS at most clip_rms_norm."""
 
   def __init__(self, x, clip_rms_norm, name=None):
@@ -85,11 +87,6 @@ class ClipActivationGradientOperation(Operation):
     factor = ew.minimum(ew.rsqrt(mean_square) * self._clip, 1.0)
     return [dy * factor]
 
-  def lower(self, lowering):
-    impl = lowering.mesh_impl(self)
-    lowering.set_tensor_lowering(
-        self.outputs[0], impl.slicewise(tf.identity, lowering.tensors[self.inputs[0]]))
-
 
 @gin.configurable
 def clip_activation_gradient(x, clip_rms_norm=None):
@@ -103,7 +100,7 @@ def clip_activation_gradient(x, clip_rms_norm=None):
   return ClipActivationGradientOperation(x, clip_rms_norm).outputs[0]
 
 
-class ActivationGradientSummaryOperation(Operation):
+class ActivationGradientSummaryOperation(_IdentityOperation):
   """Identity forward; building its gradient adds scalar summaries of that gradient."""
 
   def __init__(self, x, tag, batch_dims, name=None):
@@ -122,20 +119,13 @@ class ActivationGradientSummaryOperation(Operation):
                    reduce_ops.reduce_max(per_example, output_shape=[]))
     return [dy]
 
-  def lower(self, lowering):
-    impl = lowering.mesh_impl(self)
-    lowering.set_tensor_lowering(
-        self.outputs[0], impl.slicewise(tf.identity, lowering.tensors[self.inputs[0]]))
-
 
 def summary_for_clip_activation_gradient(t, name=None, batch_dims=None):
-  """t unchanged; in the backward pass, summaries of its gradient dt to tune clipping.
-
-  Two scalars are written: "<name>/grad_rms", the RMS of dt over all of t (the quantity
-  clip_activation_gradient compares with clip_rms_norm), and
-  "<name>/grad_rms_max_example", the largest RMS of dt over the non-batch dims among the
-  examples indexed by batch_dims (Dimensions or names of t's dims; default t's first
-  dim). name defaults to "clip_activation_gradient".
+  """t unchanged; in the backward pass, summaries of its gradient dt to tune clipping:
+  "<name>/grad_rms", the RMS of dt (what clip_activation_gradient compares with
+  clip_rms_norm), and "<name>/grad_rms_max_example", the largest RMS over the non-batch
+  dims among the examples indexed by batch_dims (dims or names; default t's first dim).
+  name defaults to "clip_activation_gradient".
   """
   name = name or "clip_activation_gradient"
   if batch_dims is None:

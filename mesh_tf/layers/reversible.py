@@ -33,23 +33,15 @@ def reversible_half_residual_and_swap(x1, x1_backwards, x2, x2_backwards, f,
   """One RevNet block: returns (x2, x2_backwards', x1 + f(x2), y_backwards').
 
   Chain blocks by passing each block's four outputs as the next block's four inputs
-  (None for the backwards tensors of the first block): two blocks give the usual
-  (y1, y2) = (x1 + f(x2), x2 + g(y1)). All tensors share one shape and dtype.
+  (None for the backwards tensors of the first block). All tensors share one shape and
+  dtype; f maps a Tensor to one of its shape and may create variables and use randomness
+  (the recomputation reuses both).
 
   With recompute_grads, the backwards outputs equal their forward counterparts, and in
   the backward pass the gradient this block sends to x1_backwards / x2_backwards is the
-  rebuilt value of x1 / x2 (not a derivative): f is recomputed on the rebuilt x2, from
-  the values the next block sent back (or, for the last block, from the outputs).
-  Gradients of x1, x2 and of f's variables equal those of the plain computation.
-  Without recompute_grads the block is the plain computation and the backwards outputs
-  are None.
-
-  Args:
-    x1, x2: the two halves (mtf Tensors of one shape).
-    x1_backwards, x2_backwards: the previous block's backwards outputs, or None.
-    f: fn(Tensor) -> Tensor of the same shape; may create variables and use randomness
-      (the recomputation reuses both).
-    recompute_grads: rebuild activations in the backward pass as above.
+  rebuilt value of x1 / x2 (not a derivative), f recomputed on the rebuilt x2. Gradients
+  of x1, x2 and f's variables equal those of the plain computation. Without
+  recompute_grads the block is the plain computation and the backwards outputs are None.
   """
   _check_like(x2, x1, "x2")
   for t, ref, what in ((x1_backwards, x1, "x1_backwards"),

@@ -1,9 +1,5 @@
-"""Variable scopes for layers, with TF1's `default_name` behaviour.
-
-The original layers opened `tf.variable_scope(name, default_name=...)`: an explicit name
-is used as given, a missing one becomes "dense", "dense_1", "dense_2", ... within the
-enclosing scope. `mtf.variable_scope` only pushes a name, so the uniquifying is done
-here with the graph's name table.
+"""Variable scopes for layers, with TF1's `default_name` behaviour: an explicit name is
+used as given, a missing one becomes "dense", "dense_1", ... within the enclosing scope.
 """
 import contextlib
 

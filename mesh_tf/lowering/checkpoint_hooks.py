@@ -1,13 +1,9 @@
 """The original's Estimator checkpoint hooks, for code that still installs them.
 
-In the original, a Lowering kept a full-size master copy of every variable beside the
-per-processor slices: `MtfCheckpointSaverListener` copied the slices to the masters just
-before each checkpoint save, and `MtfRestoreHook` copied the restored masters to the
-slices after the session started. Here the slices are the only state and
-`mtf.save_checkpoint` / `restore_checkpoint` read and write them directly, so the copies
-these hooks trigger (`Lowering.copy_slices_to_masters` / `copy_masters_to_slices`) have
-nothing to move; the hooks keep the original's call points so an Estimator-style loop
-(begin, before_save, after_save, end / after_create_session) runs unchanged.
+The original copied slices to and from full-size master variables around checkpoints.
+Here the slices are the only state, so the copies these hooks trigger
+(`Lowering.copy_slices_to_masters` / `copy_masters_to_slices`) move nothing; the hooks
+keep the original's call points so an Estimator-style loop runs unchanged.
 """
 
 

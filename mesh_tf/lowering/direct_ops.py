@@ -1,14 +1,9 @@
 """The lowering's most frequent TF ops, made directly in the graph being built.
 
-A TF API call (tf.transpose, tf.einsum, tf.math.multiply) spends 100-300 us in Python per
-op before TF's C code makes it: argument conversion, dispatch, op-def matching, name and
-device scopes entered again. Inside a traced step no gradient tape watches, and the
-arguments are tensors of that graph, so these functions make the same op from its type,
-inputs and attrs (about 40 us); TF's C code still infers its shapes and checks them as
-it would for the API's op. Anywhere else (eager execution, under a tape, Python numbers
-or tensors of another graph, dtypes the shortcut does not cover) they call the TF API, as
-they do everywhere with the speed layer off (`speed_layer`: its switch, or TF lacking an
-internal used here).
+A TF API call spends 100-300 us in Python per op; inside a traced step with no tape
+watching, these functions make the same op from its type, inputs and attrs (about 40 us),
+and TF's C code still infers and checks its shapes. Anywhere else (eagerly, under a tape,
+other graphs or dtypes), and with the speed layer off, they call the TF API.
 """
 import functools
 
@@ -20,8 +15,7 @@ from mesh_tf.lowering import speed_layer
 
 
 def of_graph(t, graph):
-  """Whether t is a symbolic tf.Tensor of graph (an eager tensor captured from outside a
-  function is not: it has no graph)."""
+  """Whether t is a symbolic tf.Tensor of graph (not an eager tensor)."""
   return isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph
 
 
@@ -32,10 +26,7 @@ def graph_for(*tensors):
   if internals is None or tf.executing_eagerly() or internals.could_possibly_record():
     return None
   graph = tf.compat.v1.get_default_graph()
-  for t in tensors:
-    if not of_graph(t, graph):
-      return None
-  return graph
+  return graph if all(of_graph(t, graph) for t in tensors) else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,8 +51,7 @@ def _int32_vector_attrs(values):
 
 
 def _make(graph, op_type, inputs, dtypes, attrs):
-  """The tf.Operation. (Graph._create_op_internal: Graph.create_op's deprecation wrapper
-  inspects the arguments of every call.)"""
+  """The tf.Operation (_create_op_internal: create_op's deprecation wrapper is slow)."""
   return graph._create_op_internal(  # pylint: disable=protected-access
       op_type, inputs, dtypes, name=op_type, attrs=attrs)
 
@@ -254,8 +244,7 @@ def matmul(a, b, adjoint_a=False, adjoint_b=False):
 
 def _plain_variable(graph, v):
   """Whether reads and writes of v may be made directly in graph: a plain resource
-  variable (no caching device, XLA sharding or distribution wrapper) used from a
-  tf.function's graph that captures it by reference."""
+  variable used from a tf.function's graph that captures it by reference."""
   if graph is None:  # graph_for's answer: None where the speed layer is off
     return False
   return (type(v) is speed_layer.internals().ResourceVariable and  # pylint: disable=unidiomatic-typecheck
@@ -271,8 +260,7 @@ def read_variable(v):
   if not _plain_variable(graph, v):
     return v.value()
   graph.watch_variable(v)  # as the read does: the function's variables include v
-  # As value() does, outside the caller's device and colocation scopes: the read goes
-  # where its variable is. The handle is an outer (eager) tensor the graph captures.
+  # As value() does, outside the caller's device and colocation scopes.
   with graph.colocate_with(None, ignore_existing=True):
     return _op(graph, "ReadVariableOp", [v.handle], v.dtype,
                {"dtype": _type_attr(v.dtype)})

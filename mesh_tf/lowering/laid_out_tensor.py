@@ -1,16 +1,10 @@
 """`LaidOutTensor`: the base of every backend's value for one mtf Tensor, and its protocol.
 
-Ops never look inside a laid-out tensor; they pass it to MeshImpl primitives. What user
-code (and `import_laid_out_tensor`, `Print`, control dependencies) may rely on:
-
-- `tensor_list`: the backend's tf.Tensors for the value -- placement: one slice per
-  processor, by processor number; SIMD on TPU: this core's one slice; SIMD emulation: one
-  stacked [cores, *slice] tensor in physical core order; GSPMD: the one global tensor.
-- `all_slices`: the same list (the original's name).
-- `slice_shape`: the shape (list of ints) of one processor's slice under the backend's
-  `MeshImpl.slice_layout` (GSPMD: the full shape).
-- `dtype`: the tf.DType of its slices.
-- `to_laid_out_tensor()`: the value itself (lazy values compute themselves first).
+Ops never look inside a laid-out tensor; they pass it to MeshImpl primitives. Its
+`tensor_list` (alias `all_slices`) holds the backend's tf.Tensors for the value --
+placement: one slice per processor, by pnum; SIMD on TPU: this core's slice; SIMD
+emulation: one stacked [cores, *slice] tensor in physical core order; GSPMD: the one
+global tensor.
 """
 
 
@@ -36,7 +30,7 @@ class LaidOutTensor(object):
 
   @property
   def slice_shape(self):
-    """One processor's slice shape, as a list of ints."""
+    """One processor's slice shape (list of ints) under `MeshImpl.slice_layout`."""
     return self.one_slice.shape.as_list()
 
   @property

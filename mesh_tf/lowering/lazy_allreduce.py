@@ -1,11 +1,9 @@
 """Deferred SUM allreduces, so that partial sums are added before they are reduced.
 
-An einsum that contracts a split dim leaves each processor with a partial sum. When
-several such partial sums are added (the gradient of a tensor used by three einsums, as
-q, k and v use the attention input), allreducing their sum costs one collective instead
-of three. An einsum therefore records a LazyAllreduceSum; `add_n` of lazy values with the
-same mesh axes sums them locally and stays lazy; any other reader forces the allreduce
-(once) through `Lowering.tensors`.
+An einsum that contracts a split dim records a LazyAllreduceSum of its partial sums;
+`add_n` of lazy values with the same mesh axes sums them locally and stays lazy (one
+collective instead of several); any other reader forces the allreduce (once) through
+`Lowering.tensors`.
 """
 
 
@@ -16,8 +14,7 @@ class LazyAllreduceSum:
     mesh_impl: the MeshImpl that will run the allreduce.
     laid_out_input: the laid-out partial sums.
     mesh_axes: the mesh axes to sum over.
-    add_counter_fn: optional fn(key, value) told about the allreduce when it is emitted
-      (e.g. Lowering.add_counter).
+    add_counter_fn: optional fn(key, value) told about the allreduce when it is emitted.
     op_name: the mtf op the collective is accounted to.
   """
 
@@ -27,10 +24,9 @@ class LazyAllreduceSum:
     self.laid_out = laid_out_input
     self.mesh_axes = tuple(mesh_axes)
     self.add_counter_fn = add_counter_fn
-    self.op_name = op_name  # collectives emitted by force() are accounted to this op
+    self.op_name = op_name
     self._result = None
-    # set by the Lowering where the backend packs allreduces: fn() -> the other owed
-    # sums to pay in the same collective as this one
+    # set by the Lowering where the backend packs allreduces: fn() -> other owed sums
     self.pack_partners_fn = None
 
   @property
@@ -52,12 +48,15 @@ class LazyAllreduceSum:
       impl = self.mesh_impl
       caller, impl.current_op_name = impl.current_op_name, self.op_name
       try:
-        self._result = impl.allreduce(self.laid_out, list(self.mesh_axes), "SUM")
+        self._paid(impl.allreduce(self.laid_out, list(self.mesh_axes), "SUM"))
       finally:
         impl.current_op_name = caller
-      if self.add_counter_fn is not None:
-        self.add_counter_fn("allreduce/%s/SUM" % list(self.mesh_axes), 1)
     return self._result
+
+  def _paid(self, result):
+    self._result = result
+    if self.add_counter_fn is not None:
+      self.add_counter_fn("allreduce/%s/SUM" % list(self.mesh_axes), 1)
 
   def to_laid_out_tensor(self):
     """The original's name for force()."""
@@ -70,9 +69,7 @@ def _force_packed(sums):
   results = impl.allreduce_sums_packed([x.laid_out for x in sums], list(sums[0].mesh_axes),
                                        [x.op_name for x in sums])
   for x, result in zip(sums, results):
-    x._result = result  # pylint: disable=protected-access
-    if x.add_counter_fn is not None:
-      x.add_counter_fn("allreduce/%s/SUM" % list(x.mesh_axes), 1)
+    x._paid(result)  # pylint: disable=protected-access
 
 
 def packable(x, y):
@@ -105,10 +102,9 @@ class LazyLaidOutTensor:
 def compatible_lazy_allreduce_sums(xs):
   """Whether xs are all LazyAllreduceSums owing the same allreduce (so their sum may stay
   lazy)."""
-  if not xs or not all(isinstance(x, LazyAllreduceSum) for x in xs):
-    return False
-  return all(x.mesh_impl is xs[0].mesh_impl and x.mesh_axes == xs[0].mesh_axes
-             for x in xs)
+  return bool(xs) and all(
+      isinstance(x, LazyAllreduceSum) and x.mesh_impl is xs[0].mesh_impl and
+      x.mesh_axes == xs[0].mesh_axes for x in xs)
 
 
 def convert_args_to_laid_out_tensors(xs):

@@ -1,21 +1,13 @@
 """The local einsum of a slice: some two-operand einsums as explicit transposes, one
 (batch) matmul and reshapes.
 
-TF 2.21's CPU einsum kernel (oneDNN's `_MklEinsum`) transposes operands and result
-itself. Where the first operand's contracted dims are not its last ones (the attention
-gradients "abcd,abce->aecd": the value and key gradients of [batch, length, heads,
-memory] probabilities) that is 2.5x slower than the same transposes as `tf.transpose` ops
-followed by `BatchMatMulV2` (8.6 ms against 3.3 ms for the tiny LM of
-benchmarks/step_time.py, measured alone); where the transposes only move dims of size 1
-(heads split over the mesh) they become reshapes. Elsewhere TF's kernel is as fast and
-stays one op. In the SIMD replay the choice is made from the labels alone, never from
-sizes, so the TF ops it emits do not depend on how many processors a mesh has.
-
-In bfloat16 and float16 every plain product is a matmul: TF's CPU einsum kernel is
-about 12x slower than MatMul for them.
-
-Backends compiled by XLA keep `tf.einsum` (XLA picks layouts itself); they still put the
-operands in the output's order (`operands_in_output_order`).
+TF's CPU einsum kernel is about 2.5x slower than `tf.transpose` + `BatchMatMulV2` where the
+first operand's contracted dims are not its last ones (the attention gradients
+"abcd,abce->aecd"), and about 12x slower than MatMul in bfloat16 and float16; there the
+einsum becomes a matmul (transposes moving only dims of size 1 become reshapes).
+Elsewhere it stays one op. In the SIMD replay the choice depends on labels only, never
+on sizes. Backends compiled by XLA keep `tf.einsum`, with operands in the output's order
+(`operands_in_output_order`).
 """
 import numpy as np
 import tensorflow as tf
@@ -36,12 +28,8 @@ def einsum(equation, *operands, as_matmul=True):
 
 def operands_in_output_order(equation, operands):
   """Swaps a two-operand einsum whose output lists the second operand's free labels
-  before the first's (a weight gradient "abc,abd->dc").
-
-  The product then lands in the output's order without a transpose; written the other
-  way round, XLA transposes the big operand instead (the [batch, length, vocab] logits
-  gradient: about 10% of the tiny LM's step on CPU).
-  """
+  before the first's (a weight gradient "abc,abd->dc"), so the product lands in the
+  output's order without a transpose of the big operand."""
   if len(operands) != 2 or "->" not in equation:
     return equation, tuple(operands)
   ins, out = equation.split("->")
@@ -85,8 +73,7 @@ def _contracted_order(lhs, rhs, contracted):
   rhs_order = "".join(c for c in rhs if c in contracted)
   if lhs_order == rhs_order:
     return lhs_order
-  in_place = lambda term, order: order in term
-  return rhs_order if in_place(rhs, rhs_order) and not in_place(lhs, lhs_order) else lhs_order
+  return rhs_order if rhs_order in rhs and lhs_order not in lhs else lhs_order
 
 
 def reshape_if_needed(value, shape):
@@ -103,10 +90,9 @@ def permute_dims(value, perm):
 
 
 def _worthwhile(lhs, out_of_place, contracted, size):
-  """Whether transposes + matmul beat TF's einsum kernel. By labels: where the first
-  operand's contracted labels are not its last (the attention gradients; elsewhere the
-  kernel's own transposes are about as fast). With sizes known: also where every
-  transpose only moves dims of size 1 (a head dim split over the mesh), as reshapes."""
+  """Whether transposes + matmul beat TF's einsum kernel: where the first operand's
+  contracted labels are not its last, or (sizes known) every transpose only moves dims
+  of size 1."""
   if not lhs.endswith("".join(c for c in lhs if c in contracted)):
     return True
   return size is not None and all(
@@ -140,8 +126,7 @@ def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
       (produced, out)) if term != order]
   size = dict(zip(lhs, x.shape.as_list()))
   size.update(zip(rhs, y.shape.as_list()))
-  # TF's CPU einsum kernel is ~12x slower than MatMul in bfloat16 (1.5 s against 0.13 s
-  # for [4096, 256] x [256, 2048]): narrow floats always take the matmul.
+  # Narrow floats always take the matmul (see the module docstring).
   if x.dtype.size >= 4 and (not out_of_place or not _worthwhile(
       lhs, out_of_place, contracted, size if by_sizes else None)):
     return None  # TF's einsum is as good (without transposes: the same one matmul)
@@ -153,7 +138,7 @@ def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
       value = permute_dims(value, [term.index(c) for c in order])
     inner = [prod(contracted), prod(free)] if contracted_first else [
         prod(free), prod(contracted)]
-    # Batch dims stay as they are (matmul takes any number); the others become one each.
+    # Batch dims stay (matmul takes any number); the others become one each.
     return reshape_if_needed(value, [size[c] for c in batch] + inner), contracted_first
 
   a, a_transposed = as_3d(x, lhs, free_l)

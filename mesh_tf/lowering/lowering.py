@@ -1,13 +1,10 @@
 """`Lowering`: compiles an mtf Graph into TF ops, one MeshImpl per mesh.
 
-TF 2 model: build the mtf graph once, then create a Lowering wherever TF ops should be
-emitted -- eagerly (tests, notebooks) or inside a `tf.function` trace. Ops are lowered on
-demand: `export_to_tf_tensor(x)` and `lowered_operation(op)` emit only what they need,
-in graph order, so (as with a TF1 `session.run`) a fetch runs just its own subgraph.
-
-Variables live on the MeshImpl (`mesh_impl.variable_store`) and are created once, in the
-eager context (`tf.init_scope`), so every later Lowering -- another trace, an eval graph
-with the same variable names -- reuses them.
+Build the mtf graph once, then create a Lowering wherever TF ops should be emitted
+(eagerly or inside a `tf.function` trace). Ops are lowered on demand:
+`export_to_tf_tensor(x)` and `lowered_operation(op)` emit only what they need, in graph
+order. Variables live on the MeshImpl (`mesh_impl.variable_store`), created once, eagerly,
+so every later Lowering reuses them.
 """
 import collections
 import functools
@@ -18,8 +15,7 @@ from mesh_tf.errors import LayoutError, ShapeError
 from mesh_tf.lowering import lazy_allreduce, speed_layer
 
 
-# Lowering is plain Python emitting TF ops; AutoGraph must not rewrite it when it runs
-# inside a tf.function (converting it costs seconds per trace and changes nothing).
+# AutoGraph must not rewrite the lowering inside a tf.function (seconds per trace).
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
@@ -29,11 +25,9 @@ class Lowering:
   Args:
     graph: the mtf Graph.
     mesh_to_impl: dict from each Mesh used by the graph to its MeshImpl.
-    autostack: accepted for compatibility; variables are never stacked here.
-    log_file: accepted for compatibility; nothing is logged to it.
+    autostack, log_file: accepted for compatibility; ignored.
     feeds: optional {mtf Tensor from import_tf_tensor: TF value} replacing the imported
-      value for this lowering. Lets a graph built once (importing a `tf.TensorSpec` as a
-      placeholder) be lowered inside a tf.function on that function's arguments.
+      value for this lowering (e.g. a tf.function's arguments).
   """
 
   @_no_autograph
@@ -55,9 +49,8 @@ class Lowering:
     with tf.init_scope():
       for v in graph.all_variables:
         self.variables[v] = self._get_or_create_variable(v)
-      # The random-op counter too: a variable made in a tf.function's first trace
-      # makes TF trace the function a second time. Not under a strategy's scope, which
-      # would make it a mirrored variable that replicas cannot update.
+      # The random-op counter too (a variable made while tracing makes TF retrace);
+      # not under a strategy's scope, which would make it a mirrored variable.
       for op in graph.operations:  # a while loop draws if its body does
         if getattr(op, "draws_random_steps", False) and not tf.distribute.has_strategy():
           self.mesh_impl(op).state.random_counter()
@@ -90,8 +83,7 @@ class Lowering:
 
   def mesh_impl(self, m):
     """The MeshImpl of a Mesh, or of the mesh of a Tensor or Operation."""
-    mesh = m if not hasattr(m, "mesh") else m.mesh
-    return self.mesh_to_impl[mesh]
+    return self.mesh_to_impl[getattr(m, "mesh", m)]
 
   # ---- on-demand lowering ----
   def _ensure_lowered(self, *ops):
@@ -126,8 +118,7 @@ class Lowering:
   def communication_summary(self):
     """Bytes each processor sends in what this Lowering emitted, by (kind, mesh dims).
 
-    Returns an OrderedDict {(kind, "rows,cols"): bytes}; see mesh_tf.analysis for the
-    per-collective formulas and `communication_report()` for a printable table.
+    Returns an OrderedDict {(kind, "rows,cols"): bytes} (formulas: mesh_tf.analysis).
     """
     from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
     impl = next(iter(self.mesh_to_impl.values()))
@@ -158,8 +149,7 @@ class Lowering:
   @_no_autograph
   def lowered_operation(self, op):
     """Lowers op (e.g. an Assign) and returns what it produced (a tf op in graph mode)."""
-    if hasattr(op, "operation"):
-      op = op.operation
+    op = getattr(op, "operation", op)
     self._ensure_lowered(op)
     return self.operations.get(op)
 
@@ -211,13 +201,12 @@ class Lowering:
 
   def verify_slice_shapes(self, tensor, laid_out_tensor):
     """Raises ShapeError unless the laid-out value has the layout's slice shape."""
-    x, laid_out = tensor, laid_out_tensor
-    impl = self.mesh_impl(x)
-    expected = impl.slice_shape(x.shape)
-    actual = laid_out.slice_shape
+    impl = self.mesh_impl(tensor)
+    expected = impl.slice_shape(tensor.shape)
+    actual = laid_out_tensor.slice_shape
     if actual is not None and list(actual) != expected:
       raise ShapeError("lowering of %s produced slices of shape %s, expected %s on %r"
-                       % (x.name, actual, expected, impl), tensor=x.name)
+                       % (tensor.name, actual, expected, impl), tensor=tensor.name)
 
   def laid_out_size(self, tensor):
     """Elements of `tensor` stored across all processors (counting replicas)."""
@@ -226,9 +215,7 @@ class Lowering:
   def add_counter(self, key, value):
     self._counters[key] += int(value)
 
-  # The original kept full-size master variables and copied them to and from the slices
-  # around checkpoints. Here the slices are the only state and checkpoints assemble full
-  # values directly, so these are no-ops kept for code that still calls them.
+  # No-ops kept for the original's API: the slices are the only state (no master copies).
   def copy_masters_to_slices(self):
     return tf.no_op() if not tf.executing_eagerly() else None
 

@@ -1,18 +1,11 @@
 """`MeshImpl`: the backend contract -- the small set of mesh primitives every op lowers to.
 
-A backend (placement, SIMD, GSPMD, multi-client) subclasses MeshImpl and implements only
-its abstract methods (`MeshImpl.__abstractmethods__`): slicewise, the protected collectives
-_allreduce, _allconcat, _alltoall and _receive, laid_out_pnum, import_tf_tensor,
-export_to_tf_tensor and make_variable. Everything else derives from them. The public
-collectives (allreduce, allconcat, alltoall, receive, reduce_scatter) live here: each
-records itself once in `comm_log` (communication accounting), then calls the backend's
-protected one. Ops call the public names and never ask which backend runs them.
-
-Vocabulary: a *laid-out tensor* is the backend's value for one mtf Tensor (see
-lowering/laid_out_tensor.py). Its *slices* have the shape `slice_shape(tensor_shape)`:
-each dim that `slice_layout` splits over mesh axis m is divided by the size of m.
-Ops plan their communication on `slice_layout` (mesh_tf/plans) and run the plan with
-`run_step`, which calls the primitives.
+A backend subclasses MeshImpl and implements only its abstract methods
+(`MeshImpl.__abstractmethods__`); everything else derives from them. The public
+collectives (allreduce, allconcat, alltoall, receive, reduce_scatter) record themselves
+once in `comm_log`, then call the backend's protected ones. Ops plan their communication
+on `slice_layout` (mesh_tf/plans) and run the plan with `run_step`. The vocabulary
+(laid-out tensor, slice, pnum) is in docs/adding_a_backend.md.
 """
 import abc
 import types
@@ -29,18 +22,16 @@ from mesh_tf.shapes.mesh_layout import MeshLayout
 
 
 class LaidOutVariableBase:
-  """What every backend's laid-out variable shares: the mtf Variable's name, full shape
-  and dtypes, its initial value, and the original's master-copy hooks (no-ops here: the
-  slices are the only state). Subclasses add laid_out_tensor, assign_to_slices,
-  read_full and assign_full."""
+  """What every backend's laid-out variable shares: the mtf Variable's name, shape,
+  dtypes and initial value. Subclasses add laid_out_tensor, assign_to_slices, read_full
+  and assign_full."""
 
   def __init__(self, variable):
     self.name = variable.name
     self.shape = variable.shape
     self.master_dtype = variable.master_dtype
     self.slice_dtype = variable.slice_dtype
-    # Names of the variables a checkpoint stores instead, one per entry of the first
-    # dim (see checkpoint.entries.collect_entries); None: stored whole.
+    # Per entry of the first dim, the name a checkpoint stores it under; None: whole.
     self.checkpoint_split = getattr(variable, "checkpoint_split", None)
 
   @staticmethod
@@ -63,11 +54,7 @@ _GRAPH_CACHE_ATTR = "_mesh_tf_graph_cache"
 
 def graph_cached(key, make):
   """make(), memoized per TF graph being built (a cond branch or loop body has its own),
-  made outside any control dependencies; eagerly it is just make().
-
-  For values that do not depend on where they are made, e.g. the constants of
-  `import_constant` on backends whose slices do not depend on a replica context.
-  """
+  made outside any control dependencies; eagerly it is just make()."""
   if tf.executing_eagerly():
     return make()
   graph = tf.compat.v1.get_default_graph()
@@ -85,16 +72,14 @@ class MeshImpl(abc.ABC):
   """Shape and layout of a mesh, plus the primitives a backend must provide."""
 
   def __init__(self, shape, layout_rules):
-    # A MeshLayout given as `shape` (with layout_rules None) is kept as is: the caller's
-    # layout object is then the backend's.
+    # A MeshLayout given as `shape` (with layout_rules None) is kept as is.
     if isinstance(shape, MeshLayout) and layout_rules is None:
       self._layout = shape
     else:
       self._layout = MeshLayout(shape, layout_rules)
     self._shape = self._layout.shape
     self._layout_rules = self._layout.layout_rules
-    # Set while a tf.function traces: the state is then shared with the MeshImpls of
-    # other traces of that function (see mesh_state).
+    # Set while a tf.function traces: the state is then shared (see mesh_state).
     self._trace_owner = mesh_state.current_trace_owner()
     self._state = None
     # One CollectiveRecord per collective emitted, appended by record_collective.
@@ -113,9 +98,8 @@ class MeshImpl(abc.ABC):
 
   @property
   def slice_layout(self):
-    """The MeshLayout this backend's laid-out values are sliced by, which ops plan their
-    communication on. It is mesh_layout, except for a backend whose values are whole
-    (GSPMD: the compiler partitions), where no dim is split and plans are empty."""
+    """The MeshLayout laid-out values are sliced by (ops plan on it): mesh_layout, except
+    where values are whole (GSPMD: the compiler partitions) and plans are empty."""
     return self._layout
 
   @property
@@ -124,14 +108,11 @@ class MeshImpl(abc.ABC):
 
   @property
   def needs_xla(self):
-    """Whether a tf.function lowering onto this mesh must be XLA-compiled
-    (jit_compile=True): only backends whose program XLA partitions need it."""
+    """Whether a tf.function lowering onto this mesh must use jit_compile=True."""
     return False
 
-  # Whether each processor's slice is a TF tensor of its own that TF's executor computes
-  # as written (not replayed over stacked slices, not compiled by XLA), so that a slice
-  # function may write into a buffer that only it holds (see
-  # models/transformer/cache_write.py). Placement sets it.
+  # Whether each slice is a TF tensor of its own, computed as written (not replayed, not
+  # compiled), so a slice function may write into a buffer only it holds (placement).
   in_place_slice_writes = False
 
   @property
@@ -151,8 +132,7 @@ class MeshImpl(abc.ABC):
     return True
 
   def state_key(self):
-    """What identifies this mesh for sharing state across traces: backend, mesh shape,
-    layout rules and devices."""
+    """What identifies this mesh for sharing state across traces."""
     devices = getattr(self, "devices", None)
     return (type(self).__name__, self._shape.to_string, str(self._layout_rules),
             tuple(devices) if devices is not None else None)
@@ -175,11 +155,7 @@ class MeshImpl(abc.ABC):
     return self.state.variables
 
   def next_random_step(self):
-    """Advances this mesh's random-op counter; returns its new value (an int64 tensor).
-
-    The counter is a variable created once, eagerly, so each run of a tf.function that
-    lowers a random op advances it.
-    """
+    """Advances this mesh's random-op counter; returns its new value (an int64 tensor)."""
     return self.state.next_random_step()
 
   def random(self, shape, tf_fn, kwargs):
@@ -190,18 +166,9 @@ class MeshImpl(abc.ABC):
     return self.import_tf_tensor(types.SimpleNamespace(shape=shape, name="random"), full)
 
   def record_collective(self, kind, mesh_axes, slice_shape, dtype):
-    """Notes one collective a backend emits, for communication accounting.
-
-    The public collectives below call this before running the backend's, with the
-    per-processor input slice; the record is made when the TF ops are emitted (once per
-    trace), so a traced step's log is that step's communication.
-
-    Args:
-      kind: "allreduce", "allconcat", "alltoall", "receive" or "reducescatter".
-      mesh_axes: the mesh axes (ints) the collective runs over.
-      slice_shape: the per-processor input slice shape (list of ints).
-      dtype: its tf.DType.
-    """
+    """Appends to comm_log one collective of `kind` ("allreduce", "allconcat", "alltoall",
+    "receive", "reducescatter") over mesh_axes (ints), of per-processor input slices of
+    slice_shape and dtype. Recorded when the TF ops are emitted (once per trace)."""
     group_size = list_product([self._shape[a].size for a in mesh_axes])
     slice_bytes = list_product(list(slice_shape)) * tf.as_dtype(dtype).size
     self.comm_log.append(CollectiveRecord(kind, tuple(mesh_axes), group_size, slice_bytes,
@@ -212,17 +179,14 @@ class MeshImpl(abc.ABC):
     return list(laid_out.all_slices)
 
   def annotate(self, x, laid_out):
-    """Hook run on each lowered value of mtf Tensor x; returns the value to record.
-
-    The default keeps it; GSPMD attaches the XLA sharding of x's layout here.
-    """
+    """Hook run on each lowered value of mtf Tensor x; returns the value to record (GSPMD
+    attaches x's XLA sharding)."""
     del x
     return laid_out
 
   def note_readers(self, laid_out, has_unlowered_reader):
     """Hook run on each recorded laid-out value: has_unlowered_reader() tells whether an
-    op reading it is still to be lowered. The default ignores it; placement's deferred
-    slices use it to leave out of a segment what nothing reads any more."""
+    op reading it is still to be lowered (placement's deferred slices use it)."""
 
   # ---- layout queries: tensor_layout is the real layout; slices follow slice_layout ----
   def tensor_dimension_to_mesh_axis(self, tensor_dimension):
@@ -284,8 +248,7 @@ class MeshImpl(abc.ABC):
     """Cuts a full tf.Tensor into the laid-out value of mtf Tensor x."""
 
   def import_constant(self, x, value):
-    """The laid-out value of mtf Tensor x from a numpy array of its full shape; a backend
-    may cut it in numpy and emit each slice as a constant (see `graph_cached`)."""
+    """The laid-out value of mtf Tensor x from a numpy array of its full shape."""
     return self.import_tf_tensor(x, tf.constant(value))
 
   @abc.abstractmethod
@@ -304,8 +267,7 @@ class MeshImpl(abc.ABC):
   def allreduce(self, x, mesh_axes, reduction_fn_string, record=True):
     """Reduces ("SUM", "MAX", "MIN") across the processors that differ only on mesh_axes.
 
-    record=False leaves it out of comm_log (control traffic, not the model's). An unknown
-    reduction name is a LayoutError on every backend, even over no mesh axes.
+    record=False leaves it out of comm_log. An unknown reduction is a LayoutError.
     """
     reduction_fn_string = reductions.check_collective_reduction(reduction_fn_string)
     if record and self._allreduce_is_recorded(mesh_axes):
@@ -313,19 +275,16 @@ class MeshImpl(abc.ABC):
     return self._allreduce(x, mesh_axes, reduction_fn_string)
 
   def _allreduce_is_recorded(self, mesh_axes):
-    """Whether an allreduce over mesh_axes goes into comm_log (see record_lone_allreduce)."""
     return bool(mesh_axes) and (self.record_lone_allreduce or list_product(
         [self._shape[a].size for a in mesh_axes]) > 1)
 
-  # Whether SUM allreduces still owed when one of them is paid are paid together, in
-  # one collective (see allreduce_sums_packed); backends whose collectives cost a round
-  # trip each (between processes) set it.
+  # Whether owed SUM allreduces are paid together in one collective (allreduce_sums_packed);
+  # set where each collective costs a round trip (between processes).
   packs_allreduces = False
 
   def allreduce_sums_packed(self, xs, mesh_axes, op_names):
     """[SUM allreduce of x over mesh_axes for x in xs], each recorded as its own
-    collective (accounted to the op named at the same index of op_names), emitted as
-    `_allreduce_packed` does: by default one collective each."""
+    collective (accounted to op_names[i]), emitted by `_allreduce_packed`."""
     caller = self.current_op_name
     try:
       for x, name in zip(xs, op_names):
@@ -358,17 +317,12 @@ class MeshImpl(abc.ABC):
     return self._receive(x, mesh_axis, source_pcoord)
 
   def reduce_scatter(self, x, mesh_axis, split_axis):
-    """SUMs partial sums x over mesh_axis; each processor keeps its piece of split_axis.
-
-    Accounted as one reduce-scatter, whatever `_reduce_scatter` runs.
-    """
+    """SUMs partial sums x over mesh_axis; each processor keeps its piece of split_axis."""
     self.record_collective("reducescatter", [mesh_axis], x.slice_shape, x.dtype)
     return self._reduce_scatter(x, mesh_axis, split_axis)
 
   def _reduce_scatter(self, x, mesh_axis, split_axis):
-    """The backend's reduce_scatter. This default runs the SUM allreduce (unrecorded)
-    and cuts locally; placement overrides it with a native one (each device adds only
-    its piece)."""
+    """The backend's reduce_scatter; this default allreduces (unrecorded), then cuts."""
     return self.allsplit(self._allreduce(x, [mesh_axis], "SUM"), mesh_axis, split_axis)
 
   # ---- defaults built on the primitives ----
@@ -393,8 +347,8 @@ class MeshImpl(abc.ABC):
     return self.slicewise(begin, *pcoords)
 
   def laid_out_slice_num(self, tensor_shape):
-    """A laid-out int32 scalar equal on processors holding identical slices of a tensor:
-    the row-major number of the processor's coordinates on the mesh axes that split it."""
+    """A laid-out int32 scalar: the row-major number of the processor's coordinates on the
+    mesh axes that split the tensor (equal where slices are identical)."""
     axes = sorted(self.slice_layout.tensor_layout(tensor_shape).mesh_axes)
     num = None
     for a in axes:
@@ -417,7 +371,7 @@ class MeshImpl(abc.ABC):
 
   def slicewise_delay_allreduce(self, fn, *inputs):
     """slicewise for a fn linear in its inputs: partial sums still owing one allreduce
-    (LazyAllreduceSum, e.g. from `lowering.tensors.raw`) stay owing it."""
+    (LazyAllreduceSum) stay owing it."""
     from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum  # pylint: disable=g-import-not-at-top
     lazy = [x for x in inputs if isinstance(x, LazyAllreduceSum)]
     if lazy and len(lazy) == len(inputs) and len({x.mesh_axes for x in lazy}) == 1:
@@ -473,8 +427,7 @@ class MeshImpl(abc.ABC):
       return self.reduce_scatter(x, step.mesh_axis, index(step.dim))
     raise ValueError("unknown plan step %r" % (step,))
 
-  # Whether a local einsum is emitted as transposes + matmul (lowering/local_einsum.py);
-  # backends that hand the program to a compiler or a replay keep the one einsum op.
+  # Whether a local einsum may become transposes + matmul (lowering/local_einsum.py).
   einsum_as_matmul = True
 
   def einsum(self, equation, *slices):
@@ -486,8 +439,7 @@ class MeshImpl(abc.ABC):
     """Cuts a full tf.Tensor into one slice per processor (list, by pnum)."""
     tensor_shape = convert_to_shape(tensor_shape)
     sizes = self.slice_shape(tensor_shape)
-    # one tf.split per split dim (and piece of the dims before it), not a tf.slice and
-    # its two constants per distinct slice
+    # one tf.split per split dim, not a tf.slice and its two constants per slice
     pieces = {(): tf_tensor}
     for axis, dim in enumerate(tensor_shape.dims):
       count = dim.size // sizes[axis]

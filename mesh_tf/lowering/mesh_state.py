@@ -1,14 +1,10 @@
 """The TF state of a mesh -- its laid-out variables and its random-op step counter.
 
-Usually a MeshImpl owns its state. The original's pattern of building the graph, the
-MeshImpl and the Lowering inside the model function breaks that under `tf.function`:
-each trace (TF traces a function twice on its first call when it creates variables)
-makes a new MeshImpl, and new variables on a later trace are an error. So a MeshImpl
-constructed *while a tf.function traces* shares its state with every other MeshImpl
-built in a trace of the same tf.function object, with the same backend, mesh shape,
-layout and devices: the variables are created once, on the first trace, and every later
-trace reuses them (like the tf.Variables a tf.function creates on its first call). A
-new tf.function object starts afresh. MeshImpls built eagerly keep state of their own.
+Usually a MeshImpl owns its state. But each trace of a tf.function that builds its
+MeshImpl inside makes a new one, and new variables on a later trace are an error. So a
+MeshImpl constructed *while a tf.function traces* shares its state with every MeshImpl
+built in a trace of the same tf.function object with the same backend, mesh shape,
+layout and devices: variables are created on the first trace and reused after.
 """
 import sys
 import weakref
@@ -71,10 +67,8 @@ def current_trace_owner():
 
 def shared_state(owner, backend_key):
   """The MeshState every MeshImpl with this backend key built in owner's traces shares."""
-  if isinstance(owner, str):
-    states = _TRACED_STATES.setdefault(owner, {})
-  else:
-    states = _STATES_BY_FUNCTION.setdefault(owner, {})
+  states = (_TRACED_STATES if isinstance(owner, str) else _STATES_BY_FUNCTION).setdefault(
+      owner, {})
   if backend_key not in states:
     states[backend_key] = MeshState()
   return states[backend_key]

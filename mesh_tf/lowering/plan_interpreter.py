@@ -1,9 +1,8 @@
 """Runs an op's plan (mesh_tf/plans) on laid-out values with the MeshImpl's primitives.
 
-An op's lower() is: `read_operands` (each operand's input after its steps), the local TF
-computation on those values (`impl.slicewise`), then `write_outputs` (each output's
-steps: cut whole dims, allreduce, or record an owed allreduce) -- nothing else sends data.
-A backend may run steps its own way by overriding `MeshImpl.run_step` (GSPMD annotates).
+An op's lower() is: `read_operands`, the local TF computation (`impl.slicewise`), then
+`write_outputs` -- nothing else sends data. A backend may run steps its own way by
+overriding `MeshImpl.run_step`.
 """
 from mesh_tf.lowering.lazy_allreduce import LazyAllreduceSum
 from mesh_tf.plans import steps as plan_steps

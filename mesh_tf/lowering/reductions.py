@@ -3,9 +3,8 @@ import tensorflow as tf
 
 from mesh_tf.errors import LayoutError
 
-# The one table of reductions: each name's two-argument TF function, its TF reduce
-# function, and the merge_op of TF's collective ops (CollectiveReduceV2). MEAN is an
-# op-level reduction only (mtf.reduce_mean); collectives reduce with the first three.
+# name: (two-argument TF function, TF reduce function, merge_op of TF's collective ops).
+# MEAN is an op-level reduction only (mtf.reduce_mean).
 _TABLE = {
     "SUM": (tf.add, tf.reduce_sum, "Add"),
     "MAX": (tf.maximum, tf.reduce_max, "Max"),
@@ -20,11 +19,8 @@ _MERGE_OP = {name: row[2] for name, row in _TABLE.items()}
 
 
 def canonical_reduction(reduction_fn_string):
-  """The upper-case form of a reduction name ("sum" -> "SUM"); other values unchanged.
-
-  Every op and backend that takes a reduction name passes it through here first, so
-  "sum", "Sum" and "SUM" mean the same. Unknown names are left for the caller to reject.
-  """
+  """The upper-case form of a reduction name ("sum" -> "SUM"); other values unchanged
+  (unknown names are left for the caller to reject)."""
   if isinstance(reduction_fn_string, str):
     return reduction_fn_string.upper()
   return reduction_fn_string
@@ -44,8 +40,7 @@ def binary_reduction_fn(reduction_fn_string):
 
 
 def reduction_fn(reduction_fn_string):
-  """The TF reduce function for "SUM", "MAX" or "MIN" (tf.reduce_sum, ...), as in the
-  original."""
+  """The TF reduce function for "SUM", "MAX" or "MIN" (tf.reduce_sum, ...)."""
   return _lookup(_REDUCE, reduction_fn_string)
 
 

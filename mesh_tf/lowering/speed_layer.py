@@ -1,12 +1,9 @@
 """The speed layer's one switch, and the probe of the TF internals it needs.
 
-The speed layer makes lowering fast through TensorFlow's private internals: ops made
-directly in the graph (`direct_ops`), placement's recorded and replayed slice functions
-and its per-segment function calls (`slice_replay`, `slice_segments`), and the SIMD
-emulation's replay of a traced slice function (`simd_vectorize`, `simd_matmul`). Each
-of those asks `active()` before using an internal; where it answers None they take the
-plain path, public TF API calls only, which computes the same values, only slower to
-build.
+The speed layer makes lowering fast through TensorFlow's private internals (`direct_ops`,
+`slice_replay`, `slice_segments`, `simd_vectorize`, `simd_matmul`). Each asks `active()`
+before using an internal; where it answers None they take the plain path (public TF API
+only: the same values, slower to build).
 
 The switch, from the strongest setting to the weakest:
   1. `set_enabled(True/False)` or the `switched(on)` context manager (tests);
@@ -14,12 +11,8 @@ The switch, from the strongest setting to the weakest:
   3. the gin binding `speed_layer.enabled = False` (read when a Lowering is made);
   4. on.
 
-Switched on, the internals are probed once (imports of `tensorflow.python...` and the
-attributes used on graphs, ops and tensors). Where one is missing -- TF moved it -- the
-layer stays off with one warning (`SpeedLayerFallbackWarning`) instead of failing.
-
-The answer is cached: `active()` costs one call and a global read. `refresh()` (each
-Lowering calls it) reads the environment and gin again; `reset()` forgets the probe too.
+Switched on, the internals are probed once; where one is missing the layer stays off
+with one warning (`SpeedLayerFallbackWarning`) instead of failing.
 """
 import contextlib
 import importlib
@@ -33,8 +26,7 @@ import tensorflow as tf
 ENV_VAR = "MESH_TF_SPEED_LAYER"
 _OFF_VALUES = ("0", "false", "off", "no")
 
-# (module, attributes the layer uses) of TF's private internals, keyed by the name the
-# layer's modules read them under.
+# {name the layer reads it under: (module, attributes used)} of TF's private internals.
 _MODULES = {
     "pywrap_tf_session": ("tensorflow.python.client.pywrap_tf_session",
                           ("TF_GraphToFunction_wrapper", "TF_FunctionToFunctionDef",
@@ -55,8 +47,7 @@ _MODULES = {
                       ("from_structured_signature",)),
     "compat": ("tensorflow.python.util.compat", ("as_bytes", "as_str")),
 }
-# Private attributes used on a graph, an op and a symbolic tensor; and on AtomicFunction
-# (slice_segments subclasses it and sets its lazily made FunctionType).
+# Private attributes used on a graph, an op, a symbolic tensor and AtomicFunction.
 _GRAPH_ATTRS = ("_create_op_internal", "_c_graph", "_add_function_recursive",
                 "_override_gradient_function", "_control_dependencies_stack")
 _OP_ATTRS = ("_c_op", "_add_control_input")
@@ -81,16 +72,14 @@ _active = None  # cached answer of active(): the namespace, False (off), None (u
 
 @gin.configurable("speed_layer")
 def configured(enabled=None):
-  """The gin setting: `speed_layer.enabled = False` turns the layer off; None (the
-  default) leaves it to the environment variable, then on."""
+  """The gin setting: `speed_layer.enabled = False` turns the layer off; None (default)
+  leaves it to the environment variable."""
   return enabled
 
 
 def _from_environment():
   value = os.environ.get(ENV_VAR, "").strip().lower()
-  if not value:
-    return None
-  return value not in _OFF_VALUES
+  return (value not in _OFF_VALUES) if value else None
 
 
 def switch_setting():
@@ -104,6 +93,12 @@ def switch_setting():
   return True if gin_value is None else bool(gin_value)
 
 
+def _require(obj, attrs, label):
+  for attr in attrs:
+    if not hasattr(obj, attr):
+      raise MissingInternal("%s.%s" % (label, attr))
+
+
 def _probe():
   """A namespace of the internals; raises MissingInternal naming one TF lacks."""
   found = {}
@@ -112,34 +107,20 @@ def _probe():
       module = importlib.import_module(module_name)
     except ImportError:
       raise MissingInternal(module_name) from None
-    for attr in attrs:
-      if not hasattr(module, attr):
-        raise MissingInternal("%s.%s" % (module_name, attr))
+    _require(module, attrs, module_name)
     found[key] = module
   found["ResourceVariable"] = found["resource_variable_ops"].ResourceVariable
   found["could_possibly_record"] = found["record"].could_possibly_record
   found["FuncGraph"] = found["func_graph"].FuncGraph
-  atomic = found["atomic_function"].AtomicFunction
-  for attr in _ATOMIC_FUNCTION_ATTRS:
-    if not hasattr(atomic, attr):
-      raise MissingInternal("AtomicFunction.%s" % attr)
-  context = found["context"].context()
-  for attr in _CONTEXT_ATTRS:
-    if not hasattr(context, attr):
-      raise MissingInternal("eager Context.%s" % attr)
+  _require(found["atomic_function"].AtomicFunction, _ATOMIC_FUNCTION_ATTRS, "AtomicFunction")
+  _require(found["context"].context(), _CONTEXT_ATTRS, "eager Context")
   # the attributes used on a graph's ops and tensors, looked up on real ones
   graph = tf.Graph()
-  for attr in _GRAPH_ATTRS:
-    if not hasattr(graph, attr):
-      raise MissingInternal("tf.Graph.%s" % attr)
+  _require(graph, _GRAPH_ATTRS, "tf.Graph")
   with graph.as_default():
     tensor = tf.constant(0.0)
-  for attr in _OP_ATTRS:
-    if not hasattr(tensor.op, attr):
-      raise MissingInternal("tf.Operation.%s" % attr)
-  for attr in _TENSOR_ATTRS:
-    if not hasattr(tensor, attr):
-      raise MissingInternal("graph tf.Tensor.%s" % attr)
+  _require(tensor.op, _OP_ATTRS, "tf.Operation")
+  _require(tensor, _TENSOR_ATTRS, "graph tf.Tensor")
   return types.SimpleNamespace(**found)
 
 
@@ -162,8 +143,7 @@ def internals_available():
 
 
 def internals():
-  """The internals' namespace where TF has them (whatever the switch says), else None:
-  for work the layer started while on and finishes later, e.g. a segment completing."""
+  """The internals' namespace where TF has them (whatever the switch says), else None."""
   return _internals if internals_available() else None
 
 
@@ -194,8 +174,7 @@ def refresh():
 
 
 def reset():
-  """Forgets the cached answer and the probe (a test simulating a missing internal
-  resets before and after)."""
+  """Forgets the cached answer and the probe."""
   global _active, _internals, _probe_failure
   _active = _internals = _probe_failure = None
 

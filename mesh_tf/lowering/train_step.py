@@ -10,12 +10,9 @@ def lower_train_step(lowering, loss, update_ops, skip_nonfinite=False):
   """
   update_inputs = [op.operation if hasattr(op, "operation") else op for op in update_ops]
   if not skip_nonfinite:
-    # the loss and everything the updates need first, in graph order: every gradient is
-    # made before the first is read, and the loss's allreduce waits to be exported, so
-    # placement's deferred copies form one segment (slice_segments.py), not one per
-    # weight, nor one for the forward and one for the backward pass
-    # (the order only helps the speed layer; with it off, or on another backend, the
-    # same ops are made in another order, with the same values)
+    # the loss and everything the updates need first, in graph order, so placement's
+    # deferred copies form one segment (slice_segments.py), not one per weight (the
+    # order only helps the speed layer; the values are the same)
     lowering._ensure_lowered(loss.operation, *update_inputs)  # pylint: disable=protected-access
   loss_value = lowering.export_to_tf_tensor(loss)
 

@@ -1,8 +1,8 @@
 """Writing variables (`assign`, `assign_add`, `assign_sub`) and ordering (`depend`).
 
 An assign function has the original's contract `assign_fn(variable, slice_var, value)`:
-`variable` is the mtf Variable, `slice_var` the TF variable holding one processor's slice
-(for the SIMD emulation: all slices at once) and `value` the new value of that slice.
+`slice_var` is the TF variable holding one processor's slice (for the SIMD emulation: all
+slices at once) and `value` its new value.
 """
 import inspect
 
@@ -44,11 +44,8 @@ def _takes_three_arguments(fn):
 
 
 def slice_writer(assign_fn, variable):
-  """The backends' per-slice writer (slice_var, value) for assign_fn and mtf variable.
-
-  Two-argument functions `fn(slice_var, value)`, which earlier versions of this port
-  took, are still accepted.
-  """
+  """The backends' per-slice writer (slice_var, value) for assign_fn and mtf variable;
+  a two-argument assign_fn(slice_var, value) is accepted too."""
   if _takes_three_arguments(assign_fn):
     return lambda slice_var, val: assign_fn(variable, slice_var, val)
   return assign_fn
@@ -57,11 +54,10 @@ def slice_writer(assign_fn, variable):
 def _group(ops):
   if tf.executing_eagerly():
     return None
-  # the writes' ops (an assign returns a tf.Operation, a tensor or an unread variable)
   ops = [o if isinstance(o, tf.Operation) else getattr(o, "op", o) for o in ops
          if o is not None]
   if len(ops) == 1 and isinstance(ops[0], tf.Operation):
-    return ops[0]  # a lone write needs no NoOp around it
+    return ops[0]
   # One NoOp waiting for every write (tf.group would add one more per device).
   with tf.control_dependencies(ops):
     return tf.no_op()

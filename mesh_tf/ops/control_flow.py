@@ -1,12 +1,9 @@
 """`while_loop`: a tf.while_loop whose condition and body are mtf sub-graphs.
 
-The condition and body are built once, as mtf ops on placeholder tensors, and kept out
-of the graph's operation list; lowering runs tf.while_loop over the laid-out values of
-the loop variables (flattened to their `.all_slices`, rebuilt with
-`mesh_impl.LaidOutTensor`), lowering the sub-graph inside the TF loop body. This works
-on every backend, eagerly and under tf.function.
-
-As in the original library, there is no gradient through a while loop.
+The condition and body are built once, as mtf ops on placeholder tensors kept out of the
+graph's operation list; lowering runs tf.while_loop over the laid-out loop variables
+(flattened to their `.all_slices`), lowering the sub-graph inside the TF loop body, on
+every backend. As in the original library, there is no gradient through a while loop.
 """
 import tensorflow as tf
 
@@ -24,20 +21,10 @@ def _as_tensor_list(values, what, op_name):
 
 
 class WhileLoopOperation(Operation):
-  """Repeats body_fn on the loop variables while cond_fn holds.
-
-  Args:
-    cond_fn: fn(*loop vars) -> a scalar bool mtf Tensor.
-    body_fn: fn(*loop vars) -> a list of new loop vars (same shapes and dtypes), followed,
-      if has_accumulators, by accumulator tensors that are summed over the iterations.
-    inputs: the initial loop vars (mtf Tensors).
-    tf_kwargs: passed to tf.while_loop (e.g. maximum_iterations); back_prop is ignored.
-    has_accumulators: whether body_fn returns accumulators after the loop vars.
+  """Repeats body_fn on the loop variables while cond_fn holds (see while_loop).
 
   Outputs: the final loop vars, then the accumulator sums (zero if the body never ran).
-  The op's inputs are the loop vars followed by the tensors from outside the loop that
-  the condition or body read (so they are lowered first).
-  """
+  Inputs: the loop vars, then the outside tensors the condition or body read."""
 
   def __init__(self, cond_fn, body_fn, inputs, tf_kwargs=None, has_accumulators=False,
                name="while_loop"):
@@ -50,8 +37,7 @@ class WhileLoopOperation(Operation):
     self._has_accumulators = has_accumulators
     self._num_loop_vars = len(inputs)
     graph_ops = self.graph.operations
-    # The sub-graphs are built on placeholders; this op rejoins the graph after them.
-    graph_ops.remove(self)
+    graph_ops.remove(self)  # rejoins the graph after the sub-graphs' placeholders
     self._cond_inputs = self._placeholders("cond_input")
     self._cond_output, self._cond_ops = self._capture(lambda: cond_fn(*self._cond_inputs))
     self._check_condition()
@@ -109,17 +95,9 @@ class WhileLoopOperation(Operation):
   def _captured_tensors(self):
     """Tensors the sub-graphs read that are made outside them, in first-use order."""
     inside = set(self._sub_ops()) | {self}
-    seen, captured = set(), []
-    for op in self._sub_ops():
-      for t in op.inputs:
-        if t.operation not in inside and t not in seen:
-          seen.add(t)
-          captured.append(t)
-    for t in [self._cond_output] + self._body_outputs:
-      if t.operation not in inside and t not in seen:
-        seen.add(t)
-        captured.append(t)
-    return captured
+    reads = [t for op in self._sub_ops() for t in op.inputs]
+    reads += [self._cond_output] + self._body_outputs
+    return [t for t in dict.fromkeys(reads) if t.operation not in inside]
 
   def _captured_control_inputs(self):
     inside = set(self._sub_ops())
@@ -185,13 +163,12 @@ def while_loop(cond_fn, body_fn, inputs, num_loop_vars=None, has_accumulators=Fa
 
   Args:
     cond_fn: fn(*loop vars) -> scalar bool mtf Tensor.
-    body_fn: fn(*loop vars) -> list of new loop vars, then (if has_accumulators) tensors
-      summed over the iterations and returned after the loop vars.
+    body_fn: fn(*loop vars) -> list of new loop vars (same shapes and dtypes), then (if
+      has_accumulators) tensors summed over the iterations and returned after the loop vars.
     inputs: list of mtf Tensors, the initial loop vars.
     num_loop_vars: if given, only the first num_loop_vars final values (then any
-      accumulators) are returned. The original turned the other inputs into variables to
-      speed up multi-GPU loops; here all stay loop variables, which gives the same values.
-    has_accumulators: see body_fn.
+      accumulators) are returned; unlike the original, the other inputs stay loop
+      variables rather than becoming variables (the same values).
     **kwargs: passed to tf.while_loop (e.g. maximum_iterations, parallel_iterations).
 
   There is no gradient through the loop; asking for one raises an MtfError.

@@ -1,24 +1,21 @@
 """Convolutions over the trailing spatial dims: conv2d/conv3d, their transposes, and the
 backprop ops that are their gradients.
 
-Tensors are [batch dims..., spatial dims..., channels] (NHWC / NDHWC with any number of
-named batch dims); filters are [filter spatial dims..., in channels, out channels], or for
-a transposed convolution [filter spatial dims..., out channels, in channels] as in TF.
-Output spatial dims keep the input's names with their new sizes.
-
-Layout: batch and channel dims may be split over the mesh. The channel dim a convolution
-contracts is summed with an allreduce over its mesh axis; the filter gradient sums over
-the batch dims, so it allreduces over their mesh axes. Spatial and filter-spatial dims are
-gathered when a layout splits them, and the result is cut back to the layout; to
-partition an image over processors without gathering it, split it into blocks
-(`mtf.layers.conv2d_with_blocks`).
+Tensors are [batch dims..., spatial dims..., channels]; filters are [filter spatial
+dims..., in channels, out channels] ([..., out channels, in channels] for a transposed
+convolution, as in TF). Output spatial dims keep the input's names with their new sizes.
+Batch and channel dims may be split (the dims a convolution sums over are then
+allreduced); split spatial dims are gathered and cut back after (to avoid that, split the
+image into blocks: `mtf.layers.conv2d_with_blocks`).
 """
+import collections
+
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
-from mesh_tf.lowering import plan_interpreter
-from mesh_tf.plans import rules as plan_rules
+from mesh_tf.lowering.plan_interpreter import lower_planned
+from mesh_tf.plans.rules import whole_dims_plan
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape
 
 _KERNELS = {
@@ -119,20 +116,14 @@ def _output_shape(batch_dims, spatial_dims, sizes, channel_dim, what, filter_nam
   return Shape(dims + [channel_dim])
 
 
-class _Named:
-  """Stands in for a tensor in error messages about a shape argument."""
-
-  def __init__(self, name):
-    self.name = name
+# Stands in for a tensor in error messages about a shape argument.
+_Named = collections.namedtuple("_Named", "name")
 
 
 class ConvFamilyOperation(Operation):
   """Shared lowering of every convolution op: gather spatial dims, run the TF kernel on
-  each slice, allreduce the summed dims, cut spatial dims back to the layout.
-
-  Subclasses set self._n, self._strides, self._padding, self._whole (dim names needed
-  whole), self._summed (Dimensions summed over) and define _local(*slices).
-  """
+  each slice, allreduce the summed dims, cut spatial dims back to the layout. Subclasses
+  call _setup and define _local(*slices)."""
 
   def _setup(self, n, strides, padding, whole, summed):
     self._n = n
@@ -151,23 +142,19 @@ class ConvFamilyOperation(Operation):
     """"SAME" or "VALID"."""
     return self._padding
 
-  # Declared splittability: the forward convolutions (and transposed ones) name their
-  # input-spatial and filter-spatial dims unsplittable; the backprop ops declare every
-  # dim splittable. The lowering gathers self._whole in every case.
+  # The forward ops declare their spatial dims unsplittable, the backprop ops none; the
+  # lowering gathers self._whole in every case.
   _DECLARES_WHOLE = True
 
   @property
   def unsplittable_dims(self):
-    """Names of the dims this op declares it needs whole (see above)."""
+    """Names of the dims this op declares it needs whole."""
     return self._whole if self._DECLARES_WHOLE else frozenset()
-
-  def _kernels(self):
-    return _KERNELS[self._n]
 
   def _conv_slices(self, x, f, transpose):
     """conv(x, f), or conv_transpose(x, f) sized as outputs[0], on local slices."""
     n = self._n
-    fwd, backprop_input, _ = self._kernels()
+    fwd, backprop_input, _ = _KERNELS[n]
     flat = _flat(x, n + 1)
     if transpose:
       y_dims = self.outputs[0].shape.dims[-n - 1:-1]
@@ -178,19 +165,16 @@ class ConvFamilyOperation(Operation):
       out = fwd(flat, f, self._strides, self._padding)
     return _unflat(out, x.shape.as_list()[:-n - 1])
 
-  def _local(self, *slices):
-    raise NotImplementedError
-
   def plan(self, layout):
     """The OpPlan on a MeshLayout: gather the spatial dims, allreduce the summed ones."""
     axes = sorted(set(layout.tensor_dimension_to_mesh_axis(d) for d in self._summed)
                   - {None})
-    return plan_rules.whole_dims_plan(layout, [x.shape for x in self.inputs],
-                                      [y.shape for y in self.outputs], self._whole, axes)
+    return whole_dims_plan(layout, [x.shape for x in self.inputs],
+                           [y.shape for y in self.outputs], self._whole, axes)
 
   def lower(self, lowering):
     plan = self.plan(lowering.mesh_impl(self).slice_layout)
-    plan_interpreter.lower_planned(lowering, self, plan, self._local)
+    lower_planned(lowering, self, plan, self._local)
 
 
 class _ConvOperation(ConvFamilyOperation):
@@ -253,11 +237,8 @@ class Conv3dTransposeOperation(_ConvOperation):
 
 
 class Conv2or3dBackpropInputOperation(ConvFamilyOperation):
-  """Gradient of a convolution w.r.t. its input.
-
-  is_transpose=False: dx of y = conv(x, filter), i.e. conv_transpose(dy, filter).
-  is_transpose=True: dx of y = conv_transpose(x, filter), i.e. conv(dy, filter).
-  """
+  """Gradient of a convolution w.r.t. its input: conv_transpose(dy, filter), or with
+  is_transpose (y = conv_transpose(x, filter)) conv(dy, filter)."""
 
   _DECLARES_WHOLE = False
 
@@ -295,8 +276,7 @@ class Conv2or3dBackpropInputOperation(ConvFamilyOperation):
     return self._conv_slices(dy, f, not self._is_transpose)
 
   def gradient(self, grad_ys):
-    f, dy = self.inputs
-    ddx = grad_ys[0]
+    (f, dy), ddx = self.inputs, grad_ys[0]
     n, s, p = self._n, self._strides, self._padding
     if self._is_transpose:  # dx = conv(dy, f)
       return [Conv2or3dBackpropFilterOperation(n, False, dy, f.shape, ddx, s, p).outputs[0],
@@ -307,11 +287,8 @@ class Conv2or3dBackpropInputOperation(ConvFamilyOperation):
 
 
 class Conv2or3dBackpropFilterOperation(ConvFamilyOperation):
-  """Gradient of a convolution w.r.t. its filter; sums over the batch dims (an allreduce
-  over the mesh axes that split them).
-
-  is_transpose selects y = conv_transpose(conv_input, filter) instead of conv.
-  """
+  """Gradient of a convolution (a transposed one with is_transpose) w.r.t. its filter;
+  sums over the batch dims (an allreduce over the mesh axes that split them)."""
 
   _DECLARES_WHOLE = False
 
@@ -351,7 +328,7 @@ class Conv2or3dBackpropFilterOperation(ConvFamilyOperation):
 
   def _local(self, x, dy):
     n = self._n
-    backprop_filter = self._kernels()[2]
+    backprop_filter = _KERNELS[n][2]
     fdims = [d.size for d in self.outputs[0].shape.dims[:n]]
     x, dy = _flat(x, n + 1), _flat(dy, n + 1)
     if self._is_transpose:
@@ -361,8 +338,7 @@ class Conv2or3dBackpropFilterOperation(ConvFamilyOperation):
                            out_backprop=dy, strides=self._strides, padding=self._padding)
 
   def gradient(self, grad_ys):
-    x, dy = self.inputs
-    ddf = grad_ys[0]
+    (x, dy), ddf = self.inputs, grad_ys[0]
     n, s, p = self._n, self._strides, self._padding
     if self._is_transpose:  # df = backprop_filter(dy, x): conv(dy, .) paired with x
       return [Conv2or3dBackpropInputOperation(n, True, x.shape, ddf, dy, s, p).outputs[0],

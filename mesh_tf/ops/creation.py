@@ -8,8 +8,7 @@ from mesh_tf.shapes import convert_to_shape
 
 
 def _python_value_dtype(value):
-  """The dtype tf.convert_to_tensor gives a Python value (a number or nested lists), as
-  the original's import took it: int32 for ints, bool for bools, else float32."""
+  """The dtype tf.convert_to_tensor gives a Python value: int32, bool or float32."""
   kind = np.asarray(value).dtype.kind
   return {"i": tf.int32, "u": tf.int32, "b": tf.bool}.get(kind, tf.float32)
 
@@ -17,26 +16,23 @@ def _python_value_dtype(value):
 class ImportOperation(Operation):
   """Brings a TF value onto the mesh, laid out by the layout rules.
 
-  The value is read when the op is lowered, so a tf.Variable imported here is read
-  afresh by every lowering (e.g. in each tf.function trace). A `tf.TensorSpec` makes a
-  placeholder, whose value each Lowering takes from its `feeds`.
-  """
+  The value is read when the op is lowered (a tf.Variable afresh by every lowering). A
+  `tf.TensorSpec` makes a placeholder, whose value each Lowering takes from its `feeds`."""
 
   def __init__(self, mesh, tf_tensor, shape, name=None):
-    tf_value = tf_tensor
     super().__init__([], mesh=mesh, name=name or "import")
     shape = convert_to_shape(shape)
-    static = getattr(tf_value, "shape", None)
+    static = getattr(tf_tensor, "shape", None)
     if static is None:
-      static = np.shape(tf_value)
+      static = np.shape(tf_tensor)
     static = tf.TensorShape(static)
     if static.rank is not None and not static.is_compatible_with(shape.to_integer_list):
       raise ShapeError("import %r: TF value of shape %s does not match mtf shape %s"
                        % (self.name, static, shape), op=self.name)
-    self._tf_value = tf_value
-    dtype = getattr(tf_value, "dtype", None)
+    self._tf_value = tf_tensor
+    dtype = getattr(tf_tensor, "dtype", None)
     self._add_output(shape, tf.as_dtype(dtype) if dtype is not None else
-                     _python_value_dtype(tf_value))
+                     _python_value_dtype(tf_tensor))
 
   @property
   def has_gradient(self):
@@ -67,8 +63,7 @@ _MAX_STATIC_ELEMENTS = 4096
 
 
 def _static_value(value, y):
-  """The value as a numpy array of y's shape when it is small and known now (an eager
-  tensor or a numpy array of y's dtype, or a Python number), else None."""
+  """The value as a numpy array of y's shape when it is small and known now, else None."""
   if y.shape.size > _MAX_STATIC_ELEMENTS:
     return None
   if isinstance(value, tf.Tensor) and not tf.is_symbolic_tensor(value):
@@ -100,8 +95,7 @@ def import_fully_replicated(mesh, tf_tensor, shape, name=None):
 
 
 def _slices_of(laid_out_tensor):
-  """The tf.Tensors of a laid-out value: its `tensor_list` (the original's protocol; any
-  object with one will do) or, failing that, its `all_slices`."""
+  """The tf.Tensors of a laid-out value: its `tensor_list`, else its `all_slices`."""
   slices = getattr(laid_out_tensor, "tensor_list", None)
   if slices is None:
     slices = getattr(laid_out_tensor, "all_slices", None)
@@ -112,12 +106,9 @@ def _slices_of(laid_out_tensor):
 
 
 class ImportLaidOutTensorOperation(Operation):
-  """Wraps a value already laid out for the mesh's MeshImpl.
-
-  The value may be a backend LaidOutTensor or, as in the original, any object holding
-  the backend's slices as `tensor_list` (or `all_slices`); the latter is rebuilt as the
-  backend's own LaidOutTensor when lowered.
-  """
+  """Wraps a value already laid out for the mesh's MeshImpl: a backend LaidOutTensor or,
+  as in the original, any object holding the backend's slices as `tensor_list` (or
+  `all_slices`), rebuilt as the backend's own LaidOutTensor when lowered."""
 
   def __init__(self, mesh, laid_out_tensor, shape, name=None):
     super().__init__([], mesh=mesh, name=name or "import_laid_out")

@@ -1,9 +1,7 @@
 """User-defined backward passes: `custom_gradient`, and `recompute_grad` built on it.
 
-`custom_gradient(fn, grad_fn, explicit_inputs)` runs fn as usual and wraps its outputs
-in a `CustomGradientOperation`, whose gradient is whatever grad_fn builds (mtf ops).
-`recompute_grad` uses it to rebuild fn's forward ops in the backward pass (a copy made by
-`clone_operations`), so activations need not be kept between the passes.
+`recompute_grad` rebuilds fn's forward ops in the backward pass (`clone_operations`), so
+activations need not be kept between the passes.
 """
 import copy
 
@@ -16,13 +14,9 @@ from mesh_tf.ops.variables import Variable
 
 
 def clone_operations(graph, operations, input_mapping):
-  """Re-creates operations (in order) on new inputs; returns {old tensor: new tensor}.
-
-  input_mapping maps some tensors read by the ops to replacements. Ops without inputs
-  (variables, random ops, constants, imports) are not copied: their outputs map to
-  themselves, so a copy reads the same variables and the same random draws. The original
-  library offered this as Graph.clone_operations.
-  """
+  """Re-creates operations (in order), reading input_mapping's replacements of tensors;
+  returns {old tensor: new tensor}. Ops without inputs (variables, random ops, constants)
+  are not copied: their outputs map to themselves."""
   mapping = dict(input_mapping)
   for op in operations:
     if not op.inputs:
@@ -41,13 +35,8 @@ def clone_operations(graph, operations, input_mapping):
 
 
 class CustomGradientOperation(Operation):
-  """Passes fn's outputs through; its gradient is grad_fn's.
-
-  Inputs: all_inputs (the explicit inputs, then the tensors fn read from elsewhere),
-  followed by fn's outputs. grad_fn(explicit_inputs, all_inputs, forward_operations,
-  outputs, output_grads) returns one gradient (or None) per tensor of all_inputs; no
-  gradient reaches the forward ops themselves.
-  """
+  """Passes fn's outputs through; its gradient is grad_fn's (see custom_gradient), and
+  none reaches the forward ops. Inputs: all_inputs, then fn's outputs."""
 
   def __init__(self, explicit_inputs, all_inputs, fn_outputs, grad_fn, forward_operations,
                name=None):
@@ -94,17 +83,12 @@ class CustomGradientOperation(Operation):
 
 
 def custom_gradient(fn, grad_fn, explicit_inputs):
-  """fn(*explicit_inputs), differentiated by grad_fn instead of through fn's ops.
+  """fn(*explicit_inputs) (a Tensor or a tuple of them), differentiated by grad_fn.
 
-  Args:
-    fn: fn(*explicit_inputs) -> an mtf Tensor or a tuple of them.
-    grad_fn: fn(explicit_inputs, all_inputs, forward_operations, outputs, output_grads)
-      -> a list with one gradient (or None) per tensor of all_inputs: the explicit inputs
-      followed by every other tensor fn's ops read (e.g. variable values, including
-      variables fn creates), in first-use order. output_grads has one entry (maybe None) per output.
-    explicit_inputs: list of mtf Tensors.
-  Returns:
-    fn's result (a Tensor, or a tuple if fn returned one).
+  grad_fn(explicit_inputs, all_inputs, forward_operations, outputs, output_grads) returns
+  one gradient (or None) per tensor of all_inputs: the explicit inputs, then every other
+  tensor fn's ops read (e.g. variable values, including variables fn creates), in
+  first-use order. output_grads has one entry (maybe None) per output.
   """
   explicit_inputs = list(explicit_inputs)
   if not explicit_inputs or not all(isinstance(x, Tensor) for x in explicit_inputs):
@@ -117,12 +101,9 @@ def custom_gradient(fn, grad_fn, explicit_inputs):
   # Variables created inside fn count as inputs too: their gradients must get out.
   made_inside = {y for op in forward_ops if not isinstance(op, Variable)
                  for y in op.outputs}
-  implicit, seen = [], set(explicit_inputs)
-  for op in forward_ops:
-    for t in op.inputs:
-      if t not in made_inside and t not in seen:
-        seen.add(t)
-        implicit.append(t)
+  outside = made_inside | set(explicit_inputs)
+  implicit = [t for t in dict.fromkeys(t for op in forward_ops for t in op.inputs)
+              if t not in outside]
   op = CustomGradientOperation(explicit_inputs, explicit_inputs + implicit, outputs,
                                grad_fn, forward_ops)
   return tuple(op.outputs) if returns_tuple else op.outputs[0]
@@ -134,17 +115,12 @@ def _compiled_by_xla(impl):
 
 
 class RecomputeInput(Operation):
-  """x again, as a new value that exists only once the tensors in `ready` do.
+  """x again, as a new value that exists only once the tensors in `ready` do, so that
+  `recompute_grad`'s recomputation runs in the backward pass, unmerged with the forward.
 
-  The recomputation of `recompute_grad` reads these copies, so it runs in the backward
-  pass and cannot be merged back into the forward pass. Outside XLA a control
-  dependency on `ready` does it: TensorFlow's graph optimizer (grappler) keeps the
-  copies apart from the forward ops, as the measured memory shows. XLA drops control
-  dependencies and merges equal computations (its CSE), which silently undid the saving
-  on GSPMD; there the copy is x + 0 * sum(first ready tensor) behind an optimization
-  barrier: a value the forward pass lacks, that waits for the gradient by data flow
-  (XLA's CPU pipeline removes barriers, and the order they gave, before its last CSE).
-  """
+  Outside XLA a control dependency on `ready` does it. XLA drops those and merges equal
+  computations, so there the copy is x + 0 * sum(first ready tensor) behind an
+  optimization barrier: a value the forward pass lacks, waiting for the gradient."""
 
   def __init__(self, x, ready, name=None):
     super().__init__([x] + list(ready), name=name or "recompute_input")
@@ -167,10 +143,8 @@ class RecomputeInput(Operation):
         t, first_ready = gen_xla_ops.xla_optimization_barrier([t] + ready)[:2]
         if not t.dtype.is_floating:
           return t
-        # XLA's CPU pipeline drops barriers (and with them the order) before its last
-        # CSE pass. t + 0 * sum(first_ready) equals t (for finite gradients), waits for
-        # the gradient by data flow, and is no value of the forward pass: XLA does not
-        # fold 0 * y for floats, since y may be NaN.
+        # XLA's CPU pipeline drops barriers before its last CSE pass; it does not fold
+        # 0 * y for floats (y may be NaN), so this sum keeps t apart from the forward's.
         zero = tf.cast(tf.reduce_sum(first_ready), t.dtype) * tf.constant(0, t.dtype)
         return t + zero
     else:
@@ -183,11 +157,9 @@ class RecomputeInput(Operation):
 def recompute_grad(fn, explicit_inputs, control_dependencies=True):
   """fn(*explicit_inputs), whose forward ops are recomputed in the backward pass.
 
-  The gradient equals fn's ordinary gradient; random ops and variables inside fn are
-  not re-drawn or re-read differently, since clone_operations shares them. With
-  control_dependencies, the recomputation waits for the output gradients, so it runs
-  late in the backward pass rather than right after the forward pass (and, under XLA,
-  is not merged with the forward pass: see RecomputeInput).
+  The gradient equals fn's ordinary gradient (random ops and variables are shared, not
+  re-drawn). With control_dependencies, the recomputation waits for the output
+  gradients, so it runs late in the backward pass (see RecomputeInput).
   """
   def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs, output_grads):
     del explicit_inputs

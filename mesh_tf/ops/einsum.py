@@ -1,5 +1,6 @@
 """Einsum by dimension name: a local einsum on slices, then a SUM allreduce over the mesh
 axes that split a contracted dimension (deferred: see lowering/lazy_allreduce.py)."""
+import collections
 import string
 
 from mesh_tf.errors import ShapeError
@@ -28,8 +29,7 @@ class EinsumOperation(Operation):
   def __init__(self, inputs, output_shape, name=None):
     super().__init__(inputs, name=name or "einsum")
     output_shape = convert_to_shape(output_shape)
-    union = shape_union([x.shape for x in inputs] + [output_shape])
-    del union  # shape_union raised if one dim name had two sizes
+    shape_union([x.shape for x in inputs] + [output_shape])  # raises on a size clash
     for d in output_shape.dims:
       if not any(d in x.shape.dims for x in inputs):
         raise ShapeError(
@@ -93,19 +93,13 @@ def _infer_output_shape(xs, output_shape, reduced_dims):
     return inferred
   if output_shape is not None:
     return convert_to_shape(output_shape)
-  counts = {}
-  for x in xs:
-    for d in x.shape.dims:
-      counts[d] = counts.get(d, 0) + 1
+  counts = collections.Counter(d for x in xs for d in x.shape.dims)
   return Shape([d for d in all_dims.dims if counts[d] == 1])
 
 
 def einsum(xs, output_shape=None, reduced_dims=None, name=None):
-  """Einstein summation matching dims by name.
-
-  With neither output_shape nor reduced_dims, the output keeps the dims that occur in
-  exactly one input; with reduced_dims, every other dim is kept.
-  """
+  """Einstein summation matching dims by name. Without output_shape, the output keeps
+  the dims not in reduced_dims, or (without either) those found in exactly one input."""
   xs = list(xs)
   if not xs:
     raise ShapeError("einsum needs at least one input")

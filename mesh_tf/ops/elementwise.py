@@ -1,8 +1,5 @@
-"""Elementwise math: unary ops as table rows, and binary/ternary ops that broadcast by name.
-
-Each unary op is one row: its TF function and its gradient as mtf math on (x, y, dy), or
-`generic_gradient` to let TF differentiate the slice function.
-"""
+"""Elementwise math: unary ops as table rows (TF function, gradient as mtf math on
+(x, y, dy) or `generic_gradient`), and binary/ternary ops that broadcast by name."""
 import math
 
 import tensorflow as tf
@@ -22,31 +19,32 @@ _NAMED_BY_DEFAULT = frozenset([
     "sigmoid", "tanh", "sin", "cos", "relu", "sign", "logical_not"])
 
 
+def _named(public_fn, op_name, doc):
+  """public_fn renamed op_name (with `name` defaulting to it where the original's did)."""
+  public_fn.__name__ = public_fn.__qualname__ = op_name
+  if op_name in _NAMED_BY_DEFAULT:
+    public_fn.__defaults__ = (op_name,)
+  public_fn.__doc__ = doc
+  return public_fn
+
+
 def _unary(op_name, tf_fn, grad=None, output_dtype=None):
   """Makes the public function for one elementwise unary op.
 
   grad: None (no gradient), "generic" (TF autodiff per slice), or fn(x, y, dy) -> dx.
   """
   def grad_function(op, grad_ys):
-    x, y, dy = op.inputs[0], op.outputs[0], grad_ys[0]
-    return [grad(x, y, dy)]
+    return [grad(op.inputs[0], op.outputs[0], grad_ys[0])]
 
   if grad == "generic":
     grad_fn = generic_gradient
-  elif grad is None:
-    grad_fn = None
   else:
-    grad_fn = grad_function
+    grad_fn = None if grad is None else grad_function
 
   def public_fn(x, name=None):
     return cwise(tf_fn, [x], output_dtype=output_dtype, grad_function=grad_fn,
                  name=name or op_name)
-  public_fn.__name__ = op_name
-  public_fn.__qualname__ = op_name
-  if op_name in _NAMED_BY_DEFAULT:
-    public_fn.__defaults__ = (op_name,)
-  public_fn.__doc__ = "Elementwise %s of an mtf Tensor." % op_name
-  return public_fn
+  return _named(public_fn, op_name, "Elementwise %s of an mtf Tensor." % op_name)
 
 
 def _tf_grad_kernel(kernel, of_output):
@@ -224,12 +222,7 @@ def _binary(op_name, tf_fn, grads=None, output_dtype=None):
     return broadcasting_op(tf_fn, [x1, x2], output_shape, output_dtype,
                            grad_function=grad_function if grads else None,
                            name=name or op_name)
-  public_fn.__name__ = op_name
-  public_fn.__qualname__ = op_name
-  if op_name in _NAMED_BY_DEFAULT:
-    public_fn.__defaults__ = (op_name,)
-  public_fn.__doc__ = "Elementwise %s, broadcasting by dimension name." % op_name
-  return public_fn
+  return _named(public_fn, op_name, "Elementwise %s, broadcasting by dimension name." % op_name)
 
 
 add = _binary("add", tf.add, lambda a, b, y, dy: (dy, dy))
@@ -332,8 +325,7 @@ def where(condition, if_true, if_false, output_shape=None, name=None):
   _check_dtypes([if_true, if_false], "where")
 
   def grad_function(op, grad_ys):
-    c, a, b = op.inputs
-    dy = grad_ys[0]
+    (c, a, b), dy = op.inputs, grad_ys[0]
     zero = zeros_like(dy)
     return [None, _sum_to_shape(where(c, dy, zero), a.shape),
             _sum_to_shape(where(c, zero, dy), b.shape)]

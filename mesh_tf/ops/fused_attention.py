@@ -1,26 +1,18 @@
 """Dot-product attention, softmax(q.k + bias) . v, as one op with a one-op gradient.
 
-Written as einsum, softmax and einsum, attention keeps the [batch, length, heads, memory]
-logits in the order the model names them. With heads between length and memory, each of
-its six matmuls (two forward, four backward) makes TF's einsum kernel transpose the big
-[.., length, heads, memory] operand or result: on the tiny LM of benchmarks/step_time.py
-that is 66 ms of a 375 ms step on one core for 3% of its FLOPs. This op instead holds the
+As einsum, softmax and einsum, each of attention's six matmuls (two forward, four
+backward) transposes the big [batch, length, heads, memory] logits. This op holds the
 probabilities head-major ([batch..., heads..., length..., memory], the `probs` output)
-and transposes only q, k, v and the output, which are 1/4 the size here (memory 128
-against d_kv 32): fwd + bwd of one layer's attention went from 61 ms to 27 ms on one core.
+and transposes only q, k, v and the output.
 
 `models.transformer.attention.attention` and `mtf.layers.dot_product_attention` build it
-where the dims allow (`dot_product_attention` below returns None otherwise and they keep
-the composite): q, k and v share a float dtype; k is exactly batch + memory + key dims and
-v batch + memory + value dims, where batch is every other dim of k (all in q and v); the
-bias, if any, has only logits dims. Dropout on the probabilities is an input too: the
-scale `random.dropout_scale` draws (0 or 1 / keep_prob over the logits dims less the
-broadcast ones), as mtf.dropout draws it in the composite; the forward multiplies the
-probabilities by it, the gradient the probabilities' gradient. (The values match the
-composite's where the random ops are lowered in the same order: each draw advances the
-mesh's random-step counter.) The key, memory and value dims must be whole on each
-processor (the plan gathers them where a layout splits them), and for the gradient also
-q's own dims (length), whose split would make the k and v gradients partial sums.
+where the dims allow (`dot_product_attention` below returns None otherwise): q, k and v
+share a float dtype; k is exactly batch + memory + key dims and v batch + memory + value
+dims, where batch is every other dim of k (all in q and v); the bias, if any, has only
+logits dims. Dropout on the probabilities is an input too: the scale
+`random.dropout_scale` draws, as mtf.dropout in the composite. The key, memory and value
+dims are gathered whole on each processor, and for the gradient also q's own dims
+(length), whose split would make the k and v gradients partial sums.
 """
 import collections
 
@@ -61,9 +53,8 @@ def _classify(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape):
     return None
   if key_dim == memory_dim or memory_dim in q.shape.dims or value_dim == memory_dim:
     return None
-  if key_dim not in q.shape.dims:
-    return None
-  if key_dim not in k.shape.dims or memory_dim not in k.shape.dims:
+  if key_dim not in q.shape.dims or key_dim not in k.shape.dims or (
+      memory_dim not in k.shape.dims):
     return None
   batch = [d for d in k.shape.dims if d not in (key_dim, memory_dim)]
   if not all(d in q.shape.dims and d in v.shape.dims for d in batch):
@@ -142,9 +133,8 @@ class _Local:
 class DotProductAttentionOperation(Operation):
   """softmax over memory_dim of (q.k over key_dim + bias), times v over memory_dim.
 
-  Outputs: the attention output (output_shape) and the probabilities before dropout,
-  head-major (its gradient reads them). Inputs: q, k, v, then the bias and the dropout
-  scale where given."""
+  Outputs: the attention output and the head-major probabilities before dropout. Inputs:
+  q, k, v, then the bias and the dropout scale where given."""
 
   def __init__(self, q, k, v, bias, dims, output_shape, dropout=None, name=None):
     super().__init__([q, k, v] + [x for x in (bias, dropout) if x is not None],
@@ -177,8 +167,7 @@ class DotProductAttentionOperation(Operation):
   def lower(self, lowering):
     plan = self.plan(lowering.mesh_impl(self).slice_layout)
     d = self.dims
-    # shapes and names, not the mtf tensors: every layer's function then has the same
-    # key (slice_fn_key), and the later layers' copy the first one's ops
+    # not the mtf tensors: every layer's function then has the same key (slice_fn_key)
     q_dims, k_dims, v_dims = (x.shape.dims for x in self.inputs[:3])
     bias_names = None if self.bias is None else self.bias.shape.dimension_names
     dropout_names = None if self.dropout is None else self.dropout.shape.dimension_names
@@ -255,11 +244,9 @@ class AttentionGradOperation(Operation):
 
 def dot_product_attention(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape,
                           dropout_rate=0.0, dropout_noise_shape=None):
-  """The output of a DotProductAttentionOperation, or None where it does not apply (see
-  the module docstring); the caller then builds the composite.
-
-  With dropout_rate, the probabilities are dropped out with one mask per element of
-  dropout_noise_shape (logits dims; the whole logits where None)."""
+  """The output of a DotProductAttentionOperation, or None where it does not apply (the
+  caller then builds the composite). With dropout_rate, the probabilities get one mask
+  per element of dropout_noise_shape (logits dims; the whole logits where None)."""
   dims = _classify(q, k, v, bias, key_dim, memory_dim, value_dim, output_shape)
   if dims is None:
     return None

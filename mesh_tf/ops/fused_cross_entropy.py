@@ -1,22 +1,18 @@
 """Softmax cross-entropy against one-hot targets (`mtf.one_hot(ids, vocab)`) as one op.
 
-`layers.softmax_cross_entropy_with_logits` with dense targets costs about a dozen passes
-over the [batch, length, vocab] logits (the one-hot, logsumexp, (lse - logits) * targets,
-their sum, and as many again for the gradient). When the targets are a 1/0 one-hot of
-integer ids it builds this op instead:
+`layers.softmax_cross_entropy_with_logits` builds this op, instead of about a dozen
+passes over the [batch, length, vocab] logits, when the targets are a 1/0 one-hot of
+integer ids:
 
 - vocab whole on every processor: one softmax kernel, the loss from its largest
   probability and the target's logit, and d loss / d logits = softmax - one_hot;
 - vocab split over a mesh axis: the local max and sum of exp(x - max) are allreduced
-  (MAX, then SUM: the communication of the fused logsumexp), and the target's logit is
-  picked on the processor holding it and allreduced (SUM), the same three allreduces of
-  [batch, length] the composite owes.
+  (MAX, then SUM), and the target's logit is picked on the processor holding it and
+  allreduced (SUM): the same three allreduces of [batch, length] the composite owes.
 
-Outputs: the loss, the gradient of the loss with respect to the logits and a weight per
-position that scales it (the 1/0 mask of ids inside the vocabulary). An id outside the
-vocabulary gives loss 0 and no gradient, as its all-zero one-hot does in the composite.
-An auxiliary z_loss * logsumexp**2 is part of the op, so its gradient costs no pass of
-its own.
+Outputs: the loss, d loss / d logits, and a weight per position that scales it (the 1/0
+mask of ids inside the vocabulary: an id outside gives loss 0 and no gradient, as in the
+composite). An auxiliary z_loss * logsumexp**2 is part of the op.
 """
 import tensorflow as tf
 
@@ -97,11 +93,9 @@ def _inside(ids, size):
 
 
 def _outputs(lse, picked, valid, probs, one_hot, z_loss):
-  """(loss, backprop, row weight) from a slice's logsumexp, target logit, valid mask,
-  softmax and the targets' one-hot (all zeros where not valid): the gradient with
-  respect to the logits is backprop * (d loss * row weight). With z_loss the auxiliary
-  z_loss * lse**2 (every row, as in the composite) is folded into backprop, whose rows
-  then carry their own weight: softmax * (valid + 2 z_loss lse) - one_hot."""
+  """(loss, backprop, row weight) of a slice: d logits = backprop * (d loss * row weight).
+  With z_loss, z_loss * lse**2 (every row) is folded into backprop, whose rows then carry
+  their own weight: softmax * (valid + 2 z_loss lse) - one_hot."""
   loss = (lse - picked) * valid
   if not z_loss:
     return loss, probs - one_hot, valid
@@ -113,10 +107,9 @@ def _outputs(lse, picked, valid, probs, one_hot, z_loss):
 def _whole_vocab(t, i, z_loss):
   """(loss, backprop, row weight) of one slice whose vocab (last) dim is whole.
 
-  TF's fused SparseSoftmaxCrossEntropyWithLogits runs on one thread here (16.8 ms for
-  [4096, 2048] float32 logits); the same from the multithreaded softmax kernel takes
-  7.1 ms: logsumexp = max(logits) - log(max(softmax)), exact where the target's own
-  probability would underflow, and d loss / d logits = softmax - one_hot."""
+  Uses the multithreaded softmax kernel, not TF's single-threaded fused sparse
+  cross-entropy: logsumexp = max(logits) - log(max(softmax)), exact where the target's
+  own probability would underflow."""
   depth = t.shape[-1]
   i = tf.cast(i, tf.int32)
   inside = direct_ops.reshape(_inside(i, depth), [-1])

@@ -1,18 +1,12 @@
 """mtf.gather lowered as a local tf.gather, and its gradient as a local segment sum.
 
 weights [..., dim, ...] looked up at integer indices gives indices.shape + the other dims
-of weights. On each processor:
-
-- dim not split: tf.gather of the local weights slice at the local indices;
-- dim split over mesh axis c: the slice holds rows [b, b + n); indices outside it look up
-  zeros, and a SUM allreduce over c (deferred, like an einsum's) completes every row.
-  This sends the same bytes as the one-hot einsum it replaces (which owes the same
-  allreduce of the same output slice) without its tokens x vocab x d_model FLOPs.
-
-Indices outside [0, dim.size) give zeros (and no gradient), as a one-hot einsum would.
-The gradient with respect to the weights is tf.math.unsorted_segment_sum of the output
-gradient on the local slice (rows outside the slice are dropped), then a SUM allreduce
-(deferred) over the mesh axes that split the dims of indices, which are summed over.
+of weights. Where dim is split over mesh axis c, each slice holds rows [b, b + n): indices
+outside it look up zeros, and a deferred SUM allreduce over c completes every row (the
+bytes of the one-hot einsum it replaces, without its tokens x vocab x d_model FLOPs).
+Indices outside [0, dim.size) give zeros and no gradient, as a one-hot einsum would. The
+weights' gradient is tf.math.unsorted_segment_sum on the local slice, then a deferred SUM
+allreduce over the mesh axes that split the dims of indices.
 """
 import tensorflow as tf
 
@@ -33,8 +27,7 @@ def _local_rows(indices, begin, n):
   rows = tf.cast(indices, tf.int32)
   if begin is not None:
     rows = rows - begin
-  valid = tf.logical_and(rows >= 0, rows < n)
-  return rows, valid
+  return rows, tf.logical_and(rows >= 0, rows < n)
 
 
 def _local_lookup(impl, weights_shape, indices_shape, dim):

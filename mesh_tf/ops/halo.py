@@ -1,12 +1,9 @@
 """Halo exchange: give each block of a blocked dimension the margins of its neighbours.
 
-An image cut into blocks has two dims per spatial axis: a blocks dim (which block; may be
-split over the mesh) and a block-size dim (position inside the block; whole on every
-processor). A convolution on one block needs a margin ("halo") of the blocks next to it.
-The margins travel with `mtf.shift` along the blocks dim, which swaps edges with the
-neighbouring processor when that dim is split. Margins wider than a block take whole
-neighbour blocks plus a partial one. Past the first and last block the margins are zeros,
-or, with wrap=True, the blocks at the other end.
+An image cut into blocks has a blocks dim (which block; may be split over the mesh) and a
+block-size dim (whole on every processor) per spatial axis. The margins ("halos") travel
+with `mtf.shift` along the blocks dim, which swaps edges with the neighbouring processor
+when that dim is split; margins wider than a block take whole neighbour blocks too.
 """
 from mesh_tf.errors import ShapeError
 from mesh_tf.ops.slicing import concat, mtf_slice, shift
@@ -62,17 +59,9 @@ def halo_exchange_sides(x, blocks_dim, block_size_dim, left, right, wrap=False):
 
 
 def halo_exchange(x, blocks_dim, block_size_dim, halo_size, wrap=False):
-  """Concatenates to each block the halo_size positions on both sides of it.
-
-  Args:
-    x: an mtf Tensor.
-    blocks_dim: the Dimension (or name) numbering the blocks.
-    block_size_dim: the Dimension (or name) inside a block.
-    halo_size: margin width on each side (may exceed the block size).
-    wrap: take margins past the ends from the other end instead of zeros.
-  Returns:
-    x with block_size_dim grown by 2 * halo_size.
-  """
+  """Concatenates to each block (along block_size_dim, which grows by 2 * halo_size) the
+  halo_size positions on both sides of it; blocks_dim numbers the blocks, and with wrap the
+  margins past the ends come from the other end instead of zeros."""
   return halo_exchange_sides(x, blocks_dim, block_size_dim, halo_size, halo_size, wrap)
 
 

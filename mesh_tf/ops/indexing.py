@@ -1,8 +1,7 @@
 """Index arithmetic over named dims: range, one_hot, gather, cumsum, top_1/argmax.
 
 Ops whose values depend on the global index of a (possibly split) dim read each
-processor's slice offset with `mesh_impl.laid_out_slice_begin`.
-"""
+processor's slice offset with `mesh_impl.laid_out_slice_begin`."""
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
@@ -11,7 +10,7 @@ from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops.creation import constant
 from mesh_tf.ops.einsum import einsum
 from mesh_tf.ops.gather import GatherOperation, natural_output_shape
-from mesh_tf.ops.reduce import reduce_max, reduce_min
+from mesh_tf.ops.reduce import reduce_max
 from mesh_tf.ops.reshape import reshape
 from mesh_tf.shapes import Dimension, Shape, convert_to_dimension, convert_to_shape
 
@@ -78,16 +77,12 @@ def one_hot(indices, output_dim, on_value=1.0, off_value=0.0, dtype=tf.float32,
 
 
 def gather(weights, indices, dim, output_shape=None):
-  """weights looked up at indices along dim (which may be split); indices outside
-  [0, dim.size) look up zeros. indices may be a Python int (a scalar lookup).
-
-  Lowered as a local tf.gather (ops/gather.py) when indices share no dim with weights;
-  otherwise (a batched lookup) as an einsum with one_hot(indices, dim).
-  """
+  """weights looked up at indices (maybe a Python int) along dim (which may be split);
+  indices outside [0, dim.size) look up zeros. A local tf.gather (ops/gather.py) when
+  indices share no dim with weights, else an einsum with one_hot(indices, dim)."""
   dim = convert_to_dimension(dim)
   if not isinstance(indices, Tensor):
-    # As in the original: a Python int (or other non-Tensor) becomes an int32 scalar
-    # constant, so gather(w, 1, dim) is w's slice at 1 along dim, with dim removed.
+    # As in the original: gather(w, 1, dim) is w's slice at 1 along dim.
     indices = constant(weights.mesh, indices, dtype=tf.int32)
   if weights.dtype == tf.bool:
     # as in the original: looked up as floats (collectives do not sum bools)
@@ -109,10 +104,7 @@ def gather(weights, indices, dim, output_shape=None):
 
 
 def cumsum(x, dim, exclusive=False, reverse=False):
-  """Cumulative sum along dim, as an einsum with a triangular 0/1 matrix.
-
-  exclusive leaves each position's own value out; reverse sums from the end (tf.cumsum).
-  """
+  """Cumulative sum along dim (as tf.cumsum), as an einsum with a triangular 0/1 matrix."""
   dim = convert_to_dimension(dim)
   if dim not in x.shape.dims:
     raise ShapeError("cumsum: dim %s is not a dim of %s %s" % (dim, x.name, x.shape),
@@ -129,11 +121,8 @@ def cumsum(x, dim, exclusive=False, reverse=False):
 
 
 def top_1(x, reduced_dim, name=None, dtype=tf.int32):
-  """(argmax, max) of x over reduced_dim, as in the original: `index, value = top_1(...)`.
-
-  On ties the index is the last position holding the max (the original's choice). The
-  index has dtype `dtype` (int32, the original's).
-  """
+  """(argmax, max) of x over reduced_dim, as in the original: `index, value = top_1(...)`;
+  on ties the index (of dtype `dtype`) is the last position holding the max."""
   reduced_dim = convert_to_dimension(reduced_dim)
   max_val = reduce_max(x, reduced_dim=reduced_dim, name=name)
   is_max = ew.equal(x, max_val)

@@ -7,10 +7,8 @@ from mesh_tf.shapes import convert_to_shape
 
 
 def parallel(devices, fn, *args, **kwargs):
-  """[fn(args[0][i], ..., **{k: v[i]}) under tf.device(devices[i]) for each i].
-
-  Every positional and keyword argument is a list with one entry per device.
-  """
+  """[fn(args[0][i], ..., **{k: v[i]}) under tf.device(devices[i]) for each i]: every
+  argument is a list with one entry per device."""
   if not isinstance(devices, list):
     raise ShapeError("parallel: devices must be a list, got %r" % (devices,))
   for what, x in [("argument %d" % i, a) for i, a in enumerate(args)] + [
@@ -27,9 +25,7 @@ def parallel(devices, fn, *args, **kwargs):
 
 def verify_no_new_dims(input_shapes, output_shape):
   """Raises ShapeError if output_shape has a dim that no input shape has."""
-  known = set()
-  for s in input_shapes:
-    known.update(convert_to_shape(s).dims)
+  known = {d for s in input_shapes for d in convert_to_shape(s).dims}
   output_shape = convert_to_shape(output_shape)
   new = [d for d in output_shape.dims if d not in known]
   if new:

@@ -15,18 +15,11 @@ from mesh_tf.shapes import Dimension, convert_to_dimension
 def serialize_training_step(features, model_fn, batch_dim, num_splits):
   """Runs model_fn on num_splits microbatches in turn, summing gradients and outputs.
 
-  Microbatch m holds the batch rows b with b % num_splits == m (the batch dim is viewed
-  as [batch // num_splits, microbatch]).
-
-  Args:
-    features: dict of mtf Tensors, each with batch_dim.
-    model_fn: fn(features of one microbatch) -> dict of output Tensors with a "loss".
-    batch_dim: the Dimension the microbatches cut.
-    num_splits: number of microbatches; it must divide batch_dim.size.
-  Returns:
-    (grads, outputs): grads, one per graph.trainable_variables, are the gradients of the
-    loss summed over microbatches; outputs has model_fn's keys, each value summed over
-    microbatches, or, if it has the (smaller) batch dim, reassembled to the full batch.
+  Microbatch m holds the rows b of batch_dim (features: a dict of mtf Tensors with it)
+  with b % num_splits == m; model_fn(features of one microbatch) returns a dict of
+  Tensors with a "loss". Returns (grads, outputs): the loss's gradients summed over
+  microbatches, one per graph.trainable_variables, and model_fn's outputs, each summed
+  over microbatches or, if it has the (smaller) batch dim, reassembled to the full batch.
   """
   batch_dim = convert_to_dimension(batch_dim)
   if not features:
@@ -62,9 +55,7 @@ def serialize_training_step(features, model_fn, batch_dim, num_splits):
     keys.extend(outputs)
     accumulated = []
     for t in outputs.values():
-      if small_batch in t.shape.dims:
-        # Place this microbatch's rows at its positions; the sum over iterations then
-        # assembles the whole batch.
+      if small_batch in t.shape.dims:  # the sum over iterations assembles the batch
         t = einsum([t, one_hot(index, micro_dim, dtype=t.dtype)],
                    output_shape=replace_dimensions(t.shape, small_batch,
                                                    [small_batch, micro_dim]))

@@ -1,10 +1,6 @@
 """The original's Operation classes for elementwise arithmetic, for code that builds them
-directly: BinaryOpWithBroadcasting, AddOperation, MinMaxOperation,
-ScalarMultiplyOperation, ScalarAddOperation.
-
-mtf.add, mtf.minimum, ... do the same work through `elementwise.py`; these classes are
-slice-wise ops with the original constructors.
-"""
+directly: slice-wise ops with the original constructors (mtf.add, mtf.minimum, ... do
+the same work through `elementwise.py`)."""
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError

@@ -1,18 +1,16 @@
-"""Max and average pooling over the trailing spatial dims, and its gradient.
+"""Max and average pooling (VALID padding) over the trailing spatial dims, and its gradient.
 
-Inputs are [batch dims..., spatial dims..., channels]; pooling uses VALID padding, and the
-output spatial dims keep the input's names with their pooled sizes. Batch and channel dims
-may be split over the mesh. A split spatial dim stays split when the windows do not
-overlap (strides == ksize) and tile it exactly, so every window lies inside one slice;
-otherwise it is gathered for the pooling and cut back to the layout after.
+Inputs are [batch dims..., spatial dims..., channels]; output spatial dims keep their
+names. Batch and channel dims may be split; a split spatial dim stays split when the
+windows tile it exactly (strides == ksize), else it is gathered and cut back after.
 """
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
-from mesh_tf.lowering import plan_interpreter
-from mesh_tf.plans import rules as plan_rules
+from mesh_tf.lowering.plan_interpreter import lower_planned
 from mesh_tf.ops.slicewise import slicewise
+from mesh_tf.plans.rules import whole_dims_plan
 from mesh_tf.shapes import Dimension, Shape
 
 # fn string -> (number of spatial dims, is max pooling, TF pooling function).
@@ -77,26 +75,22 @@ class _PoolBase(Operation):
             what, k, d, x.name), tensor=x.name, dim=d.name)
       out.append(Dimension(d.name, size))
     self._pooled_shape = Shape(x.shape.dims[:-n - 1] + out + x.shape.dims[-1:])
-    # A dim stays split when windows tile it exactly; otherwise it is gathered.
+    # Only dims whose windows overlap or do not tile them are gathered, whatever the op
+    # declares (PoolOperation: spatial dims unsplittable; its gradient: none).
     self._whole = frozenset(d.name for d, k, s in zip(spatial, self._ksize, self._strides)
                             if k != s or d.size % k)
-
-  # What the op declares (splittable_dims / unsplittable_dims): PoolOperation names its
-  # spatial dims unsplittable, PoolBackPropOperation declares everything splittable. The
-  # lowering is finer: it gathers only the spatial dims whose windows overlap or do not
-  # tile the dim (self._whole), whatever the declaration.
 
   def _tf_window(self, values):
     return [1] + list(values) + [1]
 
   def plan(self, layout):
     """The OpPlan on a MeshLayout: gather the unsplittable dims, cut them after."""
-    return plan_rules.whole_dims_plan(layout, [x.shape for x in self.inputs],
-                                      [y.shape for y in self.outputs], self._whole)
+    return whole_dims_plan(layout, [x.shape for x in self.inputs],
+                           [y.shape for y in self.outputs], self._whole)
 
   def _lower_with(self, lowering, fn):
     plan = self.plan(lowering.mesh_impl(self).slice_layout)
-    plan_interpreter.lower_planned(lowering, self, plan, fn)
+    lower_planned(lowering, self, plan, fn)
 
 
 class PoolOperation(_PoolBase):
@@ -140,8 +134,7 @@ class PoolBackPropOperation(_PoolBase):
 
   def gradient(self, grad_ys):
     """Only dy gets a gradient: dx is linear in dy and piecewise constant in x and y."""
-    dy, x, y = self.inputs
-    ddx = grad_ys[0]
+    (_, x, y), ddx = self.inputs, grad_ys[0]
     if not self._is_max:  # AvgPoolGrad is the adjoint of average pooling
       return [PoolOperation(ddx, self._ksize, self._strides,
                             self._pool_fn_string).outputs[0], None, None]

@@ -1,11 +1,9 @@
 """Random tensors whose values do not depend on the layout.
 
 Each element's value is a hash of (op seed, step counter, its global index), computed by
-every processor for its own slice only. So the same graph gives the same random numbers
-on one device and on any mesh, and replicated slices agree without communication. The
-step counter (one int64 variable per MeshImpl) advances each time a random op runs, so a
-training step under tf.function draws fresh noise on every call
-(`MeshImpl.next_random_step`).
+every processor for its own slice, so any mesh gives the same numbers without
+communication. The step counter (`MeshImpl.next_random_step`) advances each time a random
+op runs, so a step under tf.function draws fresh noise on every call.
 """
 import zlib
 
@@ -62,8 +60,7 @@ def global_flat_index(slice_shape, begin, full_shape):
   return index
 
 
-# TF samplers the counter-based generator reproduces: fn -> (distribution, its kwargs
-# with defaults).
+# TF samplers the counter-based generator reproduces: fn -> (distribution, kwargs defaults).
 _COUNTER_BASED = {
     tf.random.uniform: ("uniform", {"minval": 0.0, "maxval": 1.0}),
     tf.random.normal: ("normal", {"mean": 0.0, "stddev": 1.0}),
@@ -75,12 +72,9 @@ _COUNTER_BASED = {
 class RandomOperation(Operation):
   """Random values of `shape` drawn as `tf_fn(shape, **kwargs)` would draw them.
 
-  For tf.random.uniform and tf.random.normal (what random_uniform/random_normal use) the
-  values come from the layout-independent counter-based generator, with `minval`,
-  `maxval` / `mean`, `stddev`, `dtype` and `seed` taken from kwargs. Any other sampler
-  (e.g. tf.random.truncated_normal) is called on the full shape by `MeshImpl.random` and
-  the result cut to the layout.
-  """
+  tf.random.uniform and tf.random.normal use the layout-independent counter-based
+  generator (kwargs: minval, maxval / mean, stddev, dtype, seed). Any other sampler is
+  called on the full shape by `MeshImpl.random` and the result cut to the layout."""
 
   def __init__(self, mesh, shape, tf_fn, **kwargs):
     kwargs = dict(kwargs)

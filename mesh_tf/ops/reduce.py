@@ -12,7 +12,6 @@ from mesh_tf.plans import rules as plan_rules
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape
 
 
-
 class ReduceOperation(Operation):
   """Reduces x to output_shape (a subset of its dims, in any order) with SUM, MAX, MIN or
   MEAN (TF's fused mean per slice; the slices' means are summed over the mesh axes
@@ -136,15 +135,6 @@ def reduce_any(x, disable_positional_args=None, output_shape=None, reduced_dim=N
   return _reduce_bool(x, out, reduce_max, name or "reduce_any")
 
 
-def _composite_logsumexp(x, reduced_shape, extra_logit, name):
-  from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
-  max_logit = ew.maximum(reduce_max(stop_gradient(x), output_shape=reduced_shape),
-                         extra_logit)
-  total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
-  total += ew.exp(extra_logit - max_logit)
-  return ew.add(ew.log(total), max_logit, name=name)
-
-
 def _reduced_dim_of(x, reduced_dim, fn_name):
   """The Dimension of x named by reduced_dim (a Dimension, pair or name)."""
   reduced_shape = _output_shape(x, None, reduced_dim, None, fn_name)
@@ -165,13 +155,15 @@ def reduce_logsumexp(x, reduced_dim, extra_logit=None, name=None):
   fused = _fused(x, reduced_dim, "logsumexp", extra_logit, name)
   if fused is not None:
     return fused
+  from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
   _, reduced_shape = _reduced_dim_of(x, reduced_dim, "reduce_logsumexp")
-  if extra_logit is None:  # several reduced dims: max, then sum of the shifted exps
-    from mesh_tf.autodiff.gradients import stop_gradient  # pylint: disable=g-import-not-at-top
-    max_logit = reduce_max(stop_gradient(x), output_shape=reduced_shape)
-    total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
-    return ew.add(ew.log(total), max_logit, name=name)
-  return _composite_logsumexp(x, reduced_shape, extra_logit, name)
+  max_logit = reduce_max(stop_gradient(x), output_shape=reduced_shape)
+  if extra_logit is not None:
+    max_logit = ew.maximum(max_logit, extra_logit)
+  total = reduce_sum(ew.exp(x - max_logit), output_shape=reduced_shape)
+  if extra_logit is not None:
+    total += ew.exp(extra_logit - max_logit)
+  return ew.add(ew.log(total), max_logit, name=name)
 
 
 def softmax(x, reduced_dim, extra_logit=None, name=None):

@@ -13,12 +13,10 @@ _TINY = 1e-9
 
 
 def sample_with_temperature(logits, dim, temperature=1.0, name=None):
-  """int32 samples along dim from softmax(logits / temperature), by the Gumbel-max trick.
+  """int32 samples along dim (removed) from softmax(logits / temperature), Gumbel-max.
 
-  temperature may be a Python number or an mtf Tensor (broadcast against logits); a
-  Python 0.0 means argmax (no noise is drawn). The noise comes from mtf.random_uniform,
-  so the samples do not depend on the layout. The result has logits' dims minus dim.
-  """
+  temperature: a Python number (0.0: argmax, no noise) or an mtf Tensor broadcast against
+  logits. The noise (mtf.random_uniform) does not depend on the layout."""
   dim = convert_to_dimension(dim)
   if dim not in logits.shape.dims:
     raise ShapeError("sample_with_temperature: dim %s is not a dim of %s %s" % (

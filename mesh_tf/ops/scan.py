@@ -1,8 +1,5 @@
-"""Scans along one named dim beyond cumsum (which lives in indexing.py): log_cumsum_exp.
-
-Like cumsum, a scan is computed against a triangular mask between the dim and a copy of
-it, so it works on any layout (O(n^2) in the dim's size, as the original's cumsum).
-"""
+"""log_cumsum_exp: like cumsum (indexing.py), a scan against a triangular mask between
+the dim and a copy of it, so it works on any layout (O(n^2) in the dim's size)."""
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
@@ -14,11 +11,8 @@ from mesh_tf.shapes import Dimension, convert_to_dimension
 
 
 def log_cumsum_exp(x, dim, reverse=False, name=None):
-  """log(cumsum(exp(x))) along dim, computed stably (tf.math.cumulative_logsumexp).
-
-  Each output position is a logsumexp over the positions up to it (from it to the end if
-  reverse), so no prefix underflows however far its values are below the maximum.
-  """
+  """log(cumsum(exp(x))) along dim (tf.math.cumulative_logsumexp): each position is a
+  logsumexp over those up to it (from it to the end if reverse), so nothing underflows."""
   dim = convert_to_dimension(dim)
   if dim not in x.shape.dims:
     raise ShapeError("log_cumsum_exp: dim %s is not a dim of %s %s" % (dim, x.name, x.shape),
@@ -27,9 +21,8 @@ def log_cumsum_exp(x, dim, reverse=False, name=None):
     raise ShapeError("log_cumsum_exp: %s has dtype %s; it needs floats" % (
         x.name, x.dtype.name), tensor=x.name)
   target = Dimension(dim.name + "_scan_target", dim.size)
-  source_pos = mtf_range(x.mesh, dim, tf.int32)
-  target_pos = mtf_range(x.mesh, target, tf.int32)
-  included = (ew.greater_equal if reverse else ew.less_equal)(source_pos, target_pos)
+  included = (ew.greater_equal if reverse else ew.less_equal)(
+      mtf_range(x.mesh, dim, tf.int32), mtf_range(x.mesh, target, tf.int32))
   masked = ew.where(included, x, float("-inf"))
   out = reduce_logsumexp(masked, dim)
   renamed = x.shape.rename_dimension(dim.name, target.name)

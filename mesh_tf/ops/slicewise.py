@@ -1,9 +1,8 @@
 """Slice-wise ops: a TF function applied independently to each processor's slices.
 
-`SlicewiseOperation` is the workhorse behind elementwise math and any op whose result on a
-slice only needs that slice. Dims the function needs whole (not in `splittable_dims`) are
-gathered before it runs and cut back to the layout after, so every layout gives the same
-numbers.
+`SlicewiseOperation` is the workhorse behind elementwise math. Dims the function needs
+whole (not in `splittable_dims`) are gathered before it runs and cut back to the layout
+after, so every layout gives the same numbers.
 """
 import tensorflow as tf
 
@@ -15,12 +14,9 @@ from mesh_tf.shapes import Shape, convert_to_shape
 
 
 def local_broadcast(t, in_shape, out_shape, full_rank=True):
-  """Transposes/expands a slice of `in_shape` so it broadcasts against `out_shape` slices.
-
-  Missing dims become size-1 axes, added by one reshape when the slice shape is static.
-  With full_rank=False the leading size-1 axes are left out (TF's broadcasting adds them),
-  so a slice whose dims are a suffix of `out_shape` comes back unchanged.
-  """
+  """Transposes/expands a slice of `in_shape` so it broadcasts against `out_shape` slices:
+  missing dims become size-1 axes, except leading ones with full_rank=False (TF's
+  broadcasting adds them)."""
   in_names = in_shape.dimension_names
   out_names = out_shape.dimension_names
   extra = [n for n in in_names if n not in out_names]
@@ -47,39 +43,30 @@ def local_broadcast(t, in_shape, out_shape, full_rank=True):
 
 
 class SlicewiseOperation(Operation):
-  """Applies tf_fn to the slices of the inputs.
+  """Applies tf_fn (per-slice tf.Tensors -> a tf.Tensor, or a tuple of them when
+  output_shapes is a list of Shapes) to the slices of the inputs.
 
-  Args:
-    tf_fn: function of per-slice tf.Tensors returning a tf.Tensor (or a tuple when
-      output_shape is a list of shapes).
-    inputs: mtf Tensors.
-    output_shapes: a Shape, or a list of Shapes for several outputs.
-    output_dtypes: a dtype, or a list of them.
-    splittable_dims: names of dims tf_fn may see partially; others are gathered whole.
-      None means all dims are splittable.
-    grad_function: fn(op, grad_ys) -> list of input gradients, or None for no gradient.
+  splittable_dims: names of dims tf_fn may see partially (None: all); others are gathered
+  whole. grad_function: fn(op, grad_ys) -> input gradients, or None for no gradient.
   """
 
   def __init__(self, tf_fn, inputs, output_shapes, output_dtypes, splittable_dims=None,
                grad_function=None, name=None):
-    output_shape, output_dtype = output_shapes, output_dtypes
     super().__init__(inputs, name=name or "slicewise")
     self._tf_fn = tf_fn
     self._grad_function = grad_function
-    # Several outputs are given as a list of Shapes (a single shape may itself be a list
-    # of Dimensions).
-    self._multi = isinstance(output_shape, (list, tuple)) and any(
-        isinstance(s, Shape) for s in output_shape)
-    shapes = list(output_shape) if self._multi else [output_shape]
-    dtypes = list(output_dtype) if isinstance(output_dtype, (list, tuple)) else (
-        [output_dtype] * len(shapes))
+    # Several outputs come as a list of Shapes (one shape may be a list of Dimensions).
+    self._multi = isinstance(output_shapes, (list, tuple)) and any(
+        isinstance(s, Shape) for s in output_shapes)
+    shapes = list(output_shapes) if self._multi else [output_shapes]
+    dtypes = list(output_dtypes) if isinstance(output_dtypes, (list, tuple)) else (
+        [output_dtypes] * len(shapes))
     for s, d in zip(shapes, dtypes):
       self._add_output(convert_to_shape(s), d)
     self._splittable = None if splittable_dims is None else frozenset(
         d if isinstance(d, str) else d.name for d in splittable_dims)
     if self._splittable is not None:
-      # As declared: the named dims are splittable (named or not in a shape), every
-      # other dim of the inputs and outputs is not.
+      # As declared: the named dims are splittable, every other dim is not.
       self._splittable_dims, self._unsplittable_dims = (
           self._initialize_splittable_and_unsplittable_dims("unsplittable",
                                                             self._splittable))
@@ -108,10 +95,8 @@ class SlicewiseOperation(Operation):
 
 def slicewise(tf_fn, xs, output_shape=None, output_dtype=None, splittable_dims=None,
               grad_function=None, name=None):
-  """Runs tf_fn on slices of xs; returns one mtf Tensor, or a tuple for several outputs.
-
-  output_shape/output_dtype default to those of xs[0].
-  """
+  """Runs tf_fn on slices of xs; returns one mtf Tensor, or a tuple for several outputs
+  (output_shape/output_dtype default to those of xs[0])."""
   xs = list(xs)
   op = SlicewiseOperation(
       tf_fn, xs, output_shape if output_shape is not None else xs[0].shape,
@@ -142,33 +127,30 @@ class GenericGradOperation(SlicewiseOperation):
     self._forward = forward_op
     n_in = len(forward_op.inputs)
     present = [g is not None for g in grad_ys]
+    dys = [g for g in grad_ys if g is not None]
 
     def grad_fn(*slices):
-      xs, dys = list(slices[:n_in]), list(slices[n_in:])
+      xs, dy_slices = list(slices[:n_in]), list(slices[n_in:])
       with tf.GradientTape() as tape:
         for x in xs:
           tape.watch(x)
         ys = forward_op._tf_fn(*xs)  # pylint: disable=protected-access
         ys = list(ys) if isinstance(ys, (tuple, list)) else [ys]
       ys = [y for y, p in zip(ys, present) if p]
-      grads = tape.gradient(ys, xs, output_gradients=dys,
+      grads = tape.gradient(ys, xs, output_gradients=dy_slices,
                             unconnected_gradients=tf.UnconnectedGradients.ZERO)
       return tuple(grads)
 
     super().__init__(
-        grad_fn, list(forward_op.inputs) + [g for g in grad_ys if g is not None],
+        grad_fn, list(forward_op.inputs) + dys,
         [x.shape for x in forward_op.inputs], [x.dtype for x in forward_op.inputs],
         splittable_dims=forward_op._splittable,  # pylint: disable=protected-access
         name=name or forward_op.name + "/grad")
-    # Reported splittability: every dim of the forward op's inputs and outputs and of
-    # the output gradients, none unsplittable. The forward op's own declaration already
-    # keeps a layout from splitting what tf_fn needs whole; the lowering still gathers
-    # those dims here (_gathered_dim_names) so the slices match the forward op's.
-    names = set()
-    for t in list(forward_op.inputs) + list(forward_op.outputs) + [
-        g for g in grad_ys if g is not None]:
-      names.update(t.shape.dimension_names)
-    self._splittable_dims, self._unsplittable_dims = frozenset(names), frozenset()
+    # Declares every dim splittable (the forward op's declaration already constrains the
+    # layout); the lowering still gathers the forward's whole dims (_gathered_dim_names).
+    tensors = list(forward_op.inputs) + list(forward_op.outputs) + dys
+    self._splittable_dims = frozenset(n for t in tensors for n in t.shape.dimension_names)
+    self._unsplittable_dims = frozenset()
 
   def _gathered_dim_names(self):
     return self._forward._gathered_dim_names()  # pylint: disable=protected-access

@@ -1,16 +1,15 @@
 """Slicing along one named dim: slice, pad, concat, split, stack, unstack, shift.
 
-Each is a slice-wise op that needs its dim whole: if a layout splits that dim, it is
-gathered first and the result is cut back to the layout, so any layout works (at the
-cost of an allconcat on the split mesh axis).
+Each is a slice-wise op that needs its dim whole: a split dim is gathered first (an
+allconcat) and the result cut back to the layout.
 """
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Operation
-from mesh_tf.lowering import plan_interpreter
-from mesh_tf.plans import rules as plan_rules
+from mesh_tf.lowering.plan_interpreter import lower_planned
 from mesh_tf.ops.slicewise import SlicewiseOperation
+from mesh_tf.plans.rules import shift_plan
 from mesh_tf.shapes import Dimension, Shape
 
 
@@ -36,17 +35,11 @@ class SliceOperation(SlicewiseOperation):
       raise ShapeError("slice of %s: [%d, %d) is outside dim %s=%d" % (
           x.name, begin, begin + size, dim_name, full), tensor=x.name, dim=dim_name)
 
-    def fn(t):
-      b = [0] * t.shape.rank
-      b[axis] = begin
-      s = [-1] * t.shape.rank
-      s[axis] = size
-      return tf.slice(t, b, s)
-
     def grad(op, grad_ys):
       del op
       return [pad(grad_ys[0], [begin, full - begin - size], dim_name)]
-    super().__init__(fn, [x], x.shape.resize_dimension(dim_name, size), x.dtype,
+    super().__init__(lambda t: _take(t, axis, begin, size), [x],
+                     x.shape.resize_dimension(dim_name, size), x.dtype,
                      _others(x.shape, dim_name), grad, name=name or "slice")
 
 
@@ -163,8 +156,6 @@ class StackOperation(SlicewiseOperation):
     if not -rank - 1 <= axis <= rank:
       raise ShapeError("stack: axis %d is out of range for inputs of rank %d (use -%d..%d)"
                        % (axis, rank, rank + 1, rank), tensor=xs[0].name)
-    # A negative axis counts from the end of the output, as in tf.stack: -1 puts the new
-    # dim last (the position tf.stack gives it in each slice).
     axis = axis + rank + 1 if axis < 0 else axis
     out_shape = Shape(dims[:axis] + [new_dim] + dims[axis:])
 
@@ -204,9 +195,8 @@ def unstack(x, dim, name=None):
 def _local_shift(t, offset, axis, size, wrap):
   """Shift of a tensor holding the whole dim (size elements along axis)."""
   if wrap:
-    # The no-wrap shift of x plus the no-wrap shift of the part that falls off, moved to
-    # the other end: under XLA's SPMD partitioner both are neighbour exchanges
-    # (collective-permutes) where tf.roll of a split dim reshards with all-to-alls.
+    # Two no-wrap shifts (x, and the part that falls off moved to the other end): under
+    # XLA's SPMD partitioner tf.roll of a split dim would reshard with all-to-alls.
     offset %= size
     if offset == 0:
       return t
@@ -215,16 +205,11 @@ def _local_shift(t, offset, axis, size, wrap):
   if abs(offset) >= size:
     return tf.zeros_like(t)
   p = [[0, 0]] * t.shape.rank
-  b = [0] * t.shape.rank
-  s = [-1] * t.shape.rank
   if offset >= 0:
     p[axis] = [offset, 0]
-    s[axis] = size - offset
-  else:
-    p[axis] = [0, -offset]
-    b[axis] = -offset
-    s[axis] = size + offset
-  return tf.pad(tf.slice(t, b, s), p)
+    return tf.pad(_take(t, axis, 0, size - offset), p)
+  p[axis] = [0, -offset]
+  return tf.pad(_take(t, axis, -offset, size + offset), p)
 
 
 def _take(t, axis, begin, size):
@@ -235,12 +220,9 @@ def _take(t, axis, begin, size):
 
 
 class ShiftOperation(Operation):
-  """Static shift along one dim.
-
-  When the dim is split and |offset| fits in one slice, each processor receives its
-  neighbour's slice on that mesh axis (one `shift_by_n_processors`) and keeps the |offset|
-  edge it needs, so the cost is one slice per processor rather than gathering the dim.
-  """
+  """Static shift along one dim. When the dim is split and |offset| fits in one slice,
+  each processor receives its neighbour's slice (one `shift_by_n_processors`) and keeps
+  the |offset| edge it needs, instead of gathering the dim."""
 
   def __init__(self, x, offset, dim, wrap, name=None):
     _, dim_name = _dim_index(x, dim, "shift")
@@ -262,8 +244,8 @@ class ShiftOperation(Operation):
 
   def plan(self, layout):
     """The OpPlan on a MeshLayout (see plans/rules.shift_plan)."""
-    return plan_rules.shift_plan(layout, self.inputs[0].shape, self._dim_name,
-                                 self._offset, self._wrap)
+    return shift_plan(layout, self.inputs[0].shape, self._dim_name, self._offset,
+                      self._wrap)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
@@ -272,8 +254,7 @@ class ShiftOperation(Operation):
     plan = self.plan(impl.slice_layout)
     if len(plan.operands) == 1:  # the dim is whole here (or gathered by the plan)
       size = x.shape[axis].size
-      plan_interpreter.lower_planned(
-          lowering, self, plan, lambda t: _local_shift(t, offset, axis, size, wrap))
+      lower_planned(lowering, self, plan, lambda t: _local_shift(t, offset, axis, size, wrap))
       return
     local = impl.slice_shape(x.shape)[axis]
     k = abs(offset)
@@ -283,7 +264,7 @@ class ShiftOperation(Operation):
     else:
       fn = lambda own, nxt: tf.concat(
           [_take(own, axis, k, local - k), _take(nxt, axis, 0, k)], axis)
-    plan_interpreter.lower_planned(lowering, self, plan, fn)
+    lower_planned(lowering, self, plan, fn)
 
 
 def shift(x, offset, dim, wrap, name=None):

@@ -1,8 +1,7 @@
 """Order statistics along one named dim: top_k, sort, nth_largest/smallest_element.
 
-`top_k` works when its dim is split: each processor takes the top k of its own slice,
-the candidates (with global indices) are gathered along the mesh axis, and a second
-top k picks the winners. So each processor sends k values, not its whole slice.
+`top_k` works when its dim is split: each processor takes the top k of its own slice, and
+a second top k over the gathered candidates (with global indices) picks the winners.
 """
 import tensorflow as tf
 
@@ -33,12 +32,10 @@ def _checked_dim(x, dim, fn_name):
 
 
 class TopKOperation(Operation):
-  """The k largest values of x along reduced_dim and their int32 indices.
+  """The k largest values of x along reduced_dim and their int32 indices (see top_k).
 
-  Both outputs have x's shape with reduced_dim removed and k_dim appended; values come
-  in descending order, ties in index order (as tf.math.top_k). The gradient flows to
-  the values' positions in x.
-  """
+  Values come in descending order, ties in index order (as tf.math.top_k); the gradient
+  flows to the values' positions in x."""
 
   def __init__(self, x, reduced_dim, k_dim, name=None):
     super().__init__([x], name=name or "top_k")
@@ -107,20 +104,16 @@ class TopKOperation(Operation):
 
 
 def top_k(x, reduced_dim, k_dim, name=None):
-  """(values, indices): the k_dim.size largest entries of x along reduced_dim.
-
-  The outputs have x's dims minus reduced_dim, plus k_dim at the end; indices are int32.
-  """
+  """(values, indices): the k_dim.size largest entries of x along reduced_dim; both have
+  x's dims minus reduced_dim, plus k_dim at the end; indices are int32."""
   op = TopKOperation(x, reduced_dim, k_dim, name=name)
   return op.outputs[0], op.outputs[1]
 
 
 def sort(x, dim, descending=False, name=None):
-  """x sorted along dim (which keeps its place), like tf.sort.
+  """x sorted along dim (which keeps its place), like tf.sort; not in the original.
 
-  The original library has no sort; this one is differentiable (the gradient goes back
-  to each value's original position). The dim is gathered whole if it is split.
-  """
+  Differentiable (the gradient goes back to each value's original position)."""
   d = _checked_dim(x, dim, "sort")
   axis = x.shape.dims.index(d)
   direction = "DESCENDING" if descending else "ASCENDING"

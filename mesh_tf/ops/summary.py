@@ -11,10 +11,8 @@ from mesh_tf.graph import Operation
 
 _LOG = logging.getLogger("mesh_tf")
 
-# The TF 2 stand-in for the TF1 graph's summaries collection: per TF graph (the eager
-# context's global graph, or each tf.function trace), the (tag, tf value) of every
-# scalar_summary lowered there. mtf.utils.create_host_call reads it; remove_summaries
-# clears it.
+# The TF 2 stand-in for the TF1 summaries collection: {id(TF graph): [(tag, tf value)]}
+# of the scalar_summary ops lowered there (read by mtf.utils.create_host_call).
 _LOWERED_SUMMARIES = collections.defaultdict(list)
 
 
@@ -41,12 +39,9 @@ _SCALAR_METADATA = summary_pb2.SummaryMetadata(
 
 
 class ScalarSummaryOperation(Operation):
-  """Writes an mtf scalar as a scalar summary under the default summary writer.
-
-  Lowering records the scalar's tf.Tensor value in `lowering.operations[op]`. With no
-  default writer (tf.summary.create_file_writer(...).as_default()) nothing is written.
-  The step is tf.summary.experimental.get_step(), which must then be set.
-  """
+  """Writes an mtf scalar as a scalar summary under the default summary writer, if any
+  (at step tf.summary.experimental.get_step(), which must then be set); lowering records
+  the scalar's tf.Tensor value in `lowering.operations[op]`."""
 
   def __init__(self, name, x):
     if x.shape.ndims:
@@ -67,7 +62,7 @@ class ScalarSummaryOperation(Operation):
     x = self.inputs[0]
     value = lowering.mesh_impl(self).export_to_tf_tensor(x, lowering.tensors[x])
     try:
-      tf.summary.write(self._tag, tf.cast(value, tf.float32), metadata=_SCALAR_METADATA)
+      write_scalar(self._tag, value)
     except ValueError as e:  # a writer is active but no step is set
       raise MtfError("scalar_summary %r: %s; set one with "
                      "tf.summary.experimental.set_step(step)" % (self._tag, e),
@@ -84,11 +79,8 @@ def scalar_summary(name, x):
 def log_variable_sizes(var_list=None, tag=None, verbose=True, mesh_to_impl=None,
                        log_file=None):
   """Logs each variable's name, shape and size (and slice size given mesh_to_impl), then
-  the totals, to the "mesh_tf" logger and to log_file (anything with .write) if given.
-
-  var_list defaults to nothing (the original took it explicitly); returns the total
-  number of elements.
-  """
+  the totals, to the "mesh_tf" logger and to log_file (anything with .write) if given;
+  returns the total number of elements (0 without var_list)."""
   if not var_list:
     return 0
   tag = tag or "Trainable Variables"
@@ -114,10 +106,8 @@ def log_variable_sizes(var_list=None, tag=None, verbose=True, mesh_to_impl=None,
 
 
 def pretty_print_counters(counters):
-  """Counters as an indented text tree; a "a/b" counter also counts towards "a".
-
-  counters: a dict (e.g. Lowering.counters) or a list of (name, number) pairs.
-  """
+  """Counters (a dict such as Lowering.counters, or (name, number) pairs) as an indented
+  text tree; a "a/b" counter also counts towards "a"."""
   items = counters.items() if hasattr(counters, "items") else counters
   totals = collections.defaultdict(int)
   for name, value in items:

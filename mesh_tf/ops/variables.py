@@ -1,9 +1,8 @@
 """Variables: `VariableDType`, the `Variable` op and `get_variable`.
 
-A variable's state is created by the MeshImpl the first time a Lowering sees it (in the
-eager context) and lives in `mesh_impl.variable_store` under the variable's full name --
-the same name the original library gave its master variable, which is also its
-checkpoint key.
+A variable's state is created by the MeshImpl the first time a Lowering sees it and lives
+in `mesh_impl.variable_store` under the variable's full name, the original's master
+variable name and checkpoint key.
 """
 import zlib
 
@@ -16,11 +15,8 @@ from mesh_tf.shapes import Dimension, Shape, convert_to_shape, list_product
 
 
 class VariableDType:
-  """The three precisions of a variable.
-
-  master_dtype: stored in checkpoints; slice_dtype: kept on each processor;
-  activation_dtype: what reading the variable gives.
-  """
+  """The three precisions of a variable: master_dtype (stored in checkpoints),
+  slice_dtype (kept on each processor), activation_dtype (what reading it gives)."""
 
   def __init__(self, master_dtype=tf.float32, slice_dtype=None, activation_dtype=None):
     self._master_dtype = tf.as_dtype(master_dtype)
@@ -83,9 +79,8 @@ class Variable(Operation):
   def __init__(self, mesh, name, shape, dtype, initializer, trainable, **kwargs):
     del kwargs  # TF1 get_variable options (collections, ...) have no meaning here.
     scope = current_scope_name()
-    full_name = scope + "/" + name if scope else name
     super().__init__([], mesh=mesh, name=name)
-    self._name = full_name
+    self._name = scope + "/" + name if scope else name
     if not isinstance(dtype, VariableDType):
       dtype = VariableDType(dtype)
     self._dtype = dtype
@@ -93,8 +88,7 @@ class Variable(Operation):
     self._trainable = trainable
     self._add_output(convert_to_shape(shape), dtype.activation_dtype)
     mesh.graph.add_variable(self)
-    # The mesh's variable placer (e.g. mtf.utils.BalancedVariablePlacer) picks where the
-    # full value is assembled, as it placed the original's master variable.
+    # Where the full value is assembled (e.g. by mtf.utils.BalancedVariablePlacer).
     placer = mesh.variable_placer_fn
     self._master_device = placer(self) if callable(placer) else placer
 
@@ -176,11 +170,9 @@ def get_variable(mesh, name, shape, dtype=tf.float32, master_dtype=None, slice_d
   """Creates a Variable op and returns its value (an mtf Tensor).
 
   dtype may be a tf.DType (overridden per role by master/slice/activation_dtype) or a
-  VariableDType. The full name, including enclosing mtf.variable_scope()s, is the
-  checkpoint key. Inside a scope with reuse=True (or AUTO_REUSE) an existing variable of
-  that name is returned instead of a new one. Getters of Graph.custom_getter may
-  change the arguments first.
-  """
+  VariableDType. The full name (with enclosing mtf.variable_scope()s) is the checkpoint
+  key; under reuse=True (or AUTO_REUSE) an existing variable of that name is returned.
+  Getters of Graph.custom_getter may change the arguments first."""
   getters = getattr(mesh.graph, "custom_getters", None)
   if getters:
     def next_getter(i, *args, **kw):
@@ -260,18 +252,6 @@ class StackedVariable(Variable):
   def original_names(self):
     """Names of the stacked variables, in stacking order."""
     return list(self._original_names)
-
-  @property
-  def master_device(self):
-    return self._master_device
-
-  def get_master(self):
-    """The full stacked value (see Variable.get_master)."""
-    return super().get_master()
-
-  def assign_to_master(self, val):
-    """Sets the full stacked value (see Variable.assign_to_master)."""
-    return super().assign_to_master(val)
 
 
 class ReadVariable(Operation):

@@ -1,9 +1,6 @@
 """Positions and windows along one named dim: reduce_first, dynamic_shift,
-pool_tensor_1d, stride_tensor_1d.
-
-Each is built from reshape, range and einsum, so it works on every layout and gets its
-gradient from those ops.
-"""
+pool_tensor_1d, stride_tensor_1d. Each is built from reshape, range and einsum, so it
+works on every layout and gets its gradient from those ops."""
 import tensorflow as tf
 
 from mesh_tf.errors import ShapeError
@@ -34,9 +31,8 @@ def reduce_first(tensor, reduced_dim):
 def dynamic_shift(x, offset, dim, wrap):
   """x moved by offset positions along dim: y[i] = x[i - offset], zero-filled or wrapped.
 
-  offset is an int mtf Tensor whose dims are a subset of x's dims other than dim, so each
-  row may move by its own amount (computed as an einsum with a 0/1 permutation matrix).
-  """
+  offset is an int mtf Tensor over some of x's other dims, so each row may move by its
+  own amount (an einsum with a 0/1 permutation matrix)."""
   dim = _dim_of(x, dim, "dynamic_shift")
   if not isinstance(offset, Tensor) or not offset.dtype.is_integer:
     raise ShapeError("dynamic_shift of %s: offset must be an integer mtf Tensor, got %r"
@@ -72,10 +68,7 @@ def _windows(tensor, pool_dim, pool_size, fn_name):
 
 
 def pool_tensor_1d(tensor, pool_dim, reduce_fn=reduce_mean, pool_size=2):
-  """Pools windows of pool_size along pool_dim with reduce_fn (e.g. mtf.reduce_max).
-
-  pool_dim keeps its name and shrinks to pool_dim.size // pool_size.
-  """
+  """Pools windows of pool_size along pool_dim (which keeps its name) with reduce_fn."""
   windows, window = _windows(tensor, pool_dim, pool_size, "pool_tensor_1d")
   return reduce_fn(windows, reduced_dim=window)
 

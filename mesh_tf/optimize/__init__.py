@@ -4,10 +4,9 @@
     update_ops = mtf.optimize.AdafactorOptimizer().apply_grads(
         grads, graph.trainable_variables)
 
-Optimizer state lives in ordinary mtf variables ("slots", e.g. `<var>_slot_v`), so it
-is laid out, checkpointed and restored like the weights. Rates that follow the global
-step (`get_global_step()`) are read when the graph is lowered, so a graph built once
-and lowered inside a tf.function sees the step advance.
+Optimizer state lives in ordinary mtf variables ("slots", e.g. `<var>_slot_v`), laid out,
+checkpointed and restored like the weights. Rates that follow the global step are read
+when the graph is lowered.
 """
 # pylint: disable=g-importing-member
 from mesh_tf.optimize.global_step import get_global_step, set_global_step, step_num

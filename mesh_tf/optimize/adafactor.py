@@ -1,24 +1,19 @@
 """Adafactor (Shazeer & Stern, 2018): Adam-like steps with factored second moments.
 
-For a variable with two dims of at least min_dim_size_to_factor elements, the running
-mean of grad^2 is kept as two smaller slots instead of one of the variable's size:
-with d0 the largest dim and d1 the second largest,
+For a variable with two dims of at least min_dim_size_to_factor elements (d0 the largest,
+d1 the second largest; any other dims are carried along), the running mean of grad^2 is
+kept as two smaller slots instead of one of the variable's size:
 
     vr = decay * vr + (1 - decay) * mean over d0 of (grad^2 + epsilon1)   # shape - d0
     vc = decay * vc + (1 - decay) * mean over d1 of (grad^2 + epsilon1)   # shape - d1
     x  = grad * rsqrt(vr / mean over d1 of vr) * rsqrt(vc)
 
-Any other dims are carried along (each index of them gets its own factorization).
-Unfactored variables keep `v` of their own shape and use x = grad * rsqrt(v). Then x
-is divided by max(1, rms(x) / clipping_threshold), scaled by the learning rate (times
+Unfactored variables keep `v` of their own shape and use x = grad * rsqrt(v). Then x is
+divided by max(1, rms(x) / clipping_threshold), scaled by the learning rate (times
 max(rms(var), epsilon2) with multiply_by_parameter_scale), optionally averaged with
-momentum beta1, and subtracted from the variable.
-
-Slots are float32 variables named `<var>_slot_vr`, `<var>_slot_vc`, `<var>_slot_v`
-and `<var>_slot_m`, as in the original's checkpoints.
-
-Rates (learning_rate, decay_rate) may follow the global step; they are computed when
-the graph is lowered (see `lowering_time`), so they advance inside a tf.function.
+momentum beta1, and subtracted from the variable. Slots are float32 variables
+`<var>_slot_vr`, `<var>_slot_vc`, `<var>_slot_v` and `<var>_slot_m`, as in the original.
+Rates may follow the global step: they are computed at lowering time (`lowering_time`).
 """
 import gin
 import tensorflow as tf
@@ -42,11 +37,8 @@ def _step_function(fn, description):
 
 @gin.configurable(module="mesh_tf.optimize")
 def adafactor_decay_rate_adam(beta2):
-  """Second-moment decay that gives Adam's bias-corrected average with this beta2.
-
-  decay(t) = beta2 (1 - beta2^(t-1)) / (1 - beta2^t), t = global step + 1. Returns a
-  zero-argument callable reading the global step when called (at lowering time).
-  """
+  """Second-moment decay giving Adam's bias-corrected average with this beta2: a callable
+  computing beta2 (1 - beta2^(t-1)) / (1 - beta2^t), t = global step + 1, when called."""
   def rate():
     t = step_num() + 1.0
     return beta2 * (1.0 - tf.pow(beta2, t - 1.0)) / (1.0 - tf.pow(beta2, t))
@@ -55,10 +47,8 @@ def adafactor_decay_rate_adam(beta2):
 
 @gin.configurable(module="mesh_tf.optimize")
 def adafactor_decay_rate_pow(exponent=0.8, offset=0):
-  """Second-moment decay 1 - (step - offset + 1)^-exponent: memory grows as step^exponent.
-
-  Returns a zero-argument callable reading the global step when called.
-  """
+  """Second-moment decay 1 - (step - offset + 1)^-exponent (memory grows as
+  step^exponent): a zero-argument callable reading the global step when called."""
   def rate():
     return 1.0 - tf.pow(step_num() - float(offset) + 1.0, -float(exponent))
   return _step_function(rate, "adafactor_decay_rate_pow(%r, %r)" % (exponent, offset))
@@ -82,12 +72,8 @@ def _is_on(rate):
 
 
 def _unit_scaling_convention():
-  try:
-    from mesh_tf.layers import initializers  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return False
-  fn = getattr(initializers, "unit_scaling_convention", None)
-  return bool(fn()) if fn is not None else False
+  from mesh_tf.layers import initializers  # pylint: disable=g-import-not-at-top
+  return bool(initializers.unit_scaling_convention())
 
 
 @gin.configurable(module="mesh_tf.optimize")
@@ -194,8 +180,7 @@ class AdafactorOptimizer(Optimizer):
     vc = make_slot(var, "_slot_vc", vc_shape)
     new_vr = vr * decay + reduce_ops.reduce_mean(grad_squared, output_shape=vr_shape) * mixing
     new_vc = vc * decay + reduce_ops.reduce_mean(grad_squared, output_shape=vc_shape) * mixing
-    row_mean = reduce_ops.reduce_mean(new_vr, reduced_dim=d1)
-    r_factor = ew.rsqrt(new_vr / row_mean)
+    r_factor = ew.rsqrt(new_vr / reduce_ops.reduce_mean(new_vr, reduced_dim=d1))
     c_factor = ew.rsqrt(new_vc)
     x = grad * r_factor * c_factor
     return [assign(vr, new_vr), assign(vc, new_vc)], x

@@ -16,11 +16,9 @@ class AdamWeightDecayOptimizer(Optimizer):
       m = beta_1 m + (1 - beta_1) g;   v = beta_2 v + (1 - beta_2) g^2
       var -= learning_rate * (m / (sqrt(v) + epsilon) + weight_decay_rate * var)
 
-  The decay term is skipped for variables whose name matches a regular expression in
-  exclude_from_weight_decay (re.search). Slots are float32 variables `<var>/adam_m`
-  and `<var>/adam_v`, the original's names; the update is computed in float32.
-  With shard_optimizer_state=True the slots are split over the data-parallel mesh axes
-  (see `sharded_state`).
+  The decay term is skipped for variables whose name matches (re.search) a pattern of
+  exclude_from_weight_decay. Slots are float32 variables `<var>/adam_m` and
+  `<var>/adam_v`, the original's names; the update is computed in float32.
   """
 
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,

@@ -1,10 +1,8 @@
 """`Optimizer`: turns (gradient, variable) pairs into mtf assignment ops.
 
-`apply_grads(grads, variables)` checks that the two lists match, calls the subclass's
-`apply_grad(grad, var)` for each pair and returns the list of mtf Assign ops. Lowering
-any one of them reads every variable and computes every gradient first (see
-`_order_reads_before_writes`), so a training step that lowers the updates one by one
-still applies each update to the values the step started from.
+Lowering any one of the Assign ops `apply_grads` returns first reads every variable and
+computes every gradient (see `_order_reads_before_writes`), so each update applies to the
+values the step started from.
 """
 import re
 
@@ -21,20 +19,13 @@ from mesh_tf.optimize import lowering_time
 
 
 class Optimizer:
-  """Base class of the optimizers. Subclasses implement `apply_grad`.
-
-  Constructors of subclasses take the learning rate as `learning_rate` (a number, an
-  mtf scalar, a tf.Variable or a zero-argument callable; see `lowering_time`).
-  """
+  """Base class of the optimizers. Subclasses implement `apply_grad` and take the rate as
+  `learning_rate` (a number, mtf scalar, tf.Variable or zero-argument callable)."""
 
   def apply_grads(self, grads, variables):
-    """A list of mtf Assign ops applying grads[i] to variables[i].
-
-    Args:
-      grads: list of mtf Tensors (or None, meaning "no gradient": the variable is left
-        alone), as from mtf.gradients.
-      variables: list of Variable ops (e.g. graph.trainable_variables) or their values.
-    """
+    """A list of mtf Assign ops applying grads[i] (an mtf Tensor, or None: the variable
+    is left alone) to variables[i] (a Variable op, e.g. of graph.trainable_variables, or
+    its value)."""
     variables, grads = _check_grads_and_variables(grads, variables)
     ops = []
     for grad, var in zip(grads, variables):
@@ -119,17 +110,13 @@ class ReadsBarrier(Operation):
 def _order_reads_before_writes(ops, grads, variables):
   """Makes lowering any update op first lower every gradient and variable read.
 
-  Lowering emits ops on demand, in graph order. Without this, lowering the update of
-  one variable (say the last layer's, whose gradient does not read that variable)
-  could emit its write before another update's gradient reads the variable, which
-  would then see the new value. Lowering follows `control_inputs`; each update op gets
-  one barrier op there whose own control_inputs are the gradients and all variables
-  (weights and slots), so the first update lowered pulls in every read.
-  """
+  Lowering emits ops on demand, so one update's write could otherwise come before
+  another update's gradient reads that variable. Each update op gets one barrier in its
+  control_inputs, whose own control_inputs are the gradients and all variables (weights
+  and slots)."""
   if not ops:
     return
-  deps = [g.operation for g in grads if g is not None]
-  deps += list(variables)
+  deps = [g.operation for g in grads if g is not None] + list(variables)
   deps += [v for op in ops for v in getattr(op, "variables", ())]
   barrier = ReadsBarrier(variables[0].mesh, {id(d): d for d in deps}.values())
   for op in ops:
@@ -143,11 +130,8 @@ def reduce_rms(x, **kwargs):
 
 
 def clip_by_global_norm(grads, clip_norm):
-  """Scales grads so their joint L2 norm is at most clip_norm.
-
-  Returns (clipped grads, global norm); None entries stay None. clip_norm may be a
-  number or an mtf scalar. The norm is computed in float32.
-  """
+  """(grads scaled so their joint L2 norm is at most clip_norm, the float32 global norm);
+  None entries stay None; clip_norm may be a number or an mtf scalar."""
   present = [g for g in grads if g is not None]
   if not present:
     raise MtfError("clip_by_global_norm got no gradients (all %d are None)" % len(grads))
@@ -164,10 +148,8 @@ def name_matches(name, patterns):
 
 
 def make_slot(var, suffix, shape=None, dtype=tf.float32):
-  """A zero-initialized, non-trainable mtf variable `<var.name><suffix>` (its value).
-
-  dtype may be a tf.DType or a VariableDType.
-  """
+  """A zero-initialized, non-trainable mtf variable `<var.name><suffix>` (its value);
+  dtype may be a tf.DType or a VariableDType."""
   return var_ops.get_variable(var.mesh, var.name + suffix,
                               var.shape if shape is None else shape, dtype=dtype,
                               initializer=tf.zeros_initializer(), trainable=False)

@@ -1,13 +1,10 @@
 """The training step counter that learning-rate and decay schedules read.
 
-The original called `tf.train.get_or_create_global_step()`, which lives in a TF1 graph
-collection. TF 2 has no such collection, so this module keeps one int64 `tf.Variable`
-named "global_step" (the checkpoint key the original trainer used). It is created
-lazily under `tf.init_scope()`, so the first call may come from inside a `tf.function`
-trace. A trainer that owns its own counter hands it over with `set_global_step(var)`.
-
-The optimizers never increment it: as in the original, the trainer does, e.g.
-`mtf.optimize.get_global_step().assign_add(1)` after the updates of a step.
+TF 2 has no global-step collection, so this module keeps one int64 `tf.Variable` named
+"global_step" (the original trainer's checkpoint key), created lazily under
+`tf.init_scope()` (the first call may come from a `tf.function` trace). A trainer may hand
+over its own counter with `set_global_step(var)`. As in the original, the optimizers never
+increment it: the trainer does, e.g. `mtf.optimize.get_global_step().assign_add(1)`.
 """
 import tensorflow as tf
 
@@ -26,10 +23,8 @@ def get_global_step():
 
 
 def set_global_step(variable):
-  """Makes `variable` the global step (None forgets it); returns the previous one.
-
-  The variable must be a scalar integer tf.Variable, e.g. a trainer's own step counter.
-  """
+  """Makes `variable` (a scalar integer tf.Variable; None forgets it) the global step;
+  returns the previous one."""
   if variable is not None:
     if not isinstance(variable, tf.Variable):
       raise MtfError("set_global_step needs a tf.Variable, got %r" % (variable,))

@@ -1,21 +1,15 @@
 """Scalars (learning rates, decay rates) whose value is computed at lowering time.
 
-An mtf graph is built once and lowered inside a `tf.function` (every trace, and every
-call of the traced function, runs the lowered TF). A learning rate that follows the
-global step must therefore be *read by the lowered program*, not computed once while
-the graph is built -- an eager tf.Tensor made at build time would freeze it.
+An mtf graph is built once and lowered inside a `tf.function`, so a rate that follows the
+global step must be read by the lowered program: an eager tf.Tensor made while the graph
+is built would freeze it. `to_mtf_scalar` accepts:
 
-`to_mtf_scalar` turns what a user may pass as a rate into something mtf arithmetic
-accepts:
-
-  * a Python number stays a number (mtf ops make a constant of it);
-  * an mtf Tensor with an empty shape is used as is;
-  * a zero-argument callable (e.g. `lambda: schedule(get_global_step(), 1000)`) or a
-    tf.Variable becomes a `TfScalarOperation`, whose `lower` calls the callable / reads
-    the variable -- so each lowering, inside the tf.function, emits a fresh read;
-  * a tf.Tensor is imported as is: an eager one is a constant; a symbolic one only
-    works when the graph is lowered in the same TF graph that made it (the original's
-    style of building the mtf graph inside the model function).
+  * a Python number (it stays a number);
+  * an mtf Tensor with an empty shape (used as is);
+  * a zero-argument callable or a tf.Variable: a `TfScalarOperation` calls it / reads it
+    in each lowering, inside the tf.function;
+  * a tf.Tensor, imported as is: an eager one is a constant; a symbolic one only works
+    when the graph is lowered in the same TF graph that made it.
 """
 import numbers
 
@@ -57,14 +51,9 @@ def lowering_time_scalar(mesh, value_fn, dtype=tf.float32, name=None):
 
 def check_rate(value, what):
   """Raises MtfError unless value is something to_mtf_scalar accepts."""
-  if isinstance(value, bool) or isinstance(value, (str, bytes)):
+  accepted = isinstance(value, (numbers.Number, np.number, Tensor, tf.Variable, tf.Tensor))
+  if isinstance(value, (bool, str, bytes)) or not (accepted or callable(value)):
     raise MtfError("%s must be a number, a scalar tensor, a tf.Variable or a callable "
-                   "returning a scalar; got %r" % (what, value))
-  if isinstance(value, (numbers.Number, np.number, Tensor, tf.Variable, tf.Tensor)):
-    return
-  if callable(value):
-    return
-  raise MtfError("%s must be a number, a scalar tensor, a tf.Variable or a callable "
                  "returning a scalar; got %r" % (what, value))
 
 
@@ -84,11 +73,9 @@ def to_mtf_scalar(mesh, value, dtype, what):
                        % (what, value.name, value.shape), tensor=value.name)
     return value if value.dtype == dtype else ew.cast(value, dtype)
   if isinstance(value, tf.Variable):
-    variable = value
-    return lowering_time_scalar(mesh, variable.read_value, dtype, name=what)
+    return lowering_time_scalar(mesh, value.read_value, dtype, name=what)
   if isinstance(value, tf.Tensor):
-    tensor = value
-    return lowering_time_scalar(mesh, lambda: tensor, dtype, name=what)
+    return lowering_time_scalar(mesh, lambda: value, dtype, name=what)
   return lowering_time_scalar(mesh, value, dtype, name=what)
 
 

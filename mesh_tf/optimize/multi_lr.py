@@ -1,9 +1,8 @@
 """Per-variable learning-rate schedules: `compute_lr_for_step` and the MultiLR optimizers.
 
-A schedule here is None (use the optimizer's own learning rate), a list of factor
-schedules (multiplied together by product_learning_rate), or one schedule function
-`(step, total_train_steps) -> rate`. Each becomes a zero-argument callable that reads
-the global step when the graph is lowered.
+A schedule is None (the optimizer's own learning rate), a list of factor schedules
+(multiplied by product_learning_rate), or a function `(step, total_train_steps) -> rate`;
+each becomes a callable that reads the global step when the graph is lowered.
 """
 import gin
 
@@ -44,7 +43,9 @@ class _MultiScheduleMixin:
   """Picks the learning rate of the first pattern in variable_search matching a
   variable's name (re.search); other variables use the optimizer's own rate."""
 
-  def _init_schedules(self, variable_search, alt_lr_schedules, base_lr, train_steps):
+  def __init__(self, variable_search=None, alt_lr_schedules=None, **kwargs):
+    train_steps = kwargs.pop("train_steps", 524288)
+    super().__init__(**kwargs)
     if isinstance(variable_search, str):
       variable_search = [variable_search]
       alt_lr_schedules = [alt_lr_schedules]
@@ -55,7 +56,7 @@ class _MultiScheduleMixin:
                      "schedule per pattern" % (type(self).__name__, len(variable_search),
                                                len(alt_lr_schedules)))
     self._variable_search = variable_search
-    self._alt_lrs = compute_lr_for_step(alt_lr_schedules, base_lr, train_steps)
+    self._alt_lrs = compute_lr_for_step(alt_lr_schedules, self.learning_rate, train_steps)
 
   def _learning_rate_for(self, var):
     for pattern, lr in zip(self._variable_search, self._alt_lrs):
@@ -69,20 +70,8 @@ class AdafactorWithMultiLRSchedule(_MultiScheduleMixin, AdafactorOptimizer):
   """AdafactorOptimizer whose variables matching variable_search[i] follow
   alt_lr_schedules[i]; **kwargs go to AdafactorOptimizer."""
 
-  def __init__(self, variable_search=None, alt_lr_schedules=None, **kwargs):
-    train_steps = kwargs.pop("train_steps", 524288)
-    AdafactorOptimizer.__init__(self, **kwargs)
-    self._init_schedules(variable_search, alt_lr_schedules, self.learning_rate,
-                         train_steps)
-
 
 @gin.configurable(module="mesh_tf.optimize")
 class AdamWithMultiLRSchedule(_MultiScheduleMixin, AdamWeightDecayOptimizer):
   """AdamWeightDecayOptimizer whose variables matching variable_search[i] follow
   alt_lr_schedules[i]; **kwargs go to AdamWeightDecayOptimizer."""
-
-  def __init__(self, variable_search=None, alt_lr_schedules=None, **kwargs):
-    train_steps = kwargs.pop("train_steps", 524288)
-    AdamWeightDecayOptimizer.__init__(self, **kwargs)
-    self._init_schedules(variable_search, alt_lr_schedules, self.learning_rate,
-                         train_steps)

@@ -10,12 +10,8 @@ from mesh_tf.optimize.base import Optimizer, cast_to, make_slot
 
 @gin.configurable(module="mesh_tf.optimize")
 class SgdOptimizer(Optimizer):
-  """var -= learning_rate * grad.
-
-  The update is written with assign_sub, so a variable kept in bfloat16 slices gets
-  the (small) difference added instead of being rounded from a recomputed full value.
-  It keeps no state, so shard_optimizer_state=True is an error (use MomentumOptimizer).
-  """
+  """var -= learning_rate * grad, with assign_sub (a bfloat16 variable gets the small
+  difference added). It keeps no state, so shard_optimizer_state=True is an error."""
 
   def __init__(self, learning_rate, shard_optimizer_state=False):
     lowering_time.check_rate(learning_rate, "SgdOptimizer.learning_rate")
@@ -40,13 +36,8 @@ class SgdOptimizer(Optimizer):
 class MomentumOptimizer(Optimizer):
   """Heavy-ball momentum: v = momentum * v + learning_rate * grad; var -= v.
 
-  The velocity slot is `<var>_momentum_v`, created with the variable's own
-  VariableDType (the original's name and dtype as far as we know them; a checkpoint
-  of the original's momentum runs would confirm it). The step subtracts the *new*
-  velocity, as tf.compat.v1.train.MomentumOptimizer does. With
-  shard_optimizer_state=True the velocity is split over the data-parallel mesh axes
-  (see `sharded_state`).
-  """
+  The velocity slot is `<var>_momentum_v`, with the variable's own VariableDType. The step
+  subtracts the *new* velocity, as tf.compat.v1.train.MomentumOptimizer does."""
 
   def __init__(self, learning_rate, momentum, shard_optimizer_state=False):
     lowering_time.check_rate(learning_rate, "MomentumOptimizer.learning_rate")

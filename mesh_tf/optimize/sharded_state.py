@@ -1,24 +1,13 @@
 """Optimizer state split over the data-parallel mesh axes (ZeRO-style), opt-in.
 
-With `shard_optimizer_state=True` an optimizer computes each variable's update on the
-variable's *shard view*: the same values, reshaped (a rename, no data movement in the
-graph) to optimizer-shard dims (see mesh_tf/shapes/optimizer_shard.py). Its slots are
-created with those dims, so under a layout whose rules split "batch" over a mesh axis
-that the variable is replicated over, each processor keeps only 1/dp of every slot.
-
-Lowered, the update becomes:
-  * a reduce-scatter of the gradient: a gradient still owing its SUM over the batch
-    axis (lowering/lazy_allreduce.py) is reshaped as partial sums and each processor
-    receives the sum of its own slice only (`ToShardOperation`); a gradient already
-    summed is cut locally, with no traffic;
-  * the slot arithmetic on that slice only;
-  * an all-gather of the step (the reshape back to the variable's shape), subtracted
-    from the replicated variable as in the unsharded optimizer, so the numbers match it.
-
-The mtf graph is the same under every layout: where no mesh axis splits the batch, or
-no dim of the variable is divisible by it, the shard view is laid out like the variable
-and the reshapes cost nothing. Slot names and full shapes do not change, so checkpoints
-saved with sharded state restore without it and the other way round.
+With `shard_optimizer_state=True` an optimizer computes each variable's update on its
+*shard view*: the same values renamed to optimizer-shard dims
+(mesh_tf/shapes/optimizer_shard.py), so where the layout splits "batch" over a mesh axis
+the variable is replicated over, each processor keeps 1/dp of every slot. Lowered, the
+update is a reduce-scatter of the gradient (`ToShardOperation`), the slot arithmetic on
+that slice, and an all-gather of the step, subtracted from the replicated variable as in
+the unsharded optimizer. Slot names and full shapes do not change, so checkpoints restore
+with or without sharded state.
 """
 import tensorflow as tf
 
@@ -47,11 +36,8 @@ def reject_stateless(value, optimizer_name, why):
 
 
 class ToShardOperation(ReshapeOperation):
-  """The reshape into a shard view that reduce-scatters a gradient owing a SUM.
-
-  The cost model passes it the owed axes of its input (as for add_n), and its lowering
-  reads them from the input's LazyAllreduceSum, if no other reader has forced it yet.
-  """
+  """The reshape into a shard view that reduce-scatters a gradient owing a SUM (the owed
+  axes: from the cost model, or when lowered from the input's unforced LazyAllreduceSum)."""
   reads_owed_sums = True
 
   def plan(self, layout, owed_axes=None):
@@ -71,11 +57,8 @@ class ToShardOperation(ReshapeOperation):
 
 
 class ShardView:
-  """Moves tensors of one variable's shape to and from its shard view.
-
-  With enabled=False both directions are the identity, so an optimizer writes its update
-  once for both modes.
-  """
+  """Moves tensors of one variable's shape to and from its shard view (both directions
+  are the identity with enabled=False)."""
 
   def __init__(self, var, enabled):
     self.var_shape = var.shape

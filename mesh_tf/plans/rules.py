@@ -1,8 +1,5 @@
-"""The plan of each communicating op family, from shapes and a MeshLayout only.
-
-Each function returns an OpPlan (see steps.py). Ops call these from their `plan(layout)`
-method; the lowering runs the plan and the cost model sums its records.
-"""
+"""The plan (an OpPlan, see steps.py) of each communicating op family, from shapes and a
+MeshLayout only; ops call these from their `plan(layout)` method."""
 from mesh_tf.errors import LayoutError
 from mesh_tf.plans.steps import (Allconcat, Allreduce, Allsplit, Alltoall, Middle,
                                  OpPlan, Operand, Receive, ReduceScatter)
@@ -30,12 +27,9 @@ def _owed_sum(mesh_axes):
 
 # ---- einsum ----
 def einsum_dims_to_gather(layout, input_shapes, output_shape):
-  """Names of contracted dims to make whole so no mesh axis splits two dims of the union.
-
-  Two dims that never share a tensor may be split over one mesh axis; a local einsum would
-  then pair only the matching slices of the two. Output dims keep their split; of the
-  others, the first dim met on each axis keeps it and later ones are gathered.
-  """
+  """Names of contracted dims to make whole so no mesh axis splits two dims of the union
+  (a local einsum would pair only matching slices). Output dims keep their split; of the
+  others, the first dim met on each axis keeps it and later ones are gathered."""
   owner, gather = {}, set()
   for s in [output_shape] + list(input_shapes):
     for d, a in zip(s.dims, layout.tensor_layout(s)):
@@ -82,19 +76,16 @@ def _reduced_allreduces(layout, shape, reduced_dim, itemsize, reductions):
 
 
 def softmax_plan(layout, input_shape, reduced_dim, itemsize):
-  """Fused softmax / log_softmax / logsumexp over reduced_dim. Whole dim: one local
-  kernel, no communication. Split dim: the local max is allreduced (MAX), then the local
-  sum of exp(x - max) (SUM): the two allreduces the composite (reduce_max, reduce_sum)
-  owes, on the same reduced shape."""
+  """Fused softmax / log_softmax / logsumexp over reduced_dim: where it is split, the
+  local max is allreduced (MAX), then the local sum of exp(x - max) (SUM)."""
   return OpPlan([Operand(0, [])], [[]], 4.0 * layout.slice_size(input_shape),
                 middle=_reduced_allreduces(layout, input_shape, reduced_dim, itemsize,
                                            ("MAX", "SUM")))
 
 
 def cross_entropy_plan(layout, logits_shape, vocab_dim, itemsize):
-  """Cross-entropy of logits against one-hot ids (ops/fused_cross_entropy.py). Whole
-  vocab: one local kernel. Split vocab: the fused softmax's MAX and SUM allreduces, then
-  a SUM allreduce of the target's logit, all on the [logits - vocab] shape."""
+  """Cross-entropy of logits against one-hot ids: where vocab is split, the softmax's MAX
+  and SUM allreduces, then a SUM of the target's logit, all on [logits - vocab]."""
   return OpPlan([Operand(0, []), Operand(1, [])], [[], [], []],
                 6.0 * layout.slice_size(logits_shape),
                 middle=_reduced_allreduces(layout, logits_shape, vocab_dim, itemsize,
@@ -136,13 +127,11 @@ def _prefix_products(shape):
 def reshape_plan(layout, old_shape, new_shape):
   """Which splits a reshape keeps, moves (all-to-all), gathers and cuts.
 
-  A mesh axis m cutting a dim with P elements' worth of dims before it gives the processor
-  at coordinate c the flat positions f with (f // (N / (P m))) % m == c, whatever the
-  dim's size: so a split is kept, and each processor reshapes its own slice, when the axis
-  cuts dims with equal prefix products P in both shapes. When the axis cuts old dim A and
-  new dim B with different prefixes, and the old shape has a whole dim B' with B's prefix
-  (divisible by m), one alltoall moves the split from A to B' and it is then kept. Any
-  other split of the old shape is gathered (allconcat) and of the new shape cut after.
+  A split is kept (each processor reshapes its own slice) when the mesh axis cuts dims
+  with equal prefix products (sizes of the dims before) in both shapes. When it cuts old
+  dim A and new dim B with different prefixes, and the old shape has a whole dim B' with
+  B's prefix (divisible by the axis size), one alltoall moves the split from A to B'. Any
+  other split of the old shape is gathered, and of the new shape cut after.
   """
   old_split, new_split = layout.split_axes(old_shape), layout.split_axes(new_shape)
   old_pre, new_pre = _prefix_products(old_shape), _prefix_products(new_shape)
@@ -176,10 +165,8 @@ def reshape_plan(layout, old_shape, new_shape):
 
 def reduce_scatter_reshape_plan(layout, old_shape, new_shape, owed_axes):
   """reshape_plan for an input still owing a SUM over owed_axes (or None). When the
-  reshape only cuts (nothing gathered or moved) and cuts a dim on every owed axis, the
-  partial sums are reshaped locally and those cuts become reduce-scatters: half an
-  allreduce's bytes, and no whole sum is made. Otherwise the input's SUM is paid first
-  (the plan does not read partial sums) and the reshape is planned as usual."""
+  reshape only cuts, and cuts a dim on every owed axis, the partial sums are reshaped
+  locally and those cuts become reduce-scatters; otherwise the SUM is paid first."""
   plan = reshape_plan(layout, old_shape, new_shape)
   cuts = plan.outputs[0]
   cut_axes = {s.mesh_axis for s in cuts}
@@ -194,15 +181,9 @@ def reduce_scatter_reshape_plan(layout, old_shape, new_shape, owed_axes):
 def shift_sources(n, offset, wrap):
   """For each coordinate on a mesh axis of n processors, the coordinate it receives from
   when everything moves `offset` positions up (None: zeros)."""
-  out = []
-  for i in range(n):
-    s = i - offset
-    if wrap:
-      s %= n
-    elif not 0 <= s < n:
-      s = None
-    out.append(s)
-  return tuple(out)
+  if wrap:
+    return tuple((i - offset) % n for i in range(n))
+  return tuple(i - offset if 0 <= i - offset < n else None for i in range(n))
 
 
 def shift_plan(layout, shape, dim_name, offset, wrap):
@@ -251,10 +232,9 @@ def gather_grad_plan(layout, op_name, dy_shape, indices_shape, weights_shape, di
 
 # ---- top_k ----
 def top_k_plan(layout, input_shape, reduced_dim, k_dim, value_itemsize):
-  """Each processor takes the top k of its slice of reduced_dim; when a mesh axis splits
-  it, the candidates (values, then int32 indices: [other dims, k candidates per
-  processor]) are gathered over it for a second top k. The k dim of the outputs is cut
-  to their layout after."""
+  """Each processor takes the top k of its slice of reduced_dim; where a mesh axis splits
+  it, the candidates (values, then int32 indices) are gathered over it for a second top
+  k. The k dim of the outputs is cut to their layout after."""
   out_shape = Shape([d for d in input_shape.dims if d != reduced_dim] + [k_dim])
   split = layout.split_axes(input_shape)
   a = split.pop(reduced_dim.name, None)

@@ -1,11 +1,12 @@
 """The steps of a communication plan, and the plan of one op.
 
 A step acts on one laid-out value of a known mtf shape whose split dims are a map
-{dim name: mesh axis} (the *split state*; it starts as the value's layout). Each step
-knows how it changes the split state and which CollectiveRecord (kind, mesh axes, group
-size, bytes of each processor's input slice) it costs, so bytes follow from shapes alone.
+{dim name: mesh axis} (the *split state*). Each step knows how it changes the split state
+and which CollectiveRecord it costs, so bytes follow from shapes alone.
 """
 import collections
+
+from mesh_tf.shapes.shape import list_product
 
 CollectiveRecord = collections.namedtuple(
     "CollectiveRecord", ["kind", "mesh_axes", "group_size", "slice_bytes", "op"],
@@ -34,9 +35,7 @@ class _Step(object):
 
   def record(self, layout, shape, split, itemsize, op=None):
     """The CollectiveRecord of this step on a value in split state `split`."""
-    n = itemsize
-    for s in local_shape(layout, shape, split):
-      n *= s
+    n = itemsize * list_product(local_shape(layout, shape, split))
     return CollectiveRecord(self.kind, tuple(self.axes), layout.axes_size(self.axes), n, op)
 
 

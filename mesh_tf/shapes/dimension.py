@@ -7,8 +7,7 @@ from mesh_tf.errors import ShapeError
 
 
 def _check_size(name, size):
-  """Returns `size` as a plain int, or raises ShapeError if it is not one."""
-  # bool is an Integral subclass, but True as a size is almost surely a bug.
+  """Returns `size` as a plain int >= 0 (not a bool), or raises ShapeError."""
   if isinstance(size, bool) or not isinstance(size, numbers.Integral):
     raise ShapeError(
         "dimension %r: size must be an int >= 0, got %r (%s)"
@@ -37,19 +36,13 @@ class Dimension(collections.namedtuple("Dimension", ["name", "size"])):
 
 
 class DimensionConversionError(ShapeError, TypeError):
-  """convert_to_dimension got a value that is not a pair at all (an int, say).
-
-  The original unpacked `name, size = d`, so such a value raised TypeError; this error is
-  both that TypeError and the port's ShapeError (a ValueError).
-  """
+  """convert_to_dimension got a value that is not a pair at all (an int, say): both the
+  original's TypeError and the port's ShapeError."""
 
 
 def convert_to_dimension(d):
-  """Converts None, a Dimension or a (name, size) pair; None stays None.
-
-  Any iterable of exactly two items (a tuple, a list, ...) is a pair; a "name:size"
-  string is not parsed (use convert_to_shape for strings).
-  """
+  """Converts None, a Dimension or a (name, size) pair (any iterable of two items; not a
+  "name:size" string); None stays None."""
   if d is None or isinstance(d, Dimension):
     return d
   if isinstance(d, str):

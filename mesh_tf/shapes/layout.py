@@ -56,10 +56,6 @@ class LayoutRules(object):
       return self._pairs == other._pairs
     return NotImplemented
 
-  def __ne__(self, other):
-    eq = self.__eq__(other)
-    return eq if eq is NotImplemented else not eq
-
   def __hash__(self):
     return hash(self._pairs)
 
@@ -76,10 +72,8 @@ class LayoutRules(object):
       tensor_dimension: a Dimension (or pair), or a dimension name.
       mesh_shape: a Shape, or anything convert_to_shape accepts.
     """
-    if isinstance(tensor_dimension, str):
-      name = tensor_dimension
-    else:
-      name = convert_to_dimension(tensor_dimension).name
+    name = (tensor_dimension if isinstance(tensor_dimension, str)
+            else convert_to_dimension(tensor_dimension).name)
     return self._mesh_axis(name, convert_to_shape(mesh_shape), None, "")
 
   def _mesh_axis(self, name, mesh_shape, tensor_name, prefix):
@@ -103,10 +97,7 @@ class LayoutRules(object):
     tensor_shape = convert_to_shape(tensor_shape)
     mesh_shape = convert_to_shape(mesh_shape)
     dims = "[%s]" % ", ".join(str(d) for d in tensor_shape)
-    if tensor_name:
-      what = "tensor \"%s\" %s" % (tensor_name, dims)
-    else:
-      what = "tensor %s" % dims
+    what = "tensor \"%s\" %s" % (tensor_name, dims) if tensor_name else "tensor %s" % dims
     axes = []
     owner = {}  # mesh axis -> tensor Dimension already split over it
     for d in tensor_shape:
@@ -221,10 +212,6 @@ class TensorLayout(object):
       return self._axes == other._axes
     return NotImplemented
 
-  def __ne__(self, other):
-    eq = self.__eq__(other)
-    return eq if eq is NotImplemented else not eq
-
   def __hash__(self):
     return hash(self._axes)
 
@@ -246,8 +233,8 @@ class TensorLayout(object):
   def mesh_axis_to_tensor_axis(self, mesh_ndims):
     """A tuple of length mesh_ndims: per mesh axis, the tensor axis it splits, or None.
 
-    As in the original, only mesh axes 0 .. mesh_ndims-1 are looked at: mesh_ndims=0 (an
-    empty mesh) gives (), and a layout naming larger mesh axes is not an error here.
+    Only mesh axes below mesh_ndims are looked at (as in the original): larger ones are
+    not an error.
     """
     return tuple(self._axes.index(m) if m in self._axes else None
                  for m in range(mesh_ndims))

@@ -1,8 +1,7 @@
-"""Row-major processor numbering on a mesh, and processor groups.
+"""Row-major processor numbering ("pnum") on a mesh, and processor groups.
 
-A mesh shape may be given as a Shape, a list of Dimensions (or pairs), a list
-of ints, or a shape string. Processor number ("pnum") p has coordinates c with
-p = sum(c[i] * stride[i]), strides being the row-major ones.
+A mesh shape may be a Shape, a list of Dimensions (or pairs), a list of ints, or a
+shape string.
 """
 
 import numbers
@@ -44,14 +43,15 @@ def _check_pnum(sizes, pnum):
   return int(pnum)
 
 
-def _check_group_dims(sizes, group_dims):
+def _axes_outside(sizes, group_dims):
+  """The mesh axes not in group_dims (checked), ascending."""
   group_dims = list(group_dims)
   for a in group_dims:
     if not _is_int(a) or not 0 <= a < len(sizes):
       raise MtfError(
           "group_dims %r: %r is not a mesh axis of a mesh of sizes %s"
           % (group_dims, a, sizes))
-  return set(int(a) for a in group_dims)
+  return [i for i in range(len(sizes)) if i not in group_dims]
 
 
 def _coordinates(sizes, pnum):
@@ -94,17 +94,15 @@ def pnum_to_group(mesh_shape, group_dims, pnum):
   `group_dims`; groups are numbered row-major over those remaining axes.
   """
   sizes = _mesh_sizes(mesh_shape)
-  in_group = _check_group_dims(sizes, group_dims)
+  rest = _axes_outside(sizes, group_dims)
   coord = _coordinates(sizes, _check_pnum(sizes, pnum))
-  rest = [i for i in range(len(sizes)) if i not in in_group]
   return _row_major_number([sizes[i] for i in rest], [coord[i] for i in rest])
 
 
 def processor_groups(mesh_shape, group_dims):
   """All groups over `group_dims`: group i lists, ascending, its pnums."""
   sizes = _mesh_sizes(mesh_shape)
-  in_group = _check_group_dims(sizes, group_dims)
-  rest = [i for i in range(len(sizes)) if i not in in_group]
+  rest = _axes_outside(sizes, group_dims)
   groups = [[] for _ in range(list_product(sizes[i] for i in rest))]
   for pnum in range(list_product(sizes)):
     coord = _coordinates(sizes, pnum)

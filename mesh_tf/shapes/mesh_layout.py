@@ -1,8 +1,5 @@
 """`MeshLayout`: the one owner of layout -- a mesh shape, layout rules, and the tensor
 layouts and slice shapes they imply. Pure Python (no TensorFlow), immutable, hashable.
-
-Backends (MeshImpl), plans, the cost model, models, the trainer and auto layout all read
-layout from a MeshLayout, so nothing restates "which mesh axis splits this dim".
 """
 
 from mesh_tf.shapes import optimizer_shard
@@ -32,10 +29,6 @@ class MeshLayout(object):
     if isinstance(other, MeshLayout):
       return self._shape == other._shape and self._rules == other._rules
     return NotImplemented
-
-  def __ne__(self, other):
-    eq = self.__eq__(other)
-    return eq if eq is NotImplemented else not eq
 
   def __hash__(self):
     return hash((self._shape, self._rules))
@@ -86,8 +79,7 @@ class MeshLayout(object):
 
   def rules_naming_absent_mesh_dims(self):
     """[(tensor dim, mesh dim)] of the layout rules whose mesh dim this mesh lacks, in
-    rule order. Such rules split nothing (as in the original, which lets one layout
-    serve several meshes), but a misspelt mesh dim ("batch:bacth") lands here too."""
+    rule order (they split nothing; a misspelt mesh dim lands here too)."""
     names = set(self._shape.dimension_names)
     return [(t, m) for t, m in self._rules if m not in names]
 

@@ -1,22 +1,15 @@
 """Optimizer-shard dims: how a slot can be split over the data-parallel mesh axes.
 
 An optimizer that shards its state (ZeRO-style) views a variable through a copy of its
-shape whose dims are renamed to *optimizer-shard dims*. Such a dim's name carries its
-own name and the whole variable shape it came from, e.g.
-
-    "d_model#opt_shard#d_model=64&d_ff=256"
-
-so that every layout question about it can be answered from the name alone, at lowering
-time, under any layout (the mtf graph does not depend on the layout):
+shape whose dims are renamed to *optimizer-shard dims*, whose names carry the variable's
+whole shape ("d_model#opt_shard#d_model=64&d_ff=256"), so their layout follows from the
+name alone, under any layout:
 
   * a dim the layout rules split in the variable keeps that mesh axis;
-  * each data-parallel mesh axis (one that a rule assigns the tensor dim "batch" to) of
-    size > 1 that splits no dim of the variable goes to the first dim of the variable,
-    in shape order, that is still unsplit and divisible by the axis size;
+  * each data-parallel mesh axis (one a rule gives the tensor dim "batch") of size > 1
+    that splits no dim of the variable goes to the variable's first dim, in shape order,
+    still unsplit and divisible by the axis size;
   * any other dim is whole.
-
-Because the answer depends only on the dim, the same dim is laid out the same way in
-every tensor that has it, as the layout rules guarantee for ordinary dims.
 """
 import functools
 

@@ -1,5 +1,6 @@
 """An ordered list of uniquely named dimensions, and helpers over such lists."""
 
+import math
 import re
 
 from mesh_tf.errors import ShapeError
@@ -75,12 +76,7 @@ class Shape(object):
   @property
   def cumprod(self):
     """Row-major strides: for each axis, the product of the sizes after it."""
-    strides = []
-    stride = 1
-    for d in reversed(self._dims):
-      strides.append(stride)
-      stride *= d.size
-    return strides[::-1]
+    return [list_product(d.size for d in self._dims[i + 1:]) for i in range(len(self._dims))]
 
   @property
   def to_string(self):
@@ -90,10 +86,7 @@ class Shape(object):
   def cumprod_to_tensor_axis(self, cumprod):
     """Returns the innermost axis whose stride is `cumprod`, or None."""
     strides = self.cumprod
-    for axis in reversed(range(len(strides))):
-      if strides[axis] == cumprod:
-        return axis
-    return None
+    return next((a for a in reversed(range(len(strides))) if strides[a] == cumprod), None)
 
   def has_dim(self, name):
     """Whether a dimension called `name` is in this shape."""
@@ -143,10 +136,6 @@ class Shape(object):
     if isinstance(other, (list, tuple)):
       return self._dims == tuple(other)
     return NotImplemented
-
-  def __ne__(self, other):
-    eq = self.__eq__(other)
-    return eq if eq is NotImplemented else not eq
 
   def __hash__(self):
     return hash(self._dims)
@@ -229,10 +218,7 @@ def convert_to_shape(x):
 
 def list_product(l):
   """The product of the numbers in `l` (1 if empty)."""
-  result = 1
-  for x in l:
-    result *= x
-  return result
+  return math.prod(l)
 
 
 def is_subsequence(short_seq, long_seq):

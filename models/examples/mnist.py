@@ -1,20 +1,18 @@
-"""An MNIST-style convolutional classifier written as a mesh_tensorflow user would.
+"""An MNIST-style convolutional classifier written as a mesh_tensorflow user would, on
+synthetic digits (a bright quadrant per class).
 
 The image is cut into row and column blocks, and `mtf.layers.conv2d_with_blocks`
 convolves across block borders, so the layout "row_blocks:b1;col_blocks:b2" spreads one
-image over a b1 x b2 mesh (spatial partitioning). The model function builds the graph,
-the MeshImpl and the Lowering on every call, as the original's did; a tf.function loop
-takes the place of the Estimator.
+image over a b1 x b2 mesh (spatial partitioning).
 
     python -m models.examples.mnist --mesh_shape="b1:2;b2:2" \
         --layout="row_blocks:b1;col_blocks:b2" --train_steps=20
-
-Without real MNIST files it trains on synthetic digits (a bright quadrant per class).
 """
 import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.examples import cpu_devices, start_training
 
 DEFAULTS = dict(batch_size=8, image_size=8, row_blocks=2, col_blocks=2, filters1=8,
                 filters2=8, hidden_size=16, num_classes=4,
@@ -101,30 +99,20 @@ def synthetic_digits(num_examples, params, seed=0):
 
 def train(mesh_shape, layout, devices, train_steps, seed=0, **overrides):
   """The Estimator's train loop as a tf.function loop; returns the loss of each step."""
-  params = dict(DEFAULTS, mesh_shape=mesh_shape, layout=layout, devices=devices)
-  params.update(overrides)
-  mtf.optimize.set_global_step(tf.Variable(0, dtype=tf.int64, trainable=False))
-  tf.random.set_seed(seed)  # the initializers draw in the same order on any mesh
+  params = start_training(DEFAULTS, overrides, mesh_shape, layout, devices, seed)
   images, labels = synthetic_digits(params["batch_size"] * train_steps, params, seed)
   step = tf.function(lambda image, label: model_fn({"image": image}, label, "train",
                                                      params))
-  losses = []
   b = params["batch_size"]
-  for i in range(train_steps):
-    losses.append(float(step(tf.constant(images[i * b:(i + 1) * b]),
-                             tf.constant(labels[i * b:(i + 1) * b]))))
-  return losses
+  return [float(step(tf.constant(images[i * b:(i + 1) * b]),
+                     tf.constant(labels[i * b:(i + 1) * b]))) for i in range(train_steps)]
 
 
 def main(argv):
   del argv
   from absl import flags  # pylint: disable=g-import-not-at-top
-  flag_values = flags.FLAGS
-  shape = mtf.convert_to_shape(flag_values.mesh_shape)
-  mtf.utils.configure_virtual_cpus(max(shape.size, 1))
-  devices = ["/cpu:%d" % i for i in range(shape.size)] or [""]
-  losses = train(flag_values.mesh_shape, flag_values.layout, devices,
-                 flag_values.train_steps)
+  f = flags.FLAGS
+  losses = train(f.mesh_shape, f.layout, cpu_devices(f.mesh_shape), f.train_steps)
   for i, loss in enumerate(losses):
     print("step %d loss %.4f" % (i, loss))
 

@@ -1,11 +1,9 @@
 """A toy model driven by the original's optimizers and mtf.utils helpers.
 
 An autoencoder-like stack of dense layers learns to reproduce its input. As in the
-original's TPU toy model, the model function builds its own graph, mesh (with a
-`BalancedVariablePlacer` choosing where each variable's full value lives), MeshImpl and
-Lowering; builds the model inside `mtf.utils.outside_all_rewrites()`; logs the loss with
-`mtf.scalar_summary`; and hands the summaries to `mtf.utils.create_host_call`, whose
-function the tf.function step runs (the TPUEstimator ran it on the host).
+original's TPU toy model, the mesh has a `BalancedVariablePlacer`, the model is built
+inside `mtf.utils.outside_all_rewrites()`, and the loss summary goes through
+`mtf.utils.create_host_call`, whose function the tf.function step runs.
 
     python -m models.examples.toy_model --mesh_shape="b1:2;b2:2" \
         --layout="batch:b1;hidden:b2" --optimizer=Adafactor --train_steps=20
@@ -14,14 +12,14 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
+from models.examples import cpu_devices, start_training
 
 DEFAULTS = dict(batch_size=8, io_size=8, hidden_size=16, num_hidden_layers=2,
                 optimizer="SGD", learning_rate=0.1, model_dir=None)
 
 
 def toy_model(features, mesh, params):
-  """(output, loss): dense layers from io to hidden and back; squared reconstruction
-  error."""
+  """(output, loss): dense layers io -> hidden -> io; the squared reconstruction error."""
   batch_dim = mtf.Dimension("batch", params["batch_size"])
   io_dim = mtf.Dimension("io", params["io_size"])
   hidden_dim = mtf.Dimension("hidden", params["hidden_size"])
@@ -88,10 +86,7 @@ def synthetic_inputs(num_examples, params, seed=0):
 
 def train(mesh_shape, layout, devices, train_steps, seed=0, **overrides):
   """The Estimator's train loop as a tf.function loop; returns the loss of each step."""
-  params = dict(DEFAULTS, mesh_shape=mesh_shape, layout=layout, devices=devices)
-  params.update(overrides)
-  mtf.optimize.set_global_step(tf.Variable(0, dtype=tf.int64, trainable=False))
-  tf.random.set_seed(seed)  # the initializers draw in the same order on any mesh
+  params = start_training(DEFAULTS, overrides, mesh_shape, layout, devices, seed)
   inputs = synthetic_inputs(params["batch_size"] * train_steps, params, seed)
   step = tf.function(lambda x: model_fn(x, None, "train", params))
   b = params["batch_size"]
@@ -102,11 +97,9 @@ def main(argv):
   del argv
   from absl import flags  # pylint: disable=g-import-not-at-top
   f = flags.FLAGS
-  shape = mtf.convert_to_shape(f.mesh_shape)
-  mtf.utils.configure_virtual_cpus(max(shape.size, 1))
-  devices = ["/cpu:%d" % i for i in range(shape.size)] or [""]
-  losses = train(f.mesh_shape, f.layout, devices, f.train_steps, optimizer=f.optimizer,
-                 learning_rate=f.learning_rate, model_dir=f.model_dir)
+  losses = train(f.mesh_shape, f.layout, cpu_devices(f.mesh_shape), f.train_steps,
+                 optimizer=f.optimizer, learning_rate=f.learning_rate,
+                 model_dir=f.model_dir)
   for i, loss in enumerate(losses):
     print("step %d loss %.5f" % (i, loss))
 

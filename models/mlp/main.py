@@ -1,17 +1,15 @@
-"""Trains the README MLP on an emulated mesh (the main job until the Transformer lands).
+"""Trains the README MLP on an emulated mesh.
 
     python -m models.mlp.main --mesh_shape="rows:2;cols:4" --layout="batch:rows;hidden:cols"
     python -m models.mlp.main --backend=gspmd     # or simd, or placement (the default)
     python -m models.mlp.main --gin_param="make_mesh_impl.backend = 'simd'"
     python -m models.mlp.main --mode=layout_report --layout="batch:rows"
 
-Trains with plain SGD under tf.function, shows progress, saves a checkpoint, then
-restores it on a single device and checks that the eval loss is the same there. The
-lowering (placement, SIMD or GSPMD) comes from mtf.make_mesh_impl; --backend overrides
-its gin binding. GSPMD steps run under tf.function(jit_compile=True).
+Trains with plain SGD under tf.function, saves a checkpoint, then restores it on a
+single device and checks that the eval loss is the same there. --backend overrides
+make_mesh_impl's gin binding.
 """
 import os
-import sys
 import tempfile
 import time
 
@@ -80,8 +78,7 @@ def main(argv):
                                  layout=mesh_layout.layout_rules, **backend)
   print("mesh %s, layout %s, %d devices, %s" % (FLAGS.mesh_shape, FLAGS.layout, mesh_size,
                                                 type(mesh_impl).__name__))
-  train_step = model.make_train_step(
-      mesh_impl, jit_compile=mesh_impl.needs_xla)
+  train_step = model.make_train_step(mesh_impl, jit_compile=mesh_impl.needs_xla)
   eval_step = model.make_eval_step(mesh_impl)
   print("eval loss before training: %.4f" % float(eval_step(eval_images, eval_labels)))
 
@@ -94,8 +91,7 @@ def main(argv):
       rate = (step + 1) * batch / max(elapsed, 1e-9)
       eta = elapsed / (step + 1) * (FLAGS.train_steps - step - 1)
       print("step %4d/%d  loss %.4f  %7.0f examples/s  ETA %.0fs"
-            % (step + 1, FLAGS.train_steps, loss, rate, eta))
-      sys.stdout.flush()
+            % (step + 1, FLAGS.train_steps, loss, rate, eta), flush=True)
 
   mesh_eval = float(eval_step(eval_images, eval_labels))
   path = mtf.save_checkpoint(os.path.join(model_dir, "model.ckpt"), mesh_impl,

@@ -20,18 +20,16 @@ class TinyLmModel:
     self.config = c
     self.graph = mtf.Graph()
     self.mesh = mtf.Mesh(self.graph, "mesh")
-    dim = lambda n, s: mtf.Dimension(n, s)
+    dim = mtf.Dimension
     batch, length = dim("batch", c.batch), dim("length", c.length)
     memory = dim("memory_length", c.length)
-    d_model, heads, vocab = dim("d_model", c.d_model), dim("heads", c.heads), dim(
-        "vocab", c.vocab)
+    d_model, vocab = dim("d_model", c.d_model), dim("vocab", c.vocab)
     weights = weights or config_lib.initial_weights(c)
     self.variables = {}
     for name, dims in config_lib.weight_shapes(c).items():
-      value = weights[name]
       self.variables[name] = mtf.get_variable(
           self.mesh, name, [dim(n, s) for n, s in dims],
-          initializer=lambda shape, dtype, v=value, **_: tf.constant(v, dtype))
+          initializer=lambda shape, dtype, v=weights[name], **_: tf.constant(v, dtype))
     v = self.variables
     spec = tf.TensorSpec([c.batch, c.length], tf.int32)
     self.inputs = mtf.import_tf_tensor(self.mesh, spec, [batch, length], name="inputs")
@@ -58,10 +56,8 @@ class TinyLmModel:
     xent = mtf.layers.softmax_cross_entropy_with_logits(
         self.logits, mtf.one_hot(self.targets, vocab), vocab)
     self.loss = mtf.reduce_mean(xent)
-    names = list(self.variables)
-    grads = mtf.gradients([self.loss], [self.variables[n] for n in names])
-    self.update_ops = [mtf.assign(self.variables[n], self.variables[n] - g * c.learning_rate)
-                       for n, g in zip(names, grads)]
+    grads = mtf.gradients([self.loss], list(v.values()))
+    self.update_ops = [mtf.assign(w, w - g * c.learning_rate) for w, g in zip(v.values(), grads)]
 
   def lowering(self, mesh_impl, inputs=None, targets=None):
     """A Lowering on mesh_impl, fed with one batch if given."""

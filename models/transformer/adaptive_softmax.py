@@ -1,23 +1,19 @@
 """Adaptive softmax (Grave et al. 2017): `AdaptiveSoftmaxVocabEmbedding` and
 `adaptive_softmax_loss_fn`.
 
-The ids are cut into clusters in id order (most frequent first), each with its own
-embedding width as in AdaptiveVocabEmbedding ("<name>_<i>", or the factors
-"<name>_<i>1" and "<name>_<i>2" when narrower than d_model); the same matrices give the
-logits. The head softmax ranges over the first cluster's tokens and one entry per tail
-cluster: as in the original, the head's matrix "<name>_0" has a row for each of them
-after its tokens' rows ([head tokens + tail clusters, ...]); a tail token's probability
-is p(its cluster) * softmax within the cluster.
+The ids are cut into clusters in id order, each with its own embedding width as in
+AdaptiveVocabEmbedding; the same matrices give the logits. The head softmax ranges over
+the first cluster's tokens and one entry per tail cluster (as in the original, rows of
+the head's matrix "<name>_0" after its tokens'); a tail token's probability is p(its
+cluster) * softmax within the cluster.
 
-Outside training `hidden_to_logits` returns these log-probabilities over the whole vocab
-(normalized). In training it returns the hidden states, as the original's did, and
-`adaptive_softmax_loss_fn` computes the loss from them without a softmax over the whole
-vocab: the head's cross-entropy (tail tokens labelled with their cluster's row) plus
-each tail cluster's cross-entropy over its own tokens, each with the decoder's z_loss
-and divided by decoder.loss_denominator of its targets. A tail cluster with
-"length_projection_factor" f < 1 is computed on ceil(f * length) slots per sequence
-holding its tokens in order; its tokens beyond those slots are left out of its loss (the
-original's speed-up, and its denominator is that of the shorter targets).
+Outside training `hidden_to_logits` returns these log-probabilities over the whole
+vocab. In training it returns the hidden states, as the original's did, and
+`adaptive_softmax_loss_fn` computes the head's cross-entropy plus each tail cluster's
+over its own tokens (each with the decoder's z_loss, divided by the loss denominator of
+its targets). A tail cluster with "length_projection_factor" f < 1 is computed on
+ceil(f * length) slots per sequence holding its tokens in order; its tokens beyond those
+slots are left out of its loss (the original's speed-up).
 """
 import math
 import weakref

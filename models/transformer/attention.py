@@ -1,15 +1,8 @@
-"""Dot-product attention over named dims and the q/k/v/o projection weights.
-
-The port of the original's transformer/attention.py: `attention` (softmax(q.k + bias) v
-with the memory dim named), `AttentionParams` (the projection variables, stored the way
-the original's checkpoints store them), `local_attention_1d` (windowed attention whose
-length dim may be split over the mesh), `visibility_mask_to_attention_bias`, the
-variants `hybrid_attention` (softmax blended with doubly-normalised attention) and
-`synthetic_attention` (the Synthesizer's learned logits), `ExpertsAttentionParams`
-(projections by a mixture of experts),
-`maybe_reshape_attention_input_for_2d_sharding`, which attention() applies, and the
-task-prompt helpers of hyper_prompts.py (`concat_hyper_prompts_kv`,
-`make_params_hyperprompt`, `make_params_mtlprompt`).
+"""Dot-product attention over named dims and the q/k/v/o projection weights (the
+original's transformer/attention.py): `attention`, `AttentionParams` (variables stored as
+in the original's checkpoints), `local_attention_1d`, the variants `hybrid_attention` and
+`synthetic_attention`, `ExpertsAttentionParams`, and the task-prompt helpers of
+hyper_prompts.py.
 """
 import tensorflow as tf
 
@@ -81,24 +74,23 @@ def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None, dropout
   logits_shape = _logits_shape(q, k, key_dim)
   local_output_shape = mtf.Shape([d for d in q.shape.dims if d != key_dim] + [value_dim])
   noise_shape = (logits_shape - list(dropout_broadcast_dims or [])) if dropout_rate else None
+  outputs = None
   if not (wants_z_loss or extra_logit is not None):
     outputs = fused_attention.dot_product_attention(
         q, k, v, None if bias is None else mtf.cast(bias, q.dtype), key_dim,
         memory_length_dim, value_dim, local_output_shape, dropout_rate=dropout_rate,
         dropout_noise_shape=noise_shape)
-    if outputs is not None:
-      return outputs if outputs.shape.dims == output_dims else mtf.reshape(
-          outputs, mtf.Shape(output_dims))
-  logits = mtf.einsum([q, k], output_shape=logits_shape)
-  if bias is not None:
-    logits += mtf.cast(bias, logits.dtype)
-  if wants_z_loss:
-    context.losses.append(attention_logits_z_loss(logits, memory_length_dim, z_loss_coeff))
-  weights = mtf.cast(mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit),
-                     v.dtype)
-  if dropout_rate:
-    weights = mtf.dropout(weights, rate=dropout_rate, noise_shape=noise_shape)
-  outputs = mtf.einsum([weights, v], output_shape=local_output_shape)
+  if outputs is None:
+    logits = mtf.einsum([q, k], output_shape=logits_shape)
+    if bias is not None:
+      logits += mtf.cast(bias, logits.dtype)
+    if wants_z_loss:
+      context.losses.append(attention_logits_z_loss(logits, memory_length_dim, z_loss_coeff))
+    weights = mtf.cast(mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit),
+                       v.dtype)
+    if dropout_rate:
+      weights = mtf.dropout(weights, rate=dropout_rate, noise_shape=noise_shape)
+    outputs = mtf.einsum([weights, v], output_shape=local_output_shape)
   if outputs.shape.dims != output_dims:  # undo the 2-D sharding reshape
     outputs = mtf.reshape(outputs, mtf.Shape(output_dims))
   return outputs
@@ -124,14 +116,11 @@ def hybrid_attention(q, k, v, context, memory_length_dim, key_dim, value_dim, bi
                      dropout_rate=0.0, dropout_broadcast_dims=None, extra_logit=None):
   """Softmax attention blended with doubly-normalised attention (self-attention only).
 
-  The doubly-normalised weights take a log-softmax of the logits over the queries (q's
-  "length" dim, as long as the memory), then a softmax over the memory. The two
-  weightings are mixed as c * doubly + (1 - c) * softmax, where c is the scalar variable
-  "doubly_coeff" (initially 0.5) clipped to [0, 1]. Arguments as in attention();
-  context gives the mesh, the variable dtype and the mode.
-
-  Returns:
-    q's dims without key_dim, followed by value_dim.
+  The doubly-normalised weights are a log-softmax of the logits over the queries (q's
+  "length" dim, as long as the memory), then a softmax over the memory; the weights are
+  c * doubly + (1 - c) * softmax, c the scalar variable "doubly_coeff" (initially 0.5)
+  clipped to [0, 1]. Arguments as in attention(). Returns q's dims without key_dim,
+  then value_dim.
   """
   query_length_dim = mtf.Dimension("length", memory_length_dim.size)
   if query_length_dim not in q.shape.dims:
@@ -159,8 +148,8 @@ SYNTHESIZE_MODES = ("random", "factorized", "dense_minus", "random_plus_alpha",
 
 
 def _synthetic_table(q, memory_length_dim, r, what, context=None):
-  """The learned [length, heads, memory_length] table r cut to this call's lengths
-  (in incremental decoding, where q has no length dim: the row of context.position)."""
+  """The learned [length, heads, memory_length] table r cut to this call's lengths (in
+  incremental decoding the row of context.position)."""
   r = mtf.slice(r, 0, memory_length_dim.size, memory_length_dim.name)
   if getattr(context, "incremental", False) and not q.shape.has_dim("length"):
     return mtf.gather(r, context.position, r.shape.get_dim_by_name("length"))
@@ -177,8 +166,7 @@ def _dense_synthetic_logits(q, key_dim, memory_length_dim, max_length):
 
 
 def _mix_alpha(logits, r, mode, context):
-  """logits + r, or (1 - a) logits + a r with a = sigmoid(variable "alpha") in the
-  *_alpha modes."""
+  """logits + r; (1 - a) logits + a r, a = sigmoid("alpha"), in the *_alpha modes."""
   if "alpha" not in mode:
     return logits + r
   alpha = mtf.get_variable(context.mesh, "alpha", mtf.Shape([mtf.Dimension("alpha", 1)]),
@@ -201,12 +189,9 @@ def synthetic_attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=Non
     "dense_minus": logits are relu(q) projected by "pi/kernel" [key_dim, max_length].
     "random_plus" / "dense_plus": q.k plus the random / dense logits;
     "*_plus_alpha": (1 - a) q.k + a (random / dense logits), a = sigmoid("alpha").
-  With synthesize=False this is plain softmax(q.k + bias) attention. context gives the
-  mesh and variable dtype. Other arguments as in attention().
-
-  Returns:
-    q's dims without its last dim, then (random / factorized modes) v's "heads" dim,
-    then value_dim.
+  With synthesize=False this is plain softmax(q.k + bias) attention. Other arguments as
+  in attention(). Returns q's dims without its last dim, then (random / factorized
+  modes) v's "heads" dim, then value_dim.
   """
   what = "synthetic_attention"
   mode = synthesize_mode
@@ -224,9 +209,7 @@ def synthetic_attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=Non
     if synthesize and dim.size > max_length:
       raise ShapeError("%s: %s is longer than max_length %d (the size of the learned "
                        "logits)" % (what, dim, max_length), tensor=q.name, dim=dim.name)
-  if not synthesize:
-    logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
-  elif mode in ("random", "factorized", "random_plus", "random_plus_alpha"):
+  if synthesize and mode in ("random", "factorized", "random_plus", "random_plus_alpha"):
     heads_dim = _require_dim(v, "heads", what)
     length = mtf.Dimension("length", max_length)
     memory = mtf.Dimension(memory_length_dim.name, max_length)
@@ -243,18 +226,14 @@ def synthetic_attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=Non
       r = mtf.get_variable(context.mesh, "R", mtf.Shape([length, heads_dim, memory]),
                            dtype=context.variable_dtype)
     r = _synthetic_table(q, memory_length_dim, mtf.cast(r, q.dtype), what, context)
-    if "plus" in mode:
-      logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
-      logits = _mix_alpha(logits, r, mode, context)
-    else:
-      logits = r
-  else:
+  elif synthesize:
     r = _dense_synthetic_logits(q, key_dim, memory_length_dim, max_length)
-    if "plus" in mode:
-      logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
+  if synthesize and "plus" not in mode:
+    logits = r
+  else:
+    logits = mtf.einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
+    if synthesize:
       logits = _mix_alpha(logits, r, mode, context)
-    else:
-      logits = r
   if bias is not None:
     logits += mtf.cast(bias, logits.dtype)
   weights = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
@@ -270,15 +249,12 @@ def maybe_reshape_attention_input_for_2d_sharding(context, q, k, v, bias,
                                                   unsplittable_dims):
   """Splits a dim of the attention inputs over a mesh dim the attention leaves idle.
 
-  With 2-D model parallelism (say d_model split over one mesh dim and heads over the
-  other) the attention tensors, which have no d_model, would be computed replicated
-  over the first mesh dim. This finds such an idle mesh dim M (needs
-  context.mesh_layout), a tensor-dim name N that the layout maps to
-  M and that none of q, k, v, bias has, and a dim D of q (also in k and v, not in
-  unsplittable_dims, e.g. batch or heads) whose size M divides; D is then reshaped to
-  [D / |M|, N of size |M|] in every input that has it, so the attention is split over
-  M too. attention() reshapes its output back. Returns (q, k, v, bias), unchanged
-  when nothing applies.
+  With 2-D model parallelism (d_model over one mesh dim, heads over the other) the
+  attention, which has no d_model, would run replicated over the first. This finds such
+  an idle mesh dim M (from context.mesh_layout), a tensor-dim name N the layout maps to
+  M that no input has, and a dim D of q, k and v (not in unsplittable_dims) whose size M
+  divides, and reshapes D to [D / |M|, N of size |M|] in every input that has it.
+  Returns (q, k, v, bias), unchanged when nothing applies.
   """
   unchanged = q, k, v, bias
   mesh_layout = getattr(context, "mesh_layout", None)
@@ -319,20 +295,14 @@ def _combined_dim(dims):
 
 
 class AttentionParams:
-  """The projection variables of multi-head attention.
+  """The projection variables of multi-head attention, in the current variable scope.
 
-  With combine_dims=True (the original's default and checkpoint format) each projection
-  is one 2-D variable: q, k, v are [input_dim, heads*d_kv] and o is [heads*d_kv,
-  output_dim], the heads the major index; they are reshaped to [input_dim, heads, d_kv]
-  (and [heads, d_kv, output_dim]) for use. The combined dim keeps the heads dim's name,
-  so a layout that splits "heads" splits the variable the same way. Otherwise the
-  variables have the heads and key dims separately. memory_heads_dims=[] gives
-  multi-query attention (one key/value head shared by all query heads).
-
-  fold_scaling_into_initializer=True: q starts with stddev (d_model * d_kv)**-0.5 and the
-  logits are not scaled at run time; with False q starts at d_model**-0.5 and
-  compute_q multiplies by d_kv**-0.5. Variables are created in the current variable
-  scope (e.g. ".../SelfAttention/q").
+  With combine_dims=True (the original's checkpoint format) q, k, v are stored as
+  [input_dim, heads*d_kv] and o as [heads*d_kv, output_dim], heads the major index and
+  the combined dim named like the heads dim (so a layout splitting "heads" splits it).
+  memory_heads_dims=[] gives multi-query attention. fold_scaling_into_initializer=True:
+  q starts with stddev (d_model * d_kv)**-0.5; with False it starts at d_model**-0.5 and
+  compute_q multiplies by d_kv**-0.5.
   """
 
   def __init__(self, mesh, query_input_dim, memory_input_dim, output_dim, key_dim,
@@ -372,9 +342,7 @@ class AttentionParams:
 
   @property
   def o_dims(self):
-    """Dims the output projection "o" has besides output_dim: query heads, value dim.
-    With keep_query_heads_dims, compute_output contracts only the value dim (each head
-    projected on its own)."""
+    """Dims the output projection "o" has besides output_dim: query heads, value dim."""
     return self.query_heads_dims + [self.value_dim]
 
   def _make(self, name, input_dims, output_dims, stddev):
@@ -395,7 +363,7 @@ class AttentionParams:
 
   def init_weights(self):
     """Creates the variables q (unless no_query), k, v (or kv if shared_kv) and o; with
-    make_attention_vars=False only o (a subclass computes q, k, v otherwise)."""
+    make_attention_vars=False only o."""
     d_in = self.query_input_dim.size
     if self.fold_scaling_into_initializer:
       q_stddev = (d_in * self.key_dim.size) ** -0.5
@@ -473,13 +441,10 @@ class ExpertsAttentionParams(AttentionParams):
   """Attention projections computed by a mixture of experts (a Switch/top-2 MoE1D).
 
   expert_computation "qkv": one MoE1D(use_experts_attention=True) computes the queries
-  and the shared keys/values (variables "wi", "q_wo", "k_wo" and the router's); "q": the
-  queries by the experts, keys/values by the dense "kv"; "kv": keys/values by the
-  experts, queries by the dense "q". The output projection is the dense "o". As in the
-  original, combine_dims and shared_kv must be True and the query and key/value heads
-  must be the same size. experts_hparams: an HParams with the ExpertsSelfAttention
-  arguments (num_experts, loss_coef, group_size, ...). The experts' balancing loss goes
-  to context.losses.
+  and the shared keys/values; "q": the queries by the experts, keys/values by the dense
+  "kv"; "kv": the reverse, with the dense "q". As in the original, combine_dims and
+  shared_kv must be True and the query and key/value heads of one size.
+  experts_hparams: an HParams of the ExpertsSelfAttention arguments.
   """
 
   def __init__(self, mesh, query_input_dim, memory_input_dim, output_dim, key_dim,
@@ -546,9 +511,8 @@ class ExpertsAttentionParams(AttentionParams):
     self._experts_called = False
 
   def _experts(self, antecedent):
-    """The MoE on antecedent ([q, kv] for "qkv"). Tokens of the context's length (or
-    one decoding position) go through MoE1D.call; another memory (the encoder output)
-    is routed without the decoder's padding mask. Later calls reuse the variables."""
+    """The MoE on antecedent ([q, kv] for "qkv"); another memory than the context's
+    (the encoder output) is routed without the decoder's padding mask."""
     context = self.context
     with mtf.variable_scope("", reuse=True if self._experts_called else None):
       self._experts_called = True
@@ -622,31 +586,16 @@ def _block_length(radius, length_per_split):
 def local_attention_1d(q, k, v, length_dim, key_dim, value_dim, fully_autoregressive=True,
                        length_dim_num_splits=1, radius=128, sequence_id=1,
                        write_priority=None, read_priority=None, attention_kwargs=None):
-  """Attention in which query position p sees memory positions (p - radius, p + radius].
+  """Attention in which query position p sees memory positions (p - radius, p + radius]
+  ((p - radius, p] if fully_autoregressive).
 
-  With fully_autoregressive only (p - radius, p], the last `radius` positions. The
-  length is cut into blocks (a whole number per split of length_dim over the mesh);
-  each block's keys and values gain the radius positions before it (and after it,
-  unless autoregressive) from the neighbouring blocks with a halo exchange, so a split
-  length dim communicates only with neighbours.
-  Memory positions beyond either end and, when sequence_id is a Tensor, positions of
-  another segment are masked. write_priority / read_priority: optional Tensors on
-  length_dim; a query sees only memory whose write_priority is at most its
-  read_priority.
-
-  Args:
-    q: [batch..., heads..., length_dim, key_dim]; k, v the same with value_dim for v
-      (v may be None to reuse k).
-    length_dim: the (query and memory) length dim.
-    key_dim, value_dim: as in attention().
-    fully_autoregressive: causal masking.
-    length_dim_num_splits: over how many processors length_dim is split.
-    radius: how far a query sees.
-    sequence_id: segment ids [batch..., length_dim] of packed examples, or an int.
-    attention_kwargs: extra keyword arguments of attention().
-
-  Returns:
-    [batch..., heads..., length_dim, value_dim].
+  The length is cut into blocks (a whole number per split of length_dim over
+  length_dim_num_splits processors); each block's keys and values gain the neighbouring
+  radius positions by a halo exchange. Masked: positions beyond either end, of another
+  segment (sequence_id a Tensor [batch..., length_dim]), and memory whose
+  write_priority exceeds the query's read_priority. q: [batch..., heads..., length_dim,
+  key_dim]; k, v likewise (v None reuses k); attention_kwargs go to attention().
+  Returns [batch..., heads..., length_dim, value_dim].
   """
   if length_dim not in q.shape.dims:
     raise ShapeError("local_attention_1d: q %s %s lacks length dim %s" % (

@@ -1,11 +1,7 @@
-"""Research variants of Transformer attention, with the original's names and variables.
-
-TalkingHeads{Self,EncDec}Attention (Shazeer et al. 2020, arXiv 2003.02436),
-GeneralBilinear{Self,EncDec}Attention, TransparentEncDecAttention (Bapna et al. 2018),
-Branched{Self,EncDec}Attention (the Weighted Transformer, Ahmed et al. 2017) and the
-Synthesizer (Tay et al. 2020). They are offered as
-models.transformer.transformer_layers.<Name> and are gin-configurable there.
-"""
+"""Research variants of Transformer attention, with the original's names and variables:
+talking-heads (arXiv 2003.02436), general bilinear, transparent (Bapna et al. 2018),
+branched (the Weighted Transformer, Ahmed et al. 2017) and Synthesizer (Tay et al. 2020)
+attention, offered (and gin-configurable) as transformer_layers.<Name>."""
 import gin
 import tensorflow as tf
 
@@ -51,9 +47,8 @@ def _query_scale_initializer(size):
 
 
 def _dense_keeping_name(x, reduced_dims, new_dims, context, name, initializer=None):
-  """A bias-free dense layer whose output may reuse a reduced dim's name (d_model ->
-  heads x d_model): such reduced dims are renamed "_<name>" first, as the original's
-  mtf.layers.dense did, so the kernel is [_d_model, ..., d_model]."""
+  """A bias-free dense layer; a reduced dim whose name an output dim reuses is renamed
+  "_<name>" first, as in the original (kernel [_d_model, ..., d_model])."""
   new_names = {d.name for d in new_dims}
   renamed = []
   for d in reduced_dims:
@@ -67,8 +62,40 @@ def _dense_keeping_name(x, reduced_dims, new_dims, context, name, initializer=No
                           kernel_initializer=initializer)
 
 
+class _AttentionWithOwnProjections(tl.SelfAttention):
+  """Base of the variants below: call computes q (compute_q) and the memory m, x with
+  "memory_length"; _attend_memory caches what decoding needs and attends."""
+
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding keeps the memory tensors _attend_memory caches."""
+    return True
+
+  @incremental_aware
+  def call(self, context, x, losses=None):
+    """[batch..., length, d_model] -> the same shape."""
+    del losses
+    with tl.class_scope(self):
+      q = self.compute_q(context, x)
+      m = self.rename_length_to_memory_length(x, context)
+      return self._attend_memory(context, x, q, m)
+
+
+class _EncoderMemoryAttention:
+  """Mixin making a self-attention variant attend to the encoder output."""
+
+  def __init__(self, relative_attention_type=None, **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
+
+  @property
+  def supports_incremental_decoding(self):
+    """Cached decoding reads the encoder's memory computed once; the relative-position
+    spans of a relative_attention_type need the whole target sequence."""
+    return self.relative_attention_type is None
+
+
 @gin.configurable(module="transformer_layers")
-class TalkingHeadsSelfAttention(tl.SelfAttention):
+class TalkingHeadsSelfAttention(_AttentionWithOwnProjections):
   """Talking-heads self-attention: learned projections across heads on the logits
   (key heads -> softmax heads) and on the weights (softmax heads -> value heads).
 
@@ -122,28 +149,17 @@ class TalkingHeadsSelfAttention(tl.SelfAttention):
     return _dense_keeping_name(u, self.value_heads_dims + [self.value_dim],
                                [tl._model_dim(context)], context, "y")  # pylint: disable=protected-access
 
-  @property
-  def supports_incremental_decoding(self):
-    """Cached decoding keeps the keys and values (and the memory, for the "m2l" and
-    "m2w" dynamic projections)."""
-    return True
-
-  @incremental_aware
-  def call(self, context, x, losses=None):
-    """[batch..., length, d_model] -> the same shape."""
-    del losses
-    with tl.class_scope(self):
-      q = self.compute_q(context, x)
-      m = self.rename_length_to_memory_length(x, context)
-      k, v = self.compute_k(context, m), self.compute_v(context, m)
-      if {"m2l", "m2w"} & set(self.dynamic_projections):
-        (k, v, m), memory_length, memory_position = tl.memory_through_caches(
-            self, context, [k, v, m])
-      else:
-        (k, v), memory_length, memory_position = tl.memory_through_caches(
-            self, context, [k, v])
-      bias = self.compute_bias(context, memory_position, x, self.softmax_heads_dims, q)
-      return self.attention_internal(context, x, m, q, k, v, memory_length, bias)
+  def _attend_memory(self, context, x, q, m):
+    """Caches the keys and values (and m, for the "m2l" and "m2w" projections)."""
+    k, v = self.compute_k(context, m), self.compute_v(context, m)
+    if {"m2l", "m2w"} & set(self.dynamic_projections):
+      (k, v, m), memory_length, memory_position = tl.memory_through_caches(
+          self, context, [k, v, m])
+    else:
+      (k, v), memory_length, memory_position = tl.memory_through_caches(
+          self, context, [k, v])
+    bias = self.compute_bias(context, memory_position, x, self.softmax_heads_dims, q)
+    return self.attention_internal(context, x, m, q, k, v, memory_length, bias)
 
   def attention_internal(self, context, x, m, q, k, v, memory_length, bias):
     """Logits q.k, talking-heads projection, softmax over memory_length, projection,
@@ -166,13 +182,10 @@ class TalkingHeadsSelfAttention(tl.SelfAttention):
 
   def talking_heads(self, context, inp, name, input_heads_dims, output_heads_dims,
                     dynamic_projections_from=None):
-    """Projects inp from input_heads_dims to output_heads_dims (dims in both are kept,
-    with a separate projection each); inp itself when the dims are the same.
-
-    With dynamic_projections_from (tensors with d_model), the static kernel
-    "<name>/kernel" is added to a projection computed from the first of them, and a
-    projection from each further one is added to the result.
-    """
+    """inp projected from input_heads_dims to output_heads_dims (dims in both are kept,
+    projected separately); inp itself when the dims are the same. With
+    dynamic_projections_from (tensors with d_model), "<name>/kernel" is added to the
+    projection computed from the first, and each further one's projection is added."""
     shared = [d for d in input_heads_dims if d in output_heads_dims]
     reduced = [d for d in input_heads_dims if d not in output_heads_dims]
     new = [d for d in output_heads_dims if d not in input_heads_dims]
@@ -210,9 +223,8 @@ def _encoder_memory(layer, context):
 
 
 def _encoder_constant_states(context, compute):
-  """compute() (a tuple of tensors of the encoder output), computed once per decoding:
-  recorded as a constant state in "first_part" mode and read back in "incremental"
-  mode; computed afresh otherwise."""
+  """compute() (tensors of the encoder output), recorded as a constant state in
+  "first_part" mode and read back in "incremental" mode."""
   if context.constant_states is not None and context.incremental:
     return context.get_constant_state()
   states = compute()
@@ -222,18 +234,9 @@ def _encoder_constant_states(context, compute):
 
 
 @gin.configurable(module="transformer_layers")
-class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
-  """Talking-heads attention over the encoder output (see TalkingHeadsSelfAttention;
-  masking and relative biases as in enc_dec_attention_bias)."""
-
-  def __init__(self, relative_attention_type=None, **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
-
-  @property
-  def supports_incremental_decoding(self):
-    """Cached decoding reads the encoder's memory computed once; the relative-position
-    spans of a relative_attention_type need the whole target sequence."""
-    return self.relative_attention_type is None
+class TalkingHeadsEncDecAttention(_EncoderMemoryAttention, TalkingHeadsSelfAttention):
+  """Talking-heads attention over the encoder output (masking and relative biases as
+  in enc_dec_attention_bias)."""
 
   @incremental_aware
   def call(self, context, x, losses=None):
@@ -251,7 +254,7 @@ class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
 
 
 @gin.configurable(module="transformer_layers")
-class GeneralBilinearSelfAttention(tl.SelfAttention):
+class GeneralBilinearSelfAttention(_AttentionWithOwnProjections):
   """Multi-head attention with d_k = d_v = d_model and no key, value projections:
   logits q.m with q = x "q" [d_model, heads..., d_model], output "y" [heads...,
   d_model, d_model] applied to the weighted sum of the memory m."""
@@ -276,21 +279,11 @@ class GeneralBilinearSelfAttention(tl.SelfAttention):
     model_dim = u.shape.dims[-1]
     return _dense_keeping_name(u, self.heads_dims + [model_dim], [model_dim], context, "y")
 
-  @property
-  def supports_incremental_decoding(self):
-    """Cached decoding keeps the memory (the layer inputs)."""
-    return True
-
-  @incremental_aware
-  def call(self, context, x, losses=None):
-    """[batch..., length, d_model] -> the same shape."""
-    del losses
-    with tl.class_scope(self):
-      q = self.compute_q(context, x)
-      m = self.rename_length_to_memory_length(x, context)
-      (m,), memory_length, memory_position = tl.memory_through_caches(self, context, [m])
-      bias = self.compute_bias(context, memory_position, x, self.heads_dims, q)
-      return self.attention_internal(context, q, m, memory_length, bias)
+  def _attend_memory(self, context, x, q, m):
+    """Caches the memory (the layer inputs)."""
+    (m,), memory_length, memory_position = tl.memory_through_caches(self, context, [m])
+    bias = self.compute_bias(context, memory_position, x, self.heads_dims, q)
+    return self.attention_internal(context, q, m, memory_length, bias)
 
   def attention_internal(self, context, q, m, memory_length, bias):
     """softmax(q.m + bias) over memory_length, dropout, times m, then "y"."""
@@ -308,17 +301,8 @@ class GeneralBilinearSelfAttention(tl.SelfAttention):
 
 
 @gin.configurable(module="transformer_layers")
-class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
+class GeneralBilinearEncDecAttention(_EncoderMemoryAttention, GeneralBilinearSelfAttention):
   """General bilinear attention over the encoder output."""
-
-  def __init__(self, relative_attention_type=None, **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
-
-  @property
-  def supports_incremental_decoding(self):
-    """Cached decoding reads the encoder's memory computed once; the relative-position
-    spans of a relative_attention_type need the whole target sequence."""
-    return self.relative_attention_type is None
 
   @incremental_aware
   def call(self, context, x, losses=None):
@@ -337,13 +321,11 @@ class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
 class TransparentEncDecAttention(tl.EncDecAttention):
   """Encoder-decoder attention to a learned mix of the encoder's layer outputs.
 
-  The encoder's outputs (context.encoder_layer_outputs: after the initial sublayers,
-  after each layer, and the final output) are taken every layers_per_encoder_module
-  layers (encoder_num_modules + 1 of them); a learned "w" [encoder_module_outputs,
-  decoder_module_inputs] (dropout in training, softmax over the encoder outputs) mixes
-  them into one memory per decoder module, and the layer at context.layer_index
-  attends to that of module layer_index // layers_per_decoder_module. The mixes are
-  computed once per model call (the first such layer holds "w").
+  Every layers_per_encoder_module-th of context.encoder_layer_outputs (encoder_num_modules
+  + 1 of them) is mixed by a learned "w" [encoder_module_outputs, decoder_module_inputs]
+  (dropout in training, softmax over the encoder outputs) into one memory per decoder
+  module; the layer at context.layer_index attends to that of module layer_index //
+  layers_per_decoder_module. The first such layer holds "w" and computes the mixes.
   """
 
   def __init__(self, layers_per_encoder_module=gin.REQUIRED,
@@ -438,11 +420,8 @@ class BranchedSelfAttention(tl.SelfAttention):
 
 
 @gin.configurable(module="transformer_layers")
-class BranchedEncDecAttention(BranchedSelfAttention):
+class BranchedEncDecAttention(_EncoderMemoryAttention, BranchedSelfAttention):
   """Branched (Weighted Transformer) attention over the encoder output."""
-
-  def __init__(self, relative_attention_type=None, **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
   supports_incremental_decoding = tl.EncDecAttention.supports_incremental_decoding
 
@@ -511,10 +490,7 @@ class Synthesizer(tl.SelfAttention):
     with tl.class_scope(self):
       params = self.make_params(context, x.shape.dims[-1])
       m = self.rename_length_to_memory_length(x, context)
-      if self.shared_kv:
-        k = v = params.compute_kv(m)
-      else:
-        k, v = params.compute_k(m), params.compute_v(m)
+      k, v = tl._keys_and_values(params, self.shared_kv, m)  # pylint: disable=protected-access
       k, v, memory_length, memory_position = self.cached_kv(context, k, v)
       q = x if self.no_query else params.compute_q(x)
       bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)

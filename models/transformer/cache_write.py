@@ -1,15 +1,11 @@
 """The decoding caches' per-step write: one position of a cache, in O(size of the write).
 
-Each step of a decoding loop writes one position of every cache. As a functional update
-(`tf.tensor_scatter_nd_update`) TF copies the whole cache every step: TF forwards no
-while-loop variable's buffer to the scatter, so a step's cost grows with the length.
-Where the decoding loop owns its caches (`private_copy` made them at the loop's entry,
-so nothing else holds their buffers) and the backend computes each slice as a TF tensor
-of its own (`MeshImpl.in_place_slice_writes`: placement), the write goes into the
-cache's buffer instead (`tf.raw_ops.InplaceUpdate` on the cache viewed as rows). Every
-reader of a step's cache feeds the next step's token, so the next write waits for them.
-Elsewhere (the SIMD emulation's replay, XLA backends, which update in place themselves)
-the functional scatter is used.
+A functional update (`tf.tensor_scatter_nd_update`) copies the whole cache every step
+(TF forwards no while-loop variable's buffer to the scatter). Where the decoding loop
+owns its caches (`private_copy` made them) and the backend computes each slice as a TF
+tensor of its own (`MeshImpl.in_place_slice_writes`), the write goes into the cache's
+buffer (`tf.raw_ops.InplaceUpdate`); every reader of a step's cache feeds the next
+step's token, so the next write waits for them. Elsewhere the scatter is used.
 """
 import numpy as np
 import tensorflow as tf
@@ -41,9 +37,7 @@ def _write_rows_in_place(cache, new, position, axis):
   [dims before axis x axis, dims after axis], one row per entry of the dims before axis
   updated. cache must be held by nothing else."""
   shape = cache.shape.as_list()
-  lead = 1
-  for d in shape[:axis]:
-    lead *= d
+  lead = int(np.prod(shape[:axis], dtype=np.int64))
   rows = np.arange(lead, dtype=np.int32) * shape[axis] + tf.reshape(
       tf.cast(position, tf.int32), [])
   flat = tf.reshape(cache, [lead * shape[axis], -1])
@@ -78,22 +72,11 @@ def private_copy(x):
 
 
 def write_at_position(cache, new, position, dim_name="memory_length", in_place=False):
-  """cache with new written at the scalar position of its dim dim_name (the decoding
-  caches' per-step write).
-
-  Args:
-    cache: Tensor with dim dim_name, e.g. keys [batch, memory_length, heads, d_kv].
-    new: Tensor with cache's other dims (any order), e.g. [batch, heads, d_kv].
-    position: int32 scalar Tensor (no dims), the index along dim_name.
-    dim_name: the name of the dim written.
-    in_place: whether the caller owns cache (a loop variable that started from
-      `private_copy` and that nothing but this write reads): on backends with
-      in_place_slice_writes the write then goes into cache's buffer.
-
-  Returns:
-    Tensor shaped like cache, equal to it except at position, where it holds new (cast
-    to cache's dtype). A layout that splits dim_name gets it gathered whole for the
-    write, as any slicewise op's unsplittable dim.
+  """cache (e.g. keys [batch, memory_length, heads, d_kv]) with new (cache's other dims,
+  any order; cast to cache's dtype) written at the int32 scalar position of its dim
+  dim_name. in_place: the caller owns cache (a loop variable that started from
+  `private_copy` and that nothing but this write reads), so on backends with
+  in_place_slice_writes the write goes into cache's buffer.
   """
   dim = cache.shape.get_dim_by_name(dim_name)
   rest = [d for d in cache.shape.dims if d != dim]

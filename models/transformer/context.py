@@ -1,17 +1,11 @@
 """`Context`: the per-call state every Transformer layer reads and writes.
 
-A model builds one Context per call (training step, eval pass or decoding pass) and
-hands it to each layer's `call(context, x)`. It carries the mesh, the batch and length
-dims, the variable precisions, the mode, positions and segment ids of packed examples,
-the encoder output for encoder-decoder attention, and the list where layers add their
-auxiliary losses (e.g. the MoE load-balancing loss).
-
-Cached (incremental) decoding uses two more modes. In "first_part" mode the model runs
-on the whole (prompt-holding) sequence and every incremental-aware layer records its
-per-position tensors (e.g. attention keys and values, dim "memory_length") in
-`new_states`. In "incremental" mode the model runs on one position, `position` (a
-scalar int Tensor), with no length dim; each layer reads its recorded tensors from
-`states`, writes the new position into them (`cached_memory`) and records the result.
+Cached decoding uses two more modes. In "first_part" mode the model runs on the whole
+(prompt-holding) sequence and every incremental-aware layer records its per-position
+tensors (e.g. keys and values, dim "memory_length") in `new_states`. In "incremental"
+mode the model runs on one position, `position` (a scalar int Tensor), with no length
+dim; each layer reads its tensors from `states`, writes the new position into them
+(`cached_memory`) and records the result.
 """
 import tensorflow as tf
 
@@ -36,26 +30,14 @@ class Context:
   """State shared by the layers of one model call (the original's argument names).
 
   Args:
-    model: the Unitransformer being called.
-    mesh: the mtf.Mesh.
-    batch_dims: list of mtf.Dimension (e.g. [batch] or [batch, beam]).
-    length_dim: the sequence mtf.Dimension.
-    variable_dtype: mtf.VariableDType for the layers' variables.
-    beam_dim: the beam dim while beam-searching, else None.
     mode: ModeKeys.TRAIN / EVAL / PREDICT, or "incremental" / "first_part" in decoding.
     position: int Tensor [batch..., length] of positions (None: 0..length-1).
     position_is_default: whether position is plain 0..length-1 (no packing).
     sequence_id: int Tensor of segment ids of packed examples (0 = padding), or None.
-    subsequence_id: segment ids within a sequence (e.g. for delimited LMs), or None.
     states, new_states: decoding states read/written by incremental layers.
     losses: list to which layers append auxiliary scalar losses (or None to drop them).
     initial_position: first decoding position in incremental mode.
-    layer_outputs: list collecting each layer's output, if given.
-    encoder_output: the encoder's output for encoder-decoder attention.
-    encoder_sequence_id: segment ids of the encoder inputs.
-    constant_states, shared_params, encoder_layer_outputs, write_priority,
-      read_priority, inputs, encoder_inputs: as in the original.
-    num_microbatches: how many microbatches make up the batch.
+    layer_outputs: list collecting each layer's output (a fresh one if None).
   """
 
   def __init__(self, model, mesh, batch_dims, length_dim, variable_dtype, beam_dim=None,
@@ -69,8 +51,6 @@ class Context:
       if name != "self":
         setattr(self, name, value)
     self.batch_dims = list(batch_dims)
-    # As the original: a context always collects the layer outputs (a fresh list when
-    # none is given).
     if self.layer_outputs is None:
       self.layer_outputs = []
     self.layer_index = 0
@@ -82,8 +62,7 @@ class Context:
 
   @property
   def mesh_layout(self):
-    """The model's MeshLayout (the backend's), or None when it has none. A model of
-    the original's kind, with only layout and mesh_shape attributes, works too."""
+    """The model's MeshLayout (or one of its layout and mesh_shape), or None."""
     mesh_layout = getattr(self.model, "mesh_layout", None)
     if mesh_layout is None:
       mesh_layout = model_layout.mesh_layout_of(getattr(self.model, "layout", None),
@@ -120,8 +99,7 @@ class Context:
     return mtf.cast(mtf.not_equal(self.sequence_id, 0), self.activation_dtype)
 
   def get_position(self):
-    """Positions [length] (0..length-1) or the packed positions given (in incremental
-    mode: the scalar position being decoded)."""
+    """context.position (in incremental mode the scalar position), else 0..length-1."""
     if self.position is not None:
       return self.position
     return mtf.range(self.mesh, self.length_dim, tf.int32)
@@ -155,18 +133,10 @@ def incremental_aware(call):
 
 
 def cached_memory(context, tensors):
-  """Per-position tensors (keys, values, ...) through the decoding caches.
-
-  Args:
-    context: the layer's Context.
-    tensors: list of Tensors; with dim "memory_length" in "first_part" (and the
-      ordinary) modes, without a length dim in "incremental" mode.
-
-  Returns:
-    list of Tensors with dim "memory_length": in "first_part" mode the tensors, which
-    become the caches; in "incremental" mode the cached tensors with the given ones
-    written at context.position; otherwise the tensors unchanged.
-  """
+  """Per-position tensors (keys, values, ...) through the decoding caches: the tensors
+  (with dim "memory_length"; in "first_part" mode recorded as the caches), or in
+  "incremental" mode (tensors without a length dim) the caches with them written at
+  context.position."""
   tensors = list(tensors)
   if context.mode == "first_part":
     context.record_new_states(tensors)

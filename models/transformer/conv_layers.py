@@ -1,12 +1,7 @@
-"""Convolutional Transformer layers over the length dim, with d_model as channels.
-
-Conv1DLayer, SeparableConv1DLayer, the softmax-normalised separable convolutions of
-Wu et al. 2019 (arXiv 1901.10430): LightweightConv1DLocalAttn (learned taps) and
-DynamicConv1DLocalAttn (taps predicted from each position's input), and
-LocalConvAttnBlock (GLU -> such a convolution -> projection). Offered as
-models.transformer.transformer_layers.<Name>, gin-configurable there. As in the
-original, positions whose context.inputs id is 0 (padding) are zeroed first, and
-nothing stops a filter from reaching across packed examples.
+"""Convolutional Transformer layers over the length dim, with d_model as channels,
+including the lightweight and dynamic convolutions of Wu et al. 2019; offered (and
+gin-configurable) as transformer_layers.<Name>. As in the original, positions whose
+context.inputs id is 0 are zeroed first, and a filter may reach across packed examples.
 """
 import gin
 import tensorflow as tf
@@ -21,9 +16,8 @@ def _mask_padding(context, x):
   """x zeroed where context.inputs (token ids) is 0; x itself without inputs, or when the
   inputs have dims x lacks (a whole sequence's ids given with one decoding step)."""
   inputs = getattr(context, "inputs", None)
-  if not isinstance(inputs, mtf.Tensor):
-    return x
-  if any(d not in x.shape.dims for d in inputs.shape.dims):
+  if not isinstance(inputs, mtf.Tensor) or any(d not in x.shape.dims
+                                               for d in inputs.shape.dims):
     return x
   return x * mtf.cast(mtf.not_equal(inputs, 0), x.dtype)
 
@@ -53,9 +47,7 @@ class Conv1D(TransformerLayer):
     filter_dim = mtf.Dimension(length_dim_name, filter_size)
     position = mtf.range(context.mesh, source_dim, tf.int32)
     slot = mtf.range(context.mesh, filter_dim, tf.int32)
-    start = context.initial_position
-    if start is None:
-      start = 0
+    start = 0 if context.initial_position is None else context.initial_position
     # State slot j holds input position initial_position - filter_size + j.
     select = mtf.cast(mtf.equal(position, slot + (start - filter_size)), x.dtype)
     state = mtf.einsum([mtf.rename_dimension(x, length_dim.name, source_dim.name), select],
@@ -84,11 +76,9 @@ class Conv1D(TransformerLayer):
     return shifted + slot * mtf.cast(x, dtype)
 
   def _prepare(self, context, x, filter_size):
-    """The input of the convolution in this mode, and whether it is one decoding step
-    (then x is the state: the last filter_size inputs). The states hold the inputs
-    masked at padding, as the whole-sequence convolution sees them, so cached decoding
-    gives what recomputing the whole sequence gives (the original recorded the
-    first_part state before masking and did not mask decoding steps)."""
+    """(the convolution's input in this mode, whether it is one decoding step: then the
+    state of the last filter_size inputs). The states hold the inputs masked at padding,
+    so cached decoding matches recomputing (unlike the original, which did not mask)."""
     x = _mask_padding(context, x)
     mode = getattr(context, "mode", None)
     if mode == "first_part":
@@ -133,8 +123,7 @@ class Conv1DLayer(Conv1D):
           x, mtf.Dimension(model_dim.name, self._output_size),
           filter_size=self.filter_size, padding="VALID" if one_step else "SAME",
           # TF1's glorot-uniform, looked up now (a patched one is honoured); the
-          # variables take the layer input's dtype, as the original's did (it passed
-          # no variable_dtype), so a context needs no variable_dtype here.
+          # variables take the layer input's dtype, as the original's did.
           filter_initializer=tf.compat.v1.glorot_uniform_initializer(),
           variable_dtype=None, name="conv2d")  # one name on every call
       if one_step:  # one output position: drop the length dim of size 1
@@ -176,11 +165,8 @@ class SeparableConv1DLayer(Conv1D):
 
   @incremental_aware
   def call(self, context, x, losses=None, all_kernel_wts=None):
-    """[batch..., length, d_model] -> [batch..., length, d_model=output_size].
-
-    all_kernel_wts: one weight tensor per filter tap, used instead of the learned
-    depthwise filter.
-    """
+    """[batch..., length, d_model] -> [batch..., length, d_model=output_size];
+    all_kernel_wts: one weight tensor per tap instead of the learned depthwise filter."""
     del losses
     with class_scope(self):
       return self.convolve(context, x, all_kernel_wts)

@@ -1,14 +1,9 @@
-"""The Transformer's core layers: attention (self, encoder-decoder, local), feed-forward
-and ParallelLayer, with the encoder-decoder attention functions (`enc_dec_attention`,
-`enc_dec_attention_bias`, `relative_position_spans`) and the helpers the other attention
-modules build on.
+"""The Transformer's core layers (self, encoder-decoder and local attention, feed-forward,
+ParallelLayer) and the attention helpers the other attention modules build on.
 
-Each layer is a gin-configurable `TransformerLayer` holding hyperparameters only; its
-`call(context, x)` creates the variables (in the scope named after the layer class,
-e.g. ".../layer_000/SelfAttention/q", as the original's checkpoints have them) and
-returns a tensor shaped like x. Users import these from the original's module name,
-models.transformer.transformer_layers, which re-exports them with the attention
-variants and convolution layers; gin names them transformer_layers.<Name>.
+A layer's `call(context, x)` creates its variables under a scope named after its class
+(".../layer_000/SelfAttention/q", as in the original's checkpoints). Users import the
+layers from transformer_layers, the original's module name (gin: transformer_layers.<Name>).
 """
 import gin
 import tensorflow as tf
@@ -50,30 +45,38 @@ def _model_dim(context):
   return mtf.Dimension("d_model", int(model_dim))
 
 
+def _heads_dims(num_heads, num_memory_heads, what):
+  """(query heads dims, memory heads dims) of num_heads and num_memory_heads."""
+  heads = [mtf.Dimension("heads", num_heads)]
+  if num_memory_heads in (0, None):
+    return heads, list(heads)
+  if num_memory_heads == 1:
+    return heads, []
+  if num_heads % num_memory_heads:
+    raise ShapeError("%s: num_memory_heads %d does not divide num_heads %d"
+                     % (what, num_memory_heads, num_heads), dim="heads")
+  memory_heads = [mtf.Dimension("heads", num_memory_heads)]
+  query_heads = memory_heads + [mtf.Dimension("query_heads", num_heads // num_memory_heads)]
+  return query_heads, memory_heads
+
+
+def _keys_and_values(params, shared_kv, memory):
+  """(k, v) of memory; one tensor twice with shared_kv."""
+  if shared_kv:
+    kv = params.compute_kv(memory)
+    return kv, kv
+  return params.compute_k(memory), params.compute_v(memory)
+
+
 def attention_params(context, kv_dim, num_heads, num_memory_heads=0, shared_kv=False,
                      no_query=False, combine_dims=True, keep_query_heads_dims=False,
                      fold_scaling_into_initializer=True, query_input_dim=None,
                      memory_input_dim=None):
-  """AttentionParams for a layer: heads dims from num_heads and num_memory_heads.
-
-  num_memory_heads=0: every query head has its own keys and values; 1: one key/value
-  head shared by all (multi-query); n > 1: query heads [heads=n, query_heads=num_heads/n]
-  share keys and values along "query_heads".
-  """
+  """AttentionParams for a layer. num_memory_heads=0: each query head has its own keys
+  and values; 1: one key/value head shared by all (multi-query); n > 1: query heads
+  [heads=n, query_heads=num_heads/n] share keys and values along "query_heads"."""
   model_dim = query_input_dim or _model_dim(context)
-  if num_memory_heads in (0, None):
-    query_heads = [mtf.Dimension("heads", num_heads)]
-    memory_heads = list(query_heads)
-  elif num_memory_heads == 1:
-    query_heads = [mtf.Dimension("heads", num_heads)]
-    memory_heads = []
-  else:
-    if num_heads % num_memory_heads:
-      raise ShapeError("attention_params: num_memory_heads %d does not divide num_heads %d"
-                       % (num_memory_heads, num_heads), dim="heads")
-    memory_heads = [mtf.Dimension("heads", num_memory_heads)]
-    query_heads = memory_heads + [mtf.Dimension("query_heads",
-                                                num_heads // num_memory_heads)]
+  query_heads, memory_heads = _heads_dims(num_heads, num_memory_heads, "attention_params")
   return attention.AttentionParams(
       context.mesh, query_input_dim=model_dim, memory_input_dim=memory_input_dim or model_dim,
       output_dim=model_dim, key_dim=kv_dim, value_dim=kv_dim, query_heads_dims=query_heads,
@@ -89,7 +92,6 @@ class DenseReluDense(TransformerLayer):
 
   A list of activations gives gated variants: ["gelu", "linear"] multiplies
   gelu(x wi_0) by (x wi_1). Dropout (training only) is shared along the length dim.
-  Variables: wi/kernel (or wi_0/kernel, wi_1/kernel, ...) and wo/kernel.
   """
 
   def __init__(self, hidden_size=4096, dropout_rate=0.0, activation="relu",
@@ -107,9 +109,8 @@ class DenseReluDense(TransformerLayer):
       return self.feed_forward(context, x)
 
   def feed_forward(self, context, x):
-    """The computation of call, with the variables wi, wo in the current scope (a layer
-    that uses a DenseReluDense inside itself, e.g. BranchedSelfAttention, calls this).
-    x: [..., d_model] (d_model its last dim)."""
+    """call's computation on x [..., d_model], with wi and wo in the current scope (for
+    layers that use a DenseReluDense inside, e.g. BranchedSelfAttention)."""
     io_dim = x.shape.dims[-1]
     hidden_dim = mtf.Dimension("d_ff", self.hidden_size)
     h = mtf.layers.dense_product(
@@ -126,23 +127,18 @@ class DenseReluDense(TransformerLayer):
 
 @gin.configurable(module="transformer_layers")
 class SelfAttention(TransformerLayer):
-  """Multi-head self-attention, causal when the model is fully autoregressive.
+  """Multi-head self-attention, causal when the model is fully autoregressive; packed
+  examples (context.sequence_id a Tensor) attend only within their segment.
 
-  Packed examples (context.sequence_id a Tensor) attend only within their segment.
-  relative_attention_type: None, "bias" (a per-layer "relative_attention_bias" table
-  [heads, buckets] indexed by the bucketed relative position; buckets are
-  bidirectional unless the model is autoregressive) or "bias_shared" (one table kept in
-  context.shared_params["relative_attention_bias"], created by the first layer that
-  needs it) or "contextual" (q . a[bucket], the bucket embeddings a a kernel
-  "relative_attention_ak/kernel" [heads, d_kv, buckets]). z_loss_coeff adds coeff * mean(logsumexp(logits)^2) to context.losses in
-  training. attention_func: None for plain softmax attention, "hybrid" for
-  attention.hybrid_attention, or a function with the signature of attention.attention.
-  use_hyperprompt prepends each example's HyperPrompt task prompts to the keys and
-  values (attention.concat_hyper_prompts_kv, which says where the task ids come from;
-  every query sees the prompts): hyperprompt_length_encoder (or _decoder, in an
-  autoregressive model) prompt positions, a hypernetwork of size
-  hyperprompt_hidden_dim, hyperprompt_task_num tasks, one hypernetwork shared by the
-  layers if hyperprompt_mtlshare. Such a layer decodes by recomputing the prefix.
+  relative_attention_type: None; "bias" (a per-layer table "relative_attention_bias"
+  [heads, buckets] of bucketed relative positions, bidirectional unless the model is
+  autoregressive); "bias_shared" (one such table in context.shared_params); or
+  "contextual" (q . a[bucket], a the kernel "relative_attention_ak/kernel").
+  z_loss_coeff adds coeff * mean(logsumexp(logits)^2) to context.losses in training.
+  attention_func: None (softmax), "hybrid" (attention.hybrid_attention) or a function
+  like attention.attention. use_hyperprompt prepends each example's task prompts to the
+  keys and values (attention.concat_hyper_prompts_kv; hyperprompt_* as there); such a
+  layer decodes by recomputing the prefix.
   """
 
   def __init__(self, num_heads=8, num_memory_heads=0, key_value_size=128, shared_kv=False,
@@ -220,8 +216,7 @@ class SelfAttention(TransformerLayer):
     return mtf.Dimension("memory_length", context.length_dim.size)
 
   def rename_length_to_memory_length(self, x, context):
-    """x with the context's length dim called "memory_length" (unchanged in
-    incremental decoding, which has no length dim)."""
+    """x with the context's length dim called "memory_length" (if it has one)."""
     if context.length_dim is None:
       return x
     return _rename_length(x, context.length_dim.name)
@@ -241,8 +236,7 @@ class SelfAttention(TransformerLayer):
                     context.activation_dtype)
 
   def _contextual_relative_bias(self, context, rel, heads_dims, bidirectional, q):
-    """q . a[bucket of the relative position]: the bucket embeddings a are the kernel
-    "relative_attention_ak/kernel" [heads..., d_kv, buckets]."""
+    """q . a[bucket of rel], a the kernel "relative_attention_ak/kernel"."""
     if q is None or self.kv_dim not in q.shape.dims:
       raise MtfError("%s: relative_attention_type 'contextual' needs the queries (with "
                      "dim %s)" % (type(self).__name__, self.kv_dim), rule="contextual")
@@ -261,12 +255,9 @@ class SelfAttention(TransformerLayer):
                     context.activation_dtype)
 
   def compute_bias(self, context, memory_position, x, heads_dims, q, use_prompt_kv=None):
-    """The additive bias: the relative-position window (min/max_relative_position;
-    causal), segment and read/write-priority masks, plus the relative-position bias.
-
-    use_prompt_kv: the number of prompt positions prepended to the memory (task
-    prompts, visible to every query: their bias is 0), or None.
-    """
+    """The additive bias: the relative-position window, segment and read/write-priority
+    masks, plus the relative-position bias. use_prompt_kv: the number of (always
+    visible) prompt positions prepended to the memory, or None."""
     del x
     bias = self._memory_bias(context, memory_position, heads_dims, q)
     if use_prompt_kv and bias is not None:
@@ -308,8 +299,7 @@ class SelfAttention(TransformerLayer):
   @property
   def supports_incremental_decoding(self):
     """Whether cached decoding can run this layer one position at a time: plain
-    softmax attention (a "hybrid" or custom attention_func needs the whole sequence),
-    without task prompts."""
+    softmax attention (no attention_func) without task prompts."""
     return self.attention_func is None and not self.use_hyperprompt
 
   def concat_prompts(self, context, k, v, memory_length):
@@ -323,9 +313,8 @@ class SelfAttention(TransformerLayer):
     return k, v, memory_length, length
 
   def cached_kv(self, context, k, v):
-    """(k, v, memory_length, memory_position) after the decoding caches: in
-    incremental mode k and v (one position) are written into the cached keys and
-    values, which cover the whole memory (see context.cached_memory)."""
+    """(k, v, memory_length, memory_position) after the decoding caches (see
+    memory_through_caches)."""
     if self.shared_kv:
       (k,), memory_length, memory_position = memory_through_caches(self, context, [k])
       return k, k, memory_length, memory_position
@@ -336,11 +325,7 @@ class SelfAttention(TransformerLayer):
     """Queries, keys and values of x (keys and values over "memory_length")."""
     q = params.compute_q(x)
     memory = self.rename_length_to_memory_length(x, context)
-    if self.shared_kv:
-      k = v = params.compute_kv(memory)
-    else:
-      k, v = params.compute_k(memory), params.compute_v(memory)
-    return q, k, v
+    return (q,) + _keys_and_values(params, self.shared_kv, memory)
 
   @incremental_aware
   def call(self, context, x, losses=None):
@@ -365,10 +350,9 @@ class SelfAttention(TransformerLayer):
 
 
 def memory_through_caches(layer, context, tensors):
-  """(tensors, memory_length, memory_position) for a self-attention layer's memory
-  tensors (keys, values, ...): through the decoding caches (context.cached_memory),
-  with the memory dim and positions of this mode (in incremental mode the whole cache,
-  positions 0..length-1; else the length dim renamed "memory_length")."""
+  """(tensors, memory_length, memory_position) of a self-attention layer's memory tensors
+  (keys, values, ...) after context.cached_memory: in incremental mode the whole cache
+  and its positions, else the length dim renamed "memory_length"."""
   tensors = cached_memory(context, tensors)
   if context.incremental:
     memory_length = tensors[0].shape.get_dim_by_name("memory_length")
@@ -409,12 +393,10 @@ def _encoder_sequence_id(layer, context, memory_length):
 def relative_position_spans(context, num_sentinels=gin.REQUIRED):
   """Relative positions [batch..., length, memory_length] for span-filling targets.
 
-  The inputs are a text with spans replaced by one sentinel each; the targets are the
-  dropped spans, each after its sentinel (sentinels: the last num_sentinels ids of the
-  vocabulary, e.g. SentencePieceVocabulary.extra_ids). A target token is identified
-  with the input position of the sentinel that opened its span (the input's start
-  before any sentinel), and its relative position to input position j is j minus that
-  position. Reads context.inputs (the decoder's ids), context.encoder_inputs and the
+  The inputs have spans replaced by one sentinel each (the last num_sentinels ids of the
+  vocabulary); the targets are the spans, each after its sentinel. A target token's
+  position to input position j is j minus the input position of the sentinel opening
+  its span (0 before any). Reads context.inputs, context.encoder_inputs and the
   vocabulary size of context.model.
   """
   decoder_ids, encoder_ids = context.inputs, context.encoder_inputs
@@ -448,11 +430,9 @@ def enc_dec_attention_bias(layer, context, heads_dims,
                            relative_position_fn=relative_position_spans):
   """The additive bias of encoder-decoder attention: segment mask plus relative bias.
 
-  A query sees the encoder positions of its own segment: where both
-  context.sequence_id and context.encoder_sequence_id are given, those whose ids match;
-  with only encoder_sequence_id, the non-padding ones (id != 0). With
-  layer.relative_attention_type "bias" (or "bias_shared": one table in
-  context.shared_params) a table "enc_dec_relative_attention_bias" [heads, buckets] is
+  A query sees the encoder positions whose context.encoder_sequence_id matches its
+  context.sequence_id (without sequence_id: the non-padding ones). relative_attention_type
+  "bias" / "bias_shared" adds a table "enc_dec_relative_attention_bias" [heads, buckets]
   looked up at the bidirectional bucket of relative_position_fn(context).
   """
   memory_length = _memory_length_dim(context.encoder_output, type(layer).__name__)
@@ -486,8 +466,7 @@ def enc_dec_attention_bias(layer, context, heads_dims,
 
 
 def _bias_table(layer, context, key, make):
-  """make() for relative_attention_type "bias"; for "bias_shared" the one table kept in
-  context.shared_params[key], made by the first layer that asks."""
+  """make() for "bias"; for "bias_shared" the table in context.shared_params[key]."""
   if layer.relative_attention_type == "bias":
     return make()
   if context.shared_params is None:
@@ -501,9 +480,8 @@ def _bias_table(layer, context, key, make):
 
 def enc_dec_attention(self_attention_layer, memory_antecedent, context, x, losses,
                       attention_fn=attention.attention, z_loss_coeff=None):
-  """Multi-head attention from x to memory_antecedent (the encoder output) with the
-  layer's projections; the body of EncDecAttention.call (variables in the current
-  scope). memory_antecedent's length dim is "memory_length" (or its dims[-2])."""
+  """Multi-head attention from x to memory_antecedent (the encoder output; length dim
+  "memory_length" or its dims[-2]): the body of EncDecAttention.call."""
   layer = self_attention_layer
   memory = _as_memory(memory_antecedent, type(layer).__name__)
   memory_length = memory.shape.get_dim_by_name("memory_length")
@@ -513,10 +491,7 @@ def enc_dec_attention(self_attention_layer, memory_antecedent, context, x, losse
     # Decoding: the keys and values of the encoder output computed in first_part mode.
     k, v = context.get_constant_state()
   else:
-    if layer.shared_kv:
-      k = v = params.compute_kv(memory)
-    else:
-      k, v = params.compute_k(memory), params.compute_v(memory)
+    k, v = _keys_and_values(params, layer.shared_kv, memory)
     if context.mode == "first_part" and context.constant_states is not None:
       context.record_constant_state((k, v))
   bias = enc_dec_attention_bias(layer, context, params.query_heads_dims)
@@ -532,12 +507,8 @@ def enc_dec_attention(self_attention_layer, memory_antecedent, context, x, losse
 
 @gin.configurable(module="transformer_layers")
 class EncDecAttention(SelfAttention):
-  """Attention from the decoder to context.encoder_output (variables "EncDecAttention/*").
-
-  Queries come from x, keys and values from the encoder output, whose length dim is
-  (or is renamed to) "memory_length". Masking and relative biases as in
-  enc_dec_attention_bias.
-  """
+  """Attention from the decoder to context.encoder_output (variables "EncDecAttention/*");
+  masking and relative biases as in enc_dec_attention_bias."""
 
   def __init__(self, relative_attention_type=None, **kwargs):
     super().__init__(relative_attention_type=relative_attention_type, **kwargs)
@@ -560,9 +531,8 @@ class EncDecAttention(SelfAttention):
 
   @property
   def supports_incremental_decoding(self):
-    """Cached decoding attends from each position to the encoder output's keys and
-    values, computed once (constant states); the relative-position spans of a
-    relative_attention_type need the whole target sequence."""
+    """Cached decoding reads the encoder's keys and values computed once; the relative-
+    position spans of a relative_attention_type need the whole target sequence."""
     return not callable(self.attention_func) and self.relative_attention_type is None
 
   @incremental_aware
@@ -580,12 +550,8 @@ def _length_dim_num_splits(context):
 
 @gin.configurable(module="transformer_layers")
 class LocalSelfAttention(SelfAttention):
-  """Self-attention to the memory positions (p - radius, p + radius] of query p; when
-  causal, (p - radius, p]: the query's own and the radius - 1 before it.
-
-  Computed block by block (attention.local_attention_1d), so a length dim split over
-  the mesh exchanges only the radius positions next to each block.
-  """
+  """Self-attention to the memory positions (p - radius, p + radius] of query p ((p -
+  radius, p] when causal), computed block by block (attention.local_attention_1d)."""
 
   def __init__(self, radius=128, num_heads=8, num_memory_heads=0, key_value_size=128,
                shared_kv=False, dropout_rate=0.0, attention_kwargs=None,
@@ -625,10 +591,7 @@ class LocalSelfAttention(SelfAttention):
     with class_scope(self):
       params = self.make_params(context, x.shape.dims[-1])
       q = params.compute_q(x)
-      if self.shared_kv:
-        k = v = params.compute_kv(x)
-      else:
-        k, v = params.compute_k(x), params.compute_v(x)
+      k, v = _keys_and_values(params, self.shared_kv, x)
       if context.incremental:
         return self._call_incremental(context, x, params, q, k, v)
       if context.mode == "first_part":
@@ -645,8 +608,7 @@ class LocalSelfAttention(SelfAttention):
       return params.compute_output(o, output_shape=x.shape)
 
   def _call_incremental(self, context, x, params, q, k, v):
-    """One query attends to the cached keys and values, masked by compute_bias to the
-    window (p - radius, p]."""
+    """One query attends to the cached keys and values of its window."""
     k, v, memory_length, memory_position = self.cached_kv(context, k, v)
     bias = self.compute_bias(context, memory_position, x, params.query_heads_dims, q)
     o = attention.attention(q, k, v, memory_length, self.kv_dim, self.kv_dim, bias=bias,
@@ -656,9 +618,8 @@ class LocalSelfAttention(SelfAttention):
 
 @gin.configurable(module="transformer_layers")
 class ParallelLayer(TransformerLayer):
-  """Several layers applied to the same input; their outputs summed, scaled by
-  1/sqrt(number of layers). Layer i's variables go under "parallel_layer_<i>" (with
-  use_scope; the original's name), without a class-name scope of their own."""
+  """Several layers on the same input, their outputs summed and scaled by 1/sqrt(number
+  of layers); with use_scope layer i's variables go under "parallel_layer_<i>"."""
 
   def __init__(self, layer_classes=(DenseReluDense, SelfAttention), use_scope=True):
     self.layer_classes = [c() if isinstance(c, type) else c for c in layer_classes]

@@ -1,17 +1,10 @@
 """Input pipelines (the original's transformer/dataset.py), on tf.data.
 
-A *dataset function* is what the trainer calls, like the original's
-`run(train_dataset_fn=...)`:
-
-    dataset_fn(sequence_length, vocabulary, dataset_split) -> tf.data.Dataset
-
-It returns an unbatched dataset of dicts of int32 features of shape
-[sequence_length["targets"]] ("inputs" too for encoder-decoder tasks), already
-encoded, EOS-terminated and packed or padded; `sequence_length` is an int or a dict
-{"inputs": n, "targets": n}; `dataset_split` is "train" or "validation"/"eval".
-Call dataset functions with keyword arguments; their other arguments are bound in gin.
-`batch_dataset` then repeats and batches. Nothing here downloads: TFDS datasets load
-only from data already on disk, and a missing file or dataset raises `MtfError`.
+A dataset function, `dataset_fn(sequence_length, vocabulary, dataset_split)` (called
+with keyword arguments; the rest bound in gin), returns an unbatched dataset of dicts
+of int32 features ("targets", and "inputs" for encoder-decoder tasks), encoded,
+EOS-terminated and packed or padded; `batch_dataset` then repeats and batches. Nothing
+here downloads: TFDS datasets load only from data on disk.
 """
 import collections
 import re
@@ -110,8 +103,7 @@ def batch_dataset(dataset, batch_size, repeat=True):
 
 
 def _text_files(glob):
-  """Sorted files matching glob; MtfError naming the pattern when none does, or the
-  files when all are empty or blank."""
+  """Sorted files matching glob; MtfError if none does or all are blank."""
   patterns = [glob] if isinstance(glob, str) else list(glob)
   files = []
   for pattern in patterns:
@@ -140,8 +132,8 @@ _FILE_ERROR = re.compile(r"((?:/|[A-Za-z][\w+.-]*://)[^\s;]*); ([^\n\[]+)")
 
 
 def read_error_summary(error):
-  """(one line, data file or None) describing an error an input pipeline raised while
-  reading (a tf.errors.OpError, or an MtfError raised from one)."""
+  """(one line, data file or None) describing an error an input pipeline raised (a
+  tf.errors.OpError, or an MtfError raised from one)."""
   cause = error
   while not isinstance(cause, tf.errors.OpError) and cause.__cause__ is not None:
     cause = cause.__cause__
@@ -197,15 +189,11 @@ def lm_features(dataset, sequence_length, vocabulary, pack=True):
 @gin.configurable(module="dataset")
 def text_line_dataset(sequence_length, vocabulary, dataset_split, glob=gin.REQUIRED,
                       validation_glob=None, validation_fraction=0.05, pack=True):
-  """Dataset function: one LM example per non-blank line of the files matching glob.
-
-  The validation split is `validation_glob` if given, else the lines whose content
-  hashes into the held-out fraction (the train split is the rest).
-  """
+  """Dataset function: one LM example per non-blank line of the files matching glob;
+  the validation split is `validation_glob`, else the lines hashing into the held-out
+  fraction."""
   check_split(dataset_split)
-  source = glob
-  if is_eval_split(dataset_split) and validation_glob:
-    source = validation_glob
+  source = validation_glob if is_eval_split(dataset_split) and validation_glob else glob
   lines = make_text_line_dataset(source).map(tf.strings.strip)
   if not validation_glob:
     held_out = is_eval_split(dataset_split)
@@ -217,11 +205,8 @@ def text_line_dataset(sequence_length, vocabulary, dataset_split, glob=gin.REQUI
 @gin.configurable(module="dataset")
 def text_corpus_dataset(sequence_length, vocabulary, dataset_split, glob=gin.REQUIRED,
                         validation_fraction=0.05):
-  """Dataset function: whole text files, encoded and cut into consecutive sequences.
-
-  Each sequence holds length-1 tokens of running text and EOS. The last
-  `validation_fraction` of each file's tokens is the validation split.
-  """
+  """Dataset function: whole text files cut into sequences of length-1 tokens and EOS;
+  the last `validation_fraction` of each file's tokens is the validation split."""
   check_split(dataset_split)
   length = packing.lengths_per_key(sequence_length, ["targets"])["targets"]
   vocab = targets_vocabulary(vocabulary)
@@ -252,10 +237,7 @@ def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED, text2self=gin.REQUIRED,
                               tfds_data_dir=gin.REQUIRED, dataset_split=gin.REQUIRED,
                               batch_size=None, sequence_length=gin.REQUIRED,
                               vocabulary=None, pack=True):
-  """A TFDS dataset whose features are already token ids; EOS appended, packed.
-
-  Unbatched (the dataset-function contract) unless batch_size is given.
-  """
+  """A TFDS dataset of token ids, EOS appended, packed; batched only with batch_size."""
   del vocabulary  # The ids come from the dataset's own encoder.
   dataset = _tfds_features(dataset_name, text2self, tfds_data_dir, dataset_split)
   not_ids = [k for k, spec in dataset.element_spec.items() if not spec.dtype.is_integer]
@@ -275,10 +257,8 @@ def untokenized_tfds_dataset(dataset_name=gin.REQUIRED, text2self=gin.REQUIRED,
                              tfds_data_dir=gin.REQUIRED, dataset_split=gin.REQUIRED,
                              batch_size=None, sequence_length=gin.REQUIRED,
                              vocabulary=gin.REQUIRED, pack=gin.REQUIRED):
-  """A TFDS text dataset, encoded with `vocabulary`, EOS appended, packed or padded.
-
-  Unbatched (the dataset-function contract) unless batch_size is given.
-  """
+  """A TFDS text dataset, encoded with `vocabulary`, EOS appended, packed or padded;
+  batched only with batch_size."""
   dataset = _tfds_features(dataset_name, text2self, tfds_data_dir, dataset_split)
   dataset = encode_all_features(dataset, vocabulary)
   dataset = pack_or_pad(dataset, sequence_length, pack=pack, ensure_eos=True)

@@ -1,9 +1,6 @@
-"""File readers of the original's transformer/dataset.py: tab-separated parallel text and
-pretokenized TFRecords (also in the tensor2tensor file layout).
-
-They are offered by `models.transformer.dataset` under the original's names and gin
-names (`dataset.packed_parallel_tsv_dataset`, ...). Like the port's other dataset
-functions they return an unbatched dataset of packed rows unless `batch_size` is given.
+"""File readers of the original's transformer/dataset.py (offered there under its names):
+tab-separated parallel text and pretokenized TFRecords (also in the tensor2tensor file
+layout). They return an unbatched dataset of packed rows unless `batch_size` is given.
 """
 import os
 
@@ -47,19 +44,10 @@ def packed_parallel_tsv_dataset(dataset=gin.REQUIRED, dataset_split=gin.REQUIRED
                                 max_encoded_len=0):
   """Parallel text, one "inputs<TAB>targets" pair per line, encoded and packed.
 
-  Args:
-    dataset: a tf.data.Dataset of tf.string lines (e.g. a TextLineDataset).
-    dataset_split: ignored (the lines are the split), as in the original.
-    batch_size: batch the packed rows when given; unbatched otherwise.
-    sequence_length: an int or {"inputs": n, "targets": n}.
-    vocabulary: one vocabulary, or an (inputs, targets) pair.
-    append_eos: append eos_id to both features.
-    eos_id: the id appended.
-    max_encoded_len: when > 0, drop pairs whose encoded inputs or targets (EOS
-      included) are longer than this.
-  Returns:
-    a dataset of packed {"inputs", "targets"} rows with their *_segmentation and
-    *_position features.
+  dataset: a tf.data.Dataset of tf.string lines; dataset_split is ignored, as in the
+  original. vocabulary: one vocabulary, or an (inputs, targets) pair. append_eos appends
+  eos_id to both features. max_encoded_len > 0 drops pairs whose encoded inputs or
+  targets (EOS included) are longer.
   """
   del dataset_split
   if not isinstance(dataset, tf.data.Dataset):
@@ -90,16 +78,8 @@ def pretokenized_tfrecord_dataset(filenames, text2self, eos_included, repeat,
   """tf.train.Examples of int64 token lists ("targets", and "inputs" unless text2self),
   packed.
 
-  Args:
-    filenames: TFRecord file paths.
-    text2self: read only "targets" (a language model).
-    eos_included: the stored sequences end in EOS already; else EOS (1) is appended.
-    repeat: repeat the files without end.
-    batch_size: batch the packed rows when given; unbatched otherwise.
-    sequence_length: an int or {"inputs": n, "targets": n}.
-    vocab_shift: added to every stored id (e.g. to make room for reserved ids).
-  Returns:
-    a dataset of packed int32 rows.
+  eos_included: the stored sequences end in EOS already (else EOS is appended).
+  vocab_shift: added to every stored id.
   """
   if isinstance(filenames, str):
     filenames = [filenames]

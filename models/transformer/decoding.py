@@ -1,17 +1,12 @@
 """Decoding with the Transformer models: greedy, temperature sampling and beam search.
 
 Two ways to get the logits of the position being decoded, with the same results:
-
-- cached (incremental), the default where the model supports it, as in the original:
-  the model first runs once on the whole sequence in "first_part" mode, which fills
-  the attention layers' key/value caches (the decoding states, dim "memory_length")
-  from the prompt; each step then runs the model on one position in "incremental"
-  mode, writing that position's keys and values into the caches. A step costs
-  O(length) attention work, not a forward pass over the whole prefix.
-- recompute: each step runs the model's full forward pass (`call_simple`) on the ids
-  decoded so far and reads the logits at the step's position; O(length^2) per step.
-  It serves models with layers that are not incremental-aware (e.g. MoE, task-prompt
-  attention, Fixup stacks) and the tests that check the two agree (`decoding_mode(cached=False)`).
+- cached (the default where the model supports it, as in the original): one run on the
+  whole sequence in "first_part" mode fills the attention layers' key/value caches from
+  the prompt; each step then runs the model on one position in "incremental" mode.
+- recompute: each step runs `call_simple` on the ids decoded so far, O(length^2) per
+  step; for layers that are not incremental-aware (e.g. MoE, Fixup stacks) and for
+  `decoding_mode(cached=False)`.
 """
 import contextlib
 
@@ -179,12 +174,9 @@ def _prefill(model, ids, bos_id, variable_dtype, model_kwargs):
 
 
 def _cache_layout(state):
-  """A decoding state with its "memory_length" dim moved next to last (keys [batch,
-  memory_length, heads, d_kv] become [batch, heads, memory_length, d_kv]), once
-  between the prefill and the decoding loop. Each incremental step's attention reads the caches by einsum over
-  memory_length with batch and heads as batch dims; in this order TF multiplies them
-  without first transposing the whole cache, which otherwise is the largest per-step
-  cost that grows with the length. Dims are named, so the values are the same."""
+  """A decoding state with its "memory_length" dim moved next to last ([batch, heads,
+  memory_length, d_kv]), so each step's attention einsum reads the cache without
+  transposing it (otherwise the largest per-step cost that grows with the length)."""
   dims = state.shape.dims
   names = [d.name for d in dims]
   if "memory_length" not in names or len(dims) < 3:
@@ -197,9 +189,8 @@ def _cache_layout(state):
 
 
 def _loop_states(states):
-  """The prefill's states as the decoding loop starts from them: in the caches' loop
-  layout, in buffers of their own (cache_write.private_copy), so the loop's per-step
-  writes may go into them (the prefill's own readers may still hold the originals)."""
+  """The prefill's states in the loop layout, in buffers of their own
+  (cache_write.private_copy) that the loop's per-step writes may go into."""
   return [cache_write.private_copy(_cache_layout(s)) for s in states]
 
 
@@ -228,6 +219,22 @@ def _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs, temperat
   return logits_fn
 
 
+def _states_and_logits_fn(model, ids, variable_dtype, bos_id, model_kwargs,
+                          temperature=None, sampling_keep_top_k=-1):
+  """(initial states, logits_fn) for decoding ids: cached where the model supports it,
+  else recomputing the prefix."""
+  if _cached(model):
+    states, constant_states = _prefill(model, ids, bos_id, variable_dtype, model_kwargs)
+    return _loop_states(states), _incremental_logits_fn(
+        model, variable_dtype, bos_id, model_kwargs, temperature, sampling_keep_top_k,
+        constant_states)
+  # Creates the model's variables outside the loop; the calls inside reuse them.
+  model.call_simple(inputs=_decoder_inputs(ids, bos_id), targets=None, compute_loss=False,
+                    mode=ModeKeys.PREDICT, variable_dtype=variable_dtype, **model_kwargs)
+  return None, _logits_fn(model, variable_dtype, bos_id, model_kwargs, temperature,
+                          sampling_keep_top_k)
+
+
 def _model_kwargs(encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
                   encoder_layer_outputs):
   return dict(encoder_output=encoder_output, encoder_sequence_id=encoder_sequence_id,
@@ -245,44 +252,23 @@ def sample_autoregressive(model, partial_sequences, stop_at_token=1, max_steps=N
                           sampling_keep_top_k=-1, bos_id=0):
   """Continues partial_sequences with a Unitransformer, greedily or by sampling.
 
-  Args:
-    model: an autoregressive Unitransformer.
-    partial_sequences: int32 [batch..., length]; nonzero ids are a prompt, zeros are
-      decoded (left to right from the first zero).
-    stop_at_token: a sequence ends at the first such id it generates (0 after it).
-    max_steps: decode at most this many positions (None: to the end of length).
-    temperature: 0.0 for argmax, else softmax(logits / temperature) sampling.
-    variable_dtype: the model's mtf.VariableDType.
-    encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-      encoder_layer_outputs: passed to the model (a Bitransformer's decoder).
-    has_partial_sequences: False ignores partial_sequences' ids (decode everything).
-    never_end: do not stop at stop_at_token.
-    remove_partial_sequences: zero the prompt positions in the result.
-    sampling_keep_top_k: sample only among the k most likely ids (-1: all).
-    bos_id: the input id read at the first position.
-
-  Returns:
-    int32 Tensor shaped like partial_sequences.
+  partial_sequences: int32 [batch..., length]; nonzero ids are a prompt, zeros are
+  decoded. stop_at_token ends a sequence (0 after it) unless never_end. temperature: 0.0
+  for argmax, else softmax(logits / temperature) sampling among the sampling_keep_top_k
+  most likely ids (-1: all). encoder_*, shared_params: passed to the model (a
+  Bitransformer's decoder). has_partial_sequences=False ignores the prompt;
+  remove_partial_sequences zeroes it in the result. max_steps: at most this many
+  positions decoded (None: to the end). bos_id: the input id read at the first
+  position. Returns int32 shaped like partial_sequences.
   """
   _check_decoder(model, "sample_autoregressive")
   if not has_partial_sequences:
     partial_sequences = mtf.zeros_like(partial_sequences)
   kwargs = _model_kwargs(encoder_output, encoder_sequence_id, encoder_inputs,
                          shared_params, encoder_layer_outputs)
-  if _cached(model):
-    states, constant_states = _prefill(model, partial_sequences, bos_id, variable_dtype,
-                                       kwargs)
-    states = _loop_states(states)
-    logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, kwargs, temperature,
-                                       sampling_keep_top_k, constant_states)
-  else:
-    # Creates the model's variables outside the loop; the calls inside reuse them.
-    model.call_simple(inputs=_decoder_inputs(partial_sequences, bos_id), targets=None,
-                      compute_loss=False, mode=ModeKeys.PREDICT,
-                      variable_dtype=variable_dtype, **kwargs)
-    states = None
-    logits_fn = _logits_fn(model, variable_dtype, bos_id, kwargs, temperature,
-                           sampling_keep_top_k)
+  states, logits_fn = _states_and_logits_fn(model, partial_sequences, variable_dtype,
+                                            bos_id, kwargs, temperature,
+                                            sampling_keep_top_k)
   ids = mtf_beam_search.greedy_decode(
       logits_fn, partial_sequences, temperature=temperature, initial_states=states,
       eos_id=-1 if never_end else stop_at_token, max_steps=max_steps)
@@ -291,12 +277,12 @@ def sample_autoregressive(model, partial_sequences, stop_at_token=1, max_steps=N
   return ids
 
 
-def _with_beam(x, beam_dim):
-  """x [batch..., a, b] broadcast to [batch..., beam, a, b] (None stays None)."""
+def _with_beam(x, beam_dim, trailing_dims=2):
+  """x broadcast with beam_dim before its last trailing_dims dims (None stays None)."""
   if x is None or beam_dim in x.shape.dims:
     return x
   dims = x.shape.dims
-  return mtf.broadcast(x, dims[:-2] + [beam_dim] + dims[-2:])
+  return mtf.broadcast(x, dims[:-trailing_dims] + [beam_dim] + dims[-trailing_dims:])
 
 
 def beam_search(model, inputs, decode_length,
@@ -305,16 +291,10 @@ def beam_search(model, inputs, decode_length,
                 shared_params=None, encoder_layer_outputs=None, bos_id=0):
   """Beam search with a Unitransformer; returns the best beam, [batch..., length].
 
-  Args:
-    model: an autoregressive Unitransformer.
-    inputs: int32 [batch..., beam, length]: zeros, or a prompt (nonzero ids) to continue.
-    decode_length: at most this many positions are decoded (int or scalar int Tensor).
-    variable_dtype: the model's mtf.VariableDType.
-    encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-      encoder_layer_outputs: passed to the model (a Bitransformer's decoder); tensors
-      without the beam dim are broadcast over it.
-    alpha: the length-penalty exponent.
-    bos_id: the input id read at the first position.
+  inputs: int32 [batch..., beam, length]: zeros, or a prompt (nonzero ids) to continue.
+  decode_length: at most this many positions are decoded (int or scalar int Tensor).
+  encoder_*, shared_params: passed to the model (broadcast over the beam dim). alpha:
+  the length-penalty exponent. bos_id: the input id read at the first position.
   """
   _check_decoder(model, "beam_search")
   if inputs.shape.ndims < 2 or inputs.shape.dims[-2].name != BEAM_DIM_NAME:
@@ -324,13 +304,8 @@ def beam_search(model, inputs, decode_length,
         tensor=inputs.name, dim=BEAM_DIM_NAME)
   beam_dim = inputs.shape.dims[-2]
   encoder_output = _with_beam(encoder_output, beam_dim)
-  if encoder_sequence_id is not None and beam_dim not in encoder_sequence_id.shape.dims:
-    dims = encoder_sequence_id.shape.dims
-    encoder_sequence_id = mtf.broadcast(encoder_sequence_id,
-                                        dims[:-1] + [beam_dim] + dims[-1:])
-  if encoder_inputs is not None and beam_dim not in encoder_inputs.shape.dims:
-    dims = encoder_inputs.shape.dims
-    encoder_inputs = mtf.broadcast(encoder_inputs, dims[:-1] + [beam_dim] + dims[-1:])
+  encoder_sequence_id = _with_beam(encoder_sequence_id, beam_dim, trailing_dims=1)
+  encoder_inputs = _with_beam(encoder_inputs, beam_dim, trailing_dims=1)
   kwargs = _model_kwargs(encoder_output, encoder_sequence_id, encoder_inputs,
                          shared_params, encoder_layer_outputs)
   beams, _ = beam_search_with_scores(model, inputs, decode_length, variable_dtype,
@@ -343,18 +318,8 @@ def beam_search_with_scores(model, inputs, decode_length, variable_dtype, alpha,
   """mtf.beam_search over model's logits (cached where supported): (beams [batch...,
   beam, length], scores [batch..., beam]). model_kwargs: beam-broadcast decoder
   arguments (encoder_output, ...); bos_id: the input id read at the first position."""
-  if _cached(model):
-    states, constant_states = _prefill(model, inputs, bos_id, variable_dtype,
-                                       model_kwargs)
-    states = _loop_states(states)
-    logits_fn = _incremental_logits_fn(model, variable_dtype, bos_id, model_kwargs,
-                                       constant_states=constant_states)
-  else:
-    model.call_simple(inputs=_decoder_inputs(inputs, bos_id), targets=None,
-                      compute_loss=False, mode=ModeKeys.PREDICT,
-                      variable_dtype=variable_dtype, **model_kwargs)
-    states = None
-    logits_fn = _logits_fn(model, variable_dtype, bos_id, model_kwargs)
+  states, logits_fn = _states_and_logits_fn(model, inputs, variable_dtype, bos_id,
+                                            model_kwargs)
   return mtf_beam_search.beam_search(logits_fn, inputs, alpha, states=states,
                                      decode_length=decode_length)
 
@@ -371,22 +336,10 @@ def bitransformer_decode(model, inputs, variable_dtype=mtf.VariableDType(tf.floa
                          beam_size=1, alpha=0.6, temperature=0.0, sampling_keep_top_k=-1,
                          decode_length_multiplier=1.5, decode_length_constant=10,
                          max_decode_length=None):
-  """Encodes inputs once and decodes outputs with the decoder: greedy or sampled
-  (beam_size 1) or by beam search.
-
-  Args:
-    model: a Bitransformer.
-    inputs: int32 [batch..., length] input ids (0 = padding, which the encoder masks).
-    variable_dtype: the model's mtf.VariableDType.
-    beam_size: 1 for greedy / sampling, more for beam search.
-    alpha: beam search's length-penalty exponent.
-    temperature, sampling_keep_top_k: sampling settings (beam_size 1).
-    decode_length_multiplier, decode_length_constant: beam search decodes at most
-      multiplier * (longest input) + constant positions.
-    max_decode_length: the length of the outputs (None: the inputs' length).
-
-  Returns:
-    int32 [batch..., decode length] output ids.
+  """Encodes inputs [batch..., length] (0 = padding) once and decodes output ids
+  [batch..., max_decode_length or length] with the decoder: greedy or sampled
+  (beam_size 1, temperature, sampling_keep_top_k) or by beam search (alpha; at most
+  decode_length_multiplier * (longest input) + decode_length_constant positions).
   """
   if beam_size < 1:
     raise mtf.MtfError("bitransformer_decode: beam_size=%r must be >= 1" % (beam_size,))

@@ -1,13 +1,10 @@
 """Experts attention: self- and encoder-decoder attention whose query and key/value
-projections are a mixture of experts (attention.ExpertsAttentionParams).
-
-Offered as models.transformer.transformer_layers.ExpertsSelfAttention and
-.ExpertsEncDecAttention (gin-configurable there), with the original's parameters.
+projections are a mixture of experts (attention.ExpertsAttentionParams), offered (and
+gin-configurable) as transformer_layers.ExpertsSelfAttention / .ExpertsEncDecAttention.
 """
 import gin
 
-import mesh_tf as mtf
-from mesh_tf.errors import MtfError, ShapeError
+from mesh_tf.errors import MtfError
 from models.transformer import attention
 from models.transformer import core_layers as tl
 from models.transformer.context import incremental_aware
@@ -57,25 +54,14 @@ class ExpertsSelfAttention(tl.SelfAttention):
   def make_params(self, context, io_dim=None, memory_dim=None):
     """The layer's ExpertsAttentionParams (creates its variables in the current scope)."""
     model_dim = io_dim or tl._model_dim(context)  # pylint: disable=protected-access
-    heads = [mtf.Dimension("heads", self.num_heads)]
-    if self.num_memory_heads in (0, None):
-      query_heads, memory_heads = heads, heads
-    elif self.num_memory_heads == 1:
-      query_heads, memory_heads = heads, []
-    else:
-      if self.num_heads % self.num_memory_heads:
-        raise ShapeError("%s: num_memory_heads %d does not divide num_heads %d" % (
-            type(self).__name__, self.num_memory_heads, self.num_heads), dim="heads")
-      memory_heads = [mtf.Dimension("heads", self.num_memory_heads)]
-      query_heads = memory_heads + [mtf.Dimension(
-          "query_heads", self.num_heads // self.num_memory_heads)]
+    query_heads, memory_heads = tl._heads_dims(  # pylint: disable=protected-access
+        self.num_heads, self.num_memory_heads, type(self).__name__)
     return attention.ExpertsAttentionParams(
         context.mesh, query_input_dim=model_dim,
         memory_input_dim=memory_dim or model_dim, output_dim=model_dim,
         key_dim=self.kv_dim, value_dim=self.kv_dim, query_heads_dims=query_heads,
         memory_heads_dims=memory_heads, variable_dtype=context.variable_dtype,
-        shared_kv=self.shared_kv, no_query=False,
-        ensemble_dim=None,
+        shared_kv=self.shared_kv, no_query=False, ensemble_dim=None,
         combine_dims=self.combine_dims, keep_query_heads_dims=self.keep_query_heads_dims,
         fold_scaling_into_initializer=self.fold_scaling_into_initializer,
         context=context, experts_hparams=self._hparams,

@@ -1,13 +1,11 @@
 """Fixup initialization (Zhang et al. 2019): residual networks trained without
 normalization layers.
 
-Each residual branch starts as the zero function: its last projection ("o" of attention,
-"wo" of the feed-forward layer) is initialized to zeros, and the weights before it are
-drawn with their usual variance times num_blocks**-1 (the branches have two layers, so
-the paper's L**(-1 / (2m - 2)) scale of the weights is num_blocks**-0.5). Scalar biases
-(zero) go before the projections and activations, and the stack's sublayers
-`sublayer_fixup_shift` / `sublayer_fixup_scale` add a scalar bias and a scalar
-multiplier (one) around each layer, in place of the norms.
+Each residual branch starts as the zero function: its last projection ("o", "wo") is
+zeros, and the weights before it have their usual variance times num_blocks**-1 (the
+paper's L**(-1 / (2m - 2)) weight scale for two-layer branches). Scalar biases go before
+the projections and activations; the sublayers `sublayer_fixup_shift` /
+`sublayer_fixup_scale` add a scalar bias and multiplier around each layer.
 """
 import gin
 import tensorflow as tf
@@ -15,6 +13,7 @@ import tensorflow as tf
 import mesh_tf as mtf
 from mesh_tf.graph.graph import current_scope_name
 from models.transformer import attention
+from models.transformer import core_layers
 from models.transformer import transformer_layers
 from models.transformer.context import incremental_aware
 from models.transformer.transformer_layer import TransformerLayer
@@ -49,9 +48,8 @@ def dense_product_fixup(x, reduced_dims, new_dims, kernel_initializer,
                         activation_functions=None, name="dense_product", **kwargs):
   """Like mtf.layers.dense_product, with a scalar bias ("<factor>_bias") added before each
   factor's activation; the factors are "<name>_<i>" (or `name` when there is one)."""
-  activations = activation_functions
-  if not isinstance(activations, (list, tuple)):
-    activations = [activations]
+  activations = (activation_functions if isinstance(activation_functions, (list, tuple))
+                 else [activation_functions])
   factors = []
   for i, activation in enumerate(activations):
     factor_name = name if len(activations) == 1 else "%s_%d" % (name, i)
@@ -157,26 +155,14 @@ class AttentionParamsFixup(attention.AttentionParams):
     self.wo = self._fixup_var("o", self.o_dims, [self.output_dim], None)
 
 
-def _heads_dims(num_heads, num_memory_heads):
-  if num_memory_heads in (0, None):
-    heads = [mtf.Dimension("heads", num_heads)]
-    return heads, list(heads)
-  if num_memory_heads == 1:
-    return [mtf.Dimension("heads", num_heads)], []
-  if num_heads % num_memory_heads:
-    raise mtf.ShapeError("fixup attention: num_memory_heads %d does not divide num_heads "
-                         "%d" % (num_memory_heads, num_heads), dim="heads")
-  memory = [mtf.Dimension("heads", num_memory_heads)]
-  return memory + [mtf.Dimension("query_heads", num_heads // num_memory_heads)], memory
-
-
 class _FixupParamsMixin:
   """make_params giving AttentionParamsFixup."""
 
   def make_params(self, context, io_dim=None, memory_dim=None):
     """The layer's AttentionParamsFixup (creates its variables in the current scope)."""
     io_dim = io_dim or context.model.model_dim
-    query_heads, memory_heads = _heads_dims(self.num_heads, self.num_memory_heads)
+    query_heads, memory_heads = core_layers._heads_dims(  # pylint: disable=protected-access
+        self.num_heads, self.num_memory_heads, "fixup attention")
     return AttentionParamsFixup(
         context.mesh, io_dim, memory_dim or io_dim, io_dim, self.kv_dim, self.kv_dim,
         query_heads, memory_heads, context.variable_dtype, shared_kv=self.shared_kv,

@@ -1,23 +1,18 @@
 """The Funnel-Transformer encoder (Dai et al. 2020): `FunnelTransformerLayerStack` and
 `BitransformerFunnel`.
 
-The stack's layers form n_blocks blocks: block i owns block_param_size[i] layers of
-n_submodules TransformerLayers each (so len(layers) = sum(block_param_size) *
-n_submodules) and runs them block_repeat_size[i] times with the same weights. As in the
-original, the submodules are renamed "funnel_block_<i>/param_idx_<j>/submodule_<k>" (the
-checkpoint names), and in every block after the first the output of the block's first
-attention submodule is pooled along the length by pooling_size ("mean", "max" or "min"
-over windows of consecutive positions); the context follows (`update_context`). The
-output is pooled n_blocks - 1 times, so the stack serves as an encoder;
-`BitransformerFunnel` lets its decoder attend to the pooled encoder output.
+Block i of the stack owns block_param_size[i] layers of n_submodules TransformerLayers
+and runs them block_repeat_size[i] times with the same weights; the submodules are
+renamed "funnel_block_<i>/param_idx_<j>/submodule_<k>", as in the original. In every
+block after the first, the output of its first attention submodule is pooled along the
+length over windows of pooling_size, and the context follows (`update_context`).
 """
 import gin
 import tensorflow as tf
 
 import mesh_tf as mtf
 from models.transformer.context import ModeKeys
-from models.transformer.layer_stack import (LayerStack, _record_output,
-                                            sublayer_mask_padding)
+from models.transformer.layer_stack import LayerStack, _record_output
 from models.transformer.transformer import Bitransformer
 
 
@@ -111,10 +106,9 @@ class FunnelTransformerLayerStack(LayerStack):
 
   def update_context(self, context, x, pool_dim_name):
     """After pooling x along pool_dim_name: the context's length dim takes x's pooled
-    size, positions keep their first entries (so pooled position i is i, as in the
-    original, not the position of window i), and the sequence ids -- with the
-    subsequence ids, token ids and priorities this port also keeps in the context --
-    take each window's first entry."""
+    size, positions keep their first entries (pooled position i is i, as in the
+    original), and the sequence ids, subsequence ids, token ids and priorities take each
+    window's first entry."""
     old = context.length_dim
     if old.name != pool_dim_name:
       raise mtf.ShapeError("FunnelTransformerLayerStack: pooling dim %r is not the "
@@ -140,13 +134,15 @@ class FunnelTransformerLayerStack(LayerStack):
     return "funnel_block_%03d/param_idx_%03d/submodule_%03d" % (block, param, submodule)
 
   def call(self, context, x):
+    """LayerStack.call, with the blocks pooling the length (see _call_layers)."""
+    x = super().call(context, x)
+    self.set_context(context)
+    return x
+
+  def _call_layers(self, context, x):
     """Runs the blocks. In every block after the first, the output of the first
     submodule (the attention) of the block's first layer is pooled along the length,
-    and the context follows; repeated layers of a block share their variables.
-    context.layer_outputs gets the input after the initial sublayers, every
-    submodule's output but the last, and the final output."""
-    x = self._call_sublayers(self._sublayers_initial, x, context)
-    _record_output(context, x)
+    and the context follows; repeated layers of a block share their variables."""
     context.layer_index = 0
     first = 0
     n_calls = sum(p * r * self._n_submodules for p, r in zip(self._block_param_size,
@@ -167,10 +163,6 @@ class FunnelTransformerLayerStack(LayerStack):
               _record_output(context, x)
             context.layer_index += 1
       first += self._block_param_size[block] * self._n_submodules
-    x = self._call_sublayers(self._sublayers_final, x, context)
-    x = sublayer_mask_padding(x, self, context)
-    _record_output(context, x)
-    self.set_context(context)
     return x
 
 

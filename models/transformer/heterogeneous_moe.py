@@ -102,17 +102,15 @@ class HeterogeneousMoE1D(moe.MoE1D):
   Parameters are MoE1D's plus moe_num_layers and heterogeneous_mask_info."""
 
   def __init__(self, num_experts=16, loss_coef=1e-2, hidden_size=4096, group_size=1024,
-               capacity_factor_train=1.25, capacity_factor_eval=2.0,
-               use_second_place_loss=False, second_policy_train="random",
-               second_policy_eval="random", second_threshold_train=0.2,
-               second_threshold_eval=0.2, dropout_rate=0.0, activation="relu",
-               moe_gating="top_2", min_expert_capacity=4,
+               capacity_factor_train=1.25, capacity_factor_eval=2.0, use_second_place_loss=False,
+               second_policy_train="random", second_policy_eval="random",
+               second_threshold_train=0.2, second_threshold_eval=0.2, dropout_rate=0.0,
+               activation="relu", moe_gating="top_2", min_expert_capacity=4,
                switch_policy_train="input_jitter", switch_policy_eval="input_jitter",
-               switch_dropout=0.1, switch_temperature=1.0, switch_jitter=1e-2,
-               ntlb_top_k=4, output_dim=None, z_loss=None, word_embed_mode=None,
-               use_second_place_expert_prob=None,
-               use_second_place_expert_prob_temp=None, moe_num_layers=1,
-               heterogeneous_mask_info=None, top_n_num_experts_per_token=3):
+               switch_dropout=0.1, switch_temperature=1.0, switch_jitter=1e-2, ntlb_top_k=4,
+               output_dim=None, z_loss=None, word_embed_mode=None,
+               use_second_place_expert_prob=None, use_second_place_expert_prob_temp=None,
+               moe_num_layers=1, heterogeneous_mask_info=None, top_n_num_experts_per_token=3):
     moe1d_args = dict(locals())  # the arguments alone: nothing else is bound yet
     for own in ("self", "__class__", "moe_num_layers", "heterogeneous_mask_info"):
       del moe1d_args[own]

@@ -1,22 +1,14 @@
 """Task prompts prepended to the keys and values of self-attention (multi-task models).
 
-HyperPrompt (He et al. 2022, arXiv 2203.00759) and its MTL-Prompt baseline condition a
-shared Transformer on the task of each example by giving every self-attention layer
-`prompt_length` extra memory positions, learned per task, that every query may attend
-to. The helpers keep the original's names and parameters (they are offered from
-models.transformer.attention):
-
-- `make_params_mtlprompt`: MTL-Prompt, one learned prompt per task.
-- `make_params_hyperprompt`: HyperPrompt, a learned global prompt per layer that a
-  hypernetwork turns into a task's prompt.
-- `concat_hyper_prompts_kv`: selects each example's prompts and prepends them to k, v.
+HyperPrompt (He et al. 2022, arXiv 2203.00759) and its MTL-Prompt baseline give every
+self-attention layer `prompt_length` extra memory positions, learned per task, that every
+query may attend to. The helpers keep the original's names and parameters (offered from
+models.transformer.attention).
 
 The task of an example is `context.task_id` where the caller set it (an int Tensor with
-the batch dims, values in [0, task_num)); otherwise the first id of the example's
-inputs (`context.inputs` in the encoder or a language model, `context.encoder_inputs`
-in the decoder of an encoder-decoder model), so a data pipeline that starts each input
-with its task index needs no other plumbing. An id outside [0, task_num) gets all-zero
-prompts.
+the batch dims); otherwise the first id of the example's inputs (`context.inputs`, or
+`context.encoder_inputs` in an encoder-decoder's decoder). An id outside [0, task_num)
+gets all-zero prompts.
 """
 import tensorflow as tf
 
@@ -49,9 +41,8 @@ def _prompt_dims(task_num, num_heads, kv_dim, prompt_length, what):
 
 
 def _shared(context, key, mtlprompt_share, make):
-  """make() once per model call when mtlprompt_share (kept in context.shared_params
-  under key, so every layer of the stack uses the first layer's variables), else
-  make() for this layer."""
+  """make() for this layer, or with mtlprompt_share the first layer's, kept in
+  context.shared_params[key]."""
   if not mtlprompt_share:
     return make()
   if context.shared_params is None:
@@ -76,29 +67,15 @@ def _dropout(context, x, rate):
 
 def make_params_mtlprompt(task_num, num_heads, prefix_hidden_dim, kv_dim, context,
                           mtlprompt_share, dropout_rate, prompt_length=None):
-  """MTL-Prompt: learned prompt keys and values for every task.
+  """MTL-Prompt: learned prompt keys and values for every task; returns (prompt_k,
+  prompt_v), each [task, prompt_length, heads, d_kv].
 
   With prefix_hidden_dim None the prompts are the variables "mtlprompt_k" and
-  "mtlprompt_v" [task, prompt_length, heads, d_kv]. Otherwise they are
-  reparameterised as in prefix-tuning: a task's prompt embedding "mtlprompt_embedding"
-  [task, prompt_length, prefix_hidden] (dropout in training) projected by
-  "mtlprompt_k_proj" / "mtlprompt_v_proj" [prefix_hidden, heads, d_kv]. With
-  mtlprompt_share the variables (all of them) are created by the first layer that asks
-  and shared by the layers of the model call (context.shared_params["mtlprompt/<the
-  model's name>"], so an encoder and its decoder keep their own).
-
-  Args:
-    task_num: int, the number of tasks.
-    num_heads: int, the size of the "heads" dim of the keys and values.
-    prefix_hidden_dim: None, an int or an mtf.Dimension (the embedding size).
-    kv_dim: the key/value size (an mtf.Dimension such as d_kv, or an int).
-    context: the layer's Context (mesh, variable dtype, mode, shared_params).
-    mtlprompt_share: whether the layers share one set of prompts.
-    dropout_rate: dropout on the prompt embeddings in training.
-    prompt_length: int, the number of prompt positions.
-
-  Returns:
-    (prompt_k, prompt_v), each [task, prompt_length, heads, d_kv].
+  "mtlprompt_v". Otherwise, as in prefix-tuning, a prompt embedding
+  "mtlprompt_embedding" [task, prompt_length, prefix_hidden] (dropout_rate in training)
+  is projected by "mtlprompt_k_proj" / "mtlprompt_v_proj". With mtlprompt_share the
+  layers of one model call share the first layer's variables. kv_dim and
+  prefix_hidden_dim: ints or mtf.Dimensions.
   """
   what = "make_params_mtlprompt"
   task, length, heads, kv = _prompt_dims(task_num, num_heads, kv_dim, prompt_length, what)
@@ -125,29 +102,15 @@ def make_params_mtlprompt(task_num, num_heads, prefix_hidden_dim, kv_dim, contex
 def make_params_hyperprompt(task_num, num_heads, prefix_hidden_dim, kv_dim, context,
                             mtlprompt_share, dropout_rate, prompt_length, scope=None):
   """HyperPrompt: a layer's global prompts turned into each task's prompts by a
-  hypernetwork conditioned on a task embedding.
+  hypernetwork; returns (prompt_k, prompt_v), each [task, prompt_length, heads, d_kv].
 
-  The layer holds global prompts "hyperprompt_k" and "hyperprompt_v" [prompt_length,
-  heads, d_kv]. The hypernetwork holds task embeddings "task_embedding" [task,
-  prefix_hidden] and, for x in k and v, generators "hyper_down_x" [prefix_hidden, d_kv,
-  prompt_hidden] and "hyper_up_x" [prefix_hidden, prompt_hidden, d_kv] (prompt_hidden
-  as large as prefix_hidden). For task t with embedding e, the down and up projections
-  are D = e . hyper_down_x and U = e . hyper_up_x, and the task's prompt is
-  relu(P_x D) U (dropout on the relu in training): the paper's
-  U_t(ReLU(D_t(P))). With mtlprompt_share the hypernetwork is shared by every layer of
-  the model call (HyperPrompt-Share: the first layer creates it, kept in
-  context.shared_params["hyperprompt/<scope>"]); otherwise each layer has its own
-  (HyperPrompt-Sep). scope names the shared set (e.g. "encoder" or "decoder").
-
-  Args:
-    task_num, num_heads, kv_dim, context, dropout_rate, prompt_length: as in
-      make_params_mtlprompt.
-    prefix_hidden_dim: an int or an mtf.Dimension, the hypernetwork's size.
-    mtlprompt_share: whether the layers share one hypernetwork.
-    scope: the name of the shared hypernetwork (None: "hyperprompt").
-
-  Returns:
-    (prompt_k, prompt_v), each [task, prompt_length, heads, d_kv].
+  The layer holds global prompts P_x "hyperprompt_x" [prompt_length, heads, d_kv] (x in
+  k, v); the hypernetwork (of size prefix_hidden_dim) holds "task_embedding" [task,
+  prefix_hidden], "hyper_down_x" and "hyper_up_x". With task embedding e, D = e .
+  hyper_down_x and U = e . hyper_up_x, the prompt is relu(P_x D) U (dropout on the relu
+  in training): the paper's U_t(ReLU(D_t(P))). With mtlprompt_share every layer of the
+  model call shares the hypernetwork named scope (HyperPrompt-Share), else each layer
+  has its own (HyperPrompt-Sep). Other arguments as in make_params_mtlprompt.
   """
   what = "make_params_hyperprompt"
   task, length, heads, kv = _prompt_dims(task_num, num_heads, kv_dim, prompt_length, what)
@@ -185,8 +148,7 @@ def make_params_hyperprompt(task_num, num_heads, prefix_hidden_dim, kv_dim, cont
 
 
 def task_ids(context, scope_encoder_or_decoder, task_num):
-  """Each example's task index (an int Tensor with the batch dims): context.task_id,
-  else the first id of the inputs of scope_encoder_or_decoder's side (see the module
+  """Each example's task index (an int Tensor with the batch dims; see the module
   docstring)."""
   explicit = getattr(context, "task_id", None)
   if explicit is not None:
@@ -207,23 +169,11 @@ def task_ids(context, scope_encoder_or_decoder, task_num):
 def concat_hyper_prompts_kv(k, v, scope_encoder_or_decoder, use_hyperprompt,
                             memory_length, task_num, num_heads, prefix_hidden_dim, kv_dim,
                             context, mtlprompt_share, dropout_rate, prompt_length):
-  """k and v with each example's task prompts before their memory positions.
-
-  The prompts are make_params_hyperprompt's (use_hyperprompt) or
-  make_params_mtlprompt's, for the task of each example (task_ids). They fill the
-  first prompt_length positions of the memory dim, the keys and values of k and v
-  follow, so position i of the old memory is position prompt_length + i.
-
-  Args:
-    k, v: keys and values with dims memory_length, "heads" (num_heads) and kv_dim.
-    scope_encoder_or_decoder: "encoder" or "decoder": whose shared prompt parameters
-      and whose inputs' task ids to use.
-    use_hyperprompt: HyperPrompt (True) or MTL-Prompt (False).
-    memory_length: the memory dim of k and v.
-    task_num ... prompt_length: as in make_params_hyperprompt.
-
-  Returns:
-    (k, v, new memory_length dim): memory_length grown by prompt_length.
+  """(k, v, memory_length grown by prompt_length): k and v (dims memory_length, "heads"
+  and kv_dim) with each example's task prompts (make_params_hyperprompt's if
+  use_hyperprompt, else make_params_mtlprompt's) in the first prompt_length positions.
+  scope_encoder_or_decoder: "encoder" or "decoder", whose shared prompt parameters and
+  whose inputs' task ids to use. Other arguments as in make_params_hyperprompt.
   """
   what = "concat_hyper_prompts_kv"
   if scope_encoder_or_decoder not in ("encoder", "decoder"):

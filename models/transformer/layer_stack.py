@@ -1,12 +1,10 @@
 """`LayerStack`: a list of TransformerLayers wrapped in configurable "sublayers".
 
 A sublayer is a function `(x, layer_stack, context, ...) -> x`. The stack runs
-`sublayers_initial` once, then for every layer the `sublayers_per_layer` chain (the
-default, pre-norm residual: rms_norm -> call_layer -> dropout -> residual), then
-`sublayers_final`. Each layer's variables live in `mtf.variable_scope(layer.name)`
-(e.g. "block_000/layer_001"), and `sublayer_call_layer` adds the layer's class name, so
-names match the original library: "<model>/block_000/layer_000/SelfAttention/q",
-"<model>/block_000/layer_000/rms_norm/scale", and the final norm "<model>/rms_norm/scale".
+`sublayers_initial` once, the `sublayers_per_layer` chain for every layer (by default
+pre-norm residual: rms_norm -> call_layer -> dropout -> residual), then
+`sublayers_final`. Variable names match the original's
+("<model>/block_000/layer_000/SelfAttention/q", "<model>/rms_norm/scale", ...).
 """
 import gin
 import tensorflow as tf
@@ -21,6 +19,13 @@ def _model_dim(context):
 
 def _ensemble_dims(context):
   return list(getattr(context.model, "ensemble_dims", []) or [])
+
+
+def _scale(context, scope, dims, initializer):
+  """The variable "<scope>/scale" [ensemble..., dims...]."""
+  with mtf.variable_scope(scope):
+    return mtf.get_variable(context.mesh, "scale", mtf.Shape(_ensemble_dims(context) + dims),
+                            initializer=initializer, dtype=context.variable_dtype)
 
 
 @gin.configurable(module="transformer")
@@ -57,11 +62,7 @@ def sublayer_rms_norm(x, layer_stack, context, epsilon=1e-6, name="rms_norm"):
   """x / rms(x over d_model) * scale; the variable is "<scope>/<name>/scale"."""
   del layer_stack
   model_dim = _model_dim(context)
-  with mtf.variable_scope(name):
-    scale = mtf.get_variable(context.mesh, "scale",
-                             mtf.Shape(_ensemble_dims(context) + [model_dim]),
-                             initializer=tf.ones_initializer(),
-                             dtype=context.variable_dtype)
+  scale = _scale(context, name, [model_dim], tf.ones_initializer())
   variance = mtf.reduce_mean(mtf.square(x), reduced_dim=model_dim)
   return x * mtf.rsqrt(variance + epsilon) * scale
 
@@ -70,10 +71,7 @@ def sublayer_rms_norm(x, layer_stack, context, epsilon=1e-6, name="rms_norm"):
 def sublayer_scale_norm(x, layer_stack, context, epsilon=1e-6, name="scale_norm"):
   """Like rms_norm, but with a single learned scalar scale (per ensemble member)."""
   del layer_stack
-  with mtf.variable_scope(name):
-    scale = mtf.get_variable(context.mesh, "scale", mtf.Shape(_ensemble_dims(context)),
-                             initializer=tf.ones_initializer(),
-                             dtype=context.variable_dtype)
+  scale = _scale(context, name, [], tf.ones_initializer())
   variance = mtf.reduce_mean(mtf.square(x), reduced_dim=_model_dim(context))
   return x * mtf.rsqrt(variance + epsilon) * scale
 
@@ -134,11 +132,7 @@ def sublayer_clip_activation_gradient(x, layer_stack, context, rms_norm=1.0):
 def sublayer_rezero(x, layer_stack, context, initial_value=0.0):
   """x times a learned scalar "rezero/scale" (ReZero, starting at initial_value)."""
   del layer_stack
-  with mtf.variable_scope("rezero"):
-    scale = mtf.get_variable(context.mesh, "scale", mtf.Shape(_ensemble_dims(context)),
-                             initializer=tf.constant_initializer(initial_value),
-                             dtype=context.variable_dtype)
-  return x * scale
+  return x * _scale(context, "rezero", [], tf.constant_initializer(initial_value))
 
 
 @gin.configurable(module="transformer")
@@ -170,15 +164,9 @@ def default_sublayers():
 
 @gin.configurable(module="transformer")
 class LayerStack(TransformerLayer):
-  """A stack of TransformerLayers, each wrapped in the per-layer sublayers.
-
-  Args:
-    layers: list of TransformerLayer (their names give the variable scopes).
-    sublayers_initial, sublayers_per_layer, sublayers_final: lists of sublayer
-      functions; None takes the defaults of the original's defaults.gin.
-    dropout_rate, norm_epsilon: legacy mode (both or neither): legacy dropout and
-      "layer_norm"/"final_layer_norm" scoped norms instead of the sublayer lists.
-    recompute_grads: recompute each layer's forward pass in the backward pass.
+  """A stack of TransformerLayers (their names give the variable scopes), each wrapped
+  in the per-layer sublayers; sublayers_* None take the original's defaults.gin ones.
+  dropout_rate and norm_epsilon (both or neither) select the legacy sublayers.
   """
 
   def __init__(self, layers, sublayers_initial=None, sublayers_per_layer=None,
@@ -210,9 +198,17 @@ class LayerStack(TransformerLayer):
     self._sublayers_final = list(final if sublayers_final is None else sublayers_final)
 
   def call(self, context, x):
-    """Runs the initial sublayers, every layer, then the final sublayers."""
+    """Runs the initial sublayers, the layers (_call_layers), then the final sublayers."""
     x = self._call_sublayers(self._sublayers_initial, x, context)
     _record_output(context, x)
+    x = self._call_layers(context, x)
+    x = self._call_sublayers(self._sublayers_final, x, context)
+    x = sublayer_mask_padding(x, self, context)
+    _record_output(context, x)
+    return x
+
+  def _call_layers(self, context, x):
+    """Every layer in its scope (recording each output but the last)."""
     context.layer_index = 0
     for lnum, layer in enumerate(self._layers):
       with mtf.variable_scope(layer.name or ""):
@@ -225,9 +221,6 @@ class LayerStack(TransformerLayer):
       if lnum != len(self._layers) - 1:
         _record_output(context, x)
       context.layer_index += 1
-    x = self._call_sublayers(self._sublayers_final, x, context)
-    x = sublayer_mask_padding(x, self, context)
-    _record_output(context, x)
     return x
 
   def _call_sublayers(self, sublayers, x, context):
@@ -267,9 +260,7 @@ def _layer_instance(layer_cls):
 
 
 def _layer_spec(entry):
-  """(class or factory or instance, name or None, kwargs) from an entry of `layers`:
-  a layer class (or instance), or a list/tuple [cls, "name"] or [cls, "name", {kwargs}].
-  """
+  """(class, factory or instance, name or None, kwargs) of an entry of `layers`."""
   if not isinstance(entry, (list, tuple)):
     return entry, None, {}
   if len(entry) not in (2, 3) or not isinstance(entry[1], str) or (
@@ -290,11 +281,9 @@ def make_layer_stack(layers=gin.REQUIRED, layer_stack_cls=LayerStack, num_layers
   """A layer_stack_cls of num_layers blocks, each a fresh instance of every layer.
 
   Each entry of `layers` is a layer class (or factory, or an instance, which is copied),
-  or, as in the original, `[cls, "name"]` or `[cls, "name", {kwargs}]`: the layer is
-  `cls(**kwargs)` named "name". With block_scope the layers are named
-  "block_%03d/<name>" where an unnamed layer's name is "layer_%03d" (its index in the
-  block); without block_scope a named layer is "<name>" and an unnamed one "layer_%03d"
-  numbered through the stack.
+  or, as in the original, `[cls, "name"]` or `[cls, "name", {kwargs}]`. With block_scope
+  layers are named "block_%03d/<name>" (unnamed: "layer_%03d", the index in the block);
+  without, "<name>" or "layer_%03d" numbered through the stack.
   """
   specs = [_layer_spec(entry) for entry in layers]
   stack = []
@@ -313,18 +302,13 @@ def make_layer_stack(layers=gin.REQUIRED, layer_stack_cls=LayerStack, num_layers
 def sublayer_rms_norm_subsampled(x, layer_stack, context, percentage=100.0,
                                  epsilon=1e-6, name="layer_norm_subsampled"):
   """rms_norm whose mean square is taken over the first ceil(percentage% of d_model)
-  features only (a cheaper statistic for wide models); the scale covers all of d_model
-  and is "<scope>/<name>/scale"."""
+  features only; the scale covers all of d_model."""
   del layer_stack
   model_dim = _model_dim(context)
   if not 0 < percentage <= 100:
     raise mtf.MtfError("sublayer_rms_norm_subsampled: percentage %r is not in (0, 100]"
                        % (percentage,), dim=model_dim.name)
-  with mtf.variable_scope(name):
-    scale = mtf.get_variable(context.mesh, "scale",
-                             mtf.Shape(_ensemble_dims(context) + [model_dim]),
-                             initializer=tf.ones_initializer(),
-                             dtype=context.variable_dtype)
+  scale = _scale(context, name, [model_dim], tf.ones_initializer())
   size = min(model_dim.size, -(-model_dim.size * percentage // 100))
   sample = mtf.slice(x, 0, int(size), model_dim.name)
   sample_dim = mtf.Dimension(model_dim.name, int(size))

@@ -1,20 +1,14 @@
 """Product-key memory (Lample et al. 2019): `ProductKeyValueMemory`.
 
 Each of n_heads heads turns a position's hidden state into two half-queries of
-key_size // 2 (a dense layer with bias, "query/kernel" [d_model, n_heads, product_key=2,
-key] and "query/bias", then layer norm over the key dim, "layer_prepostprocess/
-layer_norm/layer_norm_scale" and "..._bias": the original normalizes the queries so, in
-place of the paper's batch norm). Half-query h is scored against the n_keys sub-keys
-keys[:, h] ("keys", [n_heads, product_key, n_keys, key], the default glorot
-initializer). The knn best sub-keys of each half give knn**2 candidate keys (i, j) with
-score s1[i] + s2[j]; the knn best of those select memory slots i * n_keys + j of the
-value table ("values", [n_values=n_keys**2, d_model], a unit normal as
-mtf.layers.embedding_weights makes it). The output is the softmax(score)-weighted sum of
-the selected values over heads and candidates. Dim names, variable names and shapes are
-the original's; an odd key_size uses key_size // 2 per half, as there.
+key_size // 2 ("query", then a layer norm over the key dim where the paper has batch
+norm, as in the original), each scored against its n_keys sub-keys ("keys" [n_heads,
+product_key, n_keys, key]). The knn best sub-keys of each half give knn**2 candidates
+(i, j) with score s1[i] + s2[j]; the knn best select slots i * n_keys + j of "values"
+[n_keys**2, d_model]. The output is the softmax(score)-weighted sum of the selected
+values over heads and candidates. Names and shapes are the original's.
 """
 import gin
-import tensorflow as tf
 
 import mesh_tf as mtf
 from models.transformer.context import incremental_aware
@@ -29,8 +23,7 @@ class ProductKeyValueMemory(TransformerLayer):
     key_size: width of each head's query; each half (sub-key) takes key_size // 2.
     n_keys: sub-keys per half; the memory holds n_keys**2 values.
     n_heads: independent query heads, whose read values are summed.
-    knn: candidates kept per half and values read per head, at most n_keys (the
-      original's top_k failed on a larger one when called; here the constructor says so).
+    knn: candidates kept per half and values read per head, at most n_keys.
   """
 
   def __init__(self, key_size=gin.REQUIRED, n_keys=gin.REQUIRED, n_heads=gin.REQUIRED,
@@ -45,12 +38,8 @@ class ProductKeyValueMemory(TransformerLayer):
 
   def get_indices(self, keys, query):
     """The knn best product keys of every query: (scores, memory slots), both
-    [query dims..., n_heads, knn].
-
-    keys: [n_heads, product_key, n_keys, key]; query: [..., n_heads, product_key, key].
-    A candidate (i, j) pairs sub-key i of the first half with sub-key j of the second;
-    its score is the sum of the halves' scores and its slot i * n_keys + j.
-    """
+    [query dims..., n_heads, knn]. keys: [n_heads, product_key, n_keys, key]; query:
+    [..., n_heads, product_key, key]."""
     keys_dim = keys.shape.dims[2]
     product_dim = query.shape.dims[-2]
     knn_dim = mtf.Dimension("knn", self.knn)

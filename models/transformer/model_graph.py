@@ -1,10 +1,6 @@
-"""`ModelGraph`: a Transformer model's mtf graph for one mode, built once.
-
-The trainer feeds batches of int32 [batch, length] features ("targets", and "inputs"
-for encoder-decoder models, plus "*_segmentation" / "*_position" of packed data) into
-placeholders; the graph computes the model's loss (and, when training, the gradients
-and the optimizer's update ops). A Lowering of the graph, fed with one batch, runs
-inside the trainer's tf.function.
+"""`ModelGraph`: a Transformer model's mtf graph for one mode, built once: int32
+[batch, length] feature placeholders in, the loss (and, when training, the optimizer's
+update ops) out.
 """
 import tensorflow as tf
 
@@ -42,12 +38,9 @@ def is_bitransformer(model):
 
 
 def model_type_of(model):
-  """The model_type utils.build_model gave model; else "bitransformer" or "lm" by its
-  structure (an encoder-decoder or not)."""
+  """The model_type utils.build_model gave model; else "bitransformer" or "lm"."""
   given = getattr(model, "model_type", None)
-  if given:
-    return given
-  return "bitransformer" if is_bitransformer(model) else "lm"
+  return given or ("bitransformer" if is_bitransformer(model) else "lm")
 
 
 def reads_inputs(model):
@@ -76,8 +69,7 @@ def model_features(model, feature_keys):
 
 
 def model_view(model, features):
-  """The features as the model reads them: a "delimited_lm" gets its text2text features
-  as one text2self sequence per example (utils._dynamic_text2self); others as given."""
+  """The features as the model reads them (a "delimited_lm"'s as text2self sequences)."""
   if model_type_of(model) != "delimited_lm" or "inputs" not in features:
     return features
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
@@ -86,9 +78,8 @@ def model_view(model, features):
 
 
 def counted_positions(model, targets):
-  """float32 mtf mask of the target positions that eval metrics and scores count: not
-  padding (ids > 0), and, for a "delimited_lm", not the inputs part (up to the first
-  EOS), as the original's eval and score modes."""
+  """float32 mtf mask of the target positions eval metrics and scores count: not padding
+  and, for a "delimited_lm", not the inputs part (up to the first EOS)."""
   weights = mtf.cast(mtf.greater(targets, 0), tf.float32)
   if model_type_of(model) == "delimited_lm":
     weights *= mtf.cast(mtf.logical_not(transformer.delimited_lm_inputs_mask(targets)),
@@ -130,20 +121,12 @@ def call_model(model, features, mode, variable_dtype, num_microbatches=1):
 
 
 class ModelGraph:
-  """The mtf graph of one model call on one batch shape.
-
-  Args:
-    model: a Unitransformer or Bitransformer.
-    batch_size: examples per batch.
-    sequence_length: int, or dict {"inputs": n, "targets": m}.
-    feature_keys: the keys of the dataset's examples.
-    mode: ModeKeys.TRAIN builds gradients and update ops; EVAL only the loss.
-    variable_dtype: mtf.VariableDType of the model's variables.
-    optimizer: an mtf.optimize.Optimizer (training only).
+  """The mtf graph of one model call on one batch shape (ModeKeys.TRAIN: with the
+  optimizer's update ops).
 
   Attributes: graph, mesh, loss, logits, update_ops, placeholders (key -> mtf Tensor),
-  targets (the targets the logits predict: for a "delimited_lm", its [inputs, targets]
-  sequences) and weights (counted_positions of targets).
+  targets (what the logits predict: a "delimited_lm"'s [inputs, targets] sequences) and
+  weights (counted_positions of targets).
   """
 
   def __init__(self, model, batch_size, sequence_length, feature_keys, mode,
@@ -193,12 +176,9 @@ class ModelGraph:
 
 
 def check_layout_names(model_graph, mesh_layout):
-  """Raises LayoutError for a rule of mesh_layout naming a dim the model lacks.
-
-  Returns the rules that split nothing: those naming a mesh dim the mesh lacks (the
-  original ignores them, so one layout serves several meshes) and those naming a
-  standard Transformer dim this model does not use.
-  """
+  """Raises LayoutError for a rule of mesh_layout naming a dim the model lacks; returns
+  the rules that split nothing (naming a mesh dim the mesh lacks, or a standard
+  Transformer dim this model does not use)."""
   mesh_dims = mesh_layout.shape.dimension_names
   dims = set(model_graph.dim_names())
   unused = []

@@ -1,14 +1,11 @@
 """Mixture of experts (the original's transformer/moe.py): `MoE1D`, `MoE2D` and their layers.
 
-Tokens are cut into groups (a "group" dim of group_size tokens; the number of groups is a
-multiple of the mesh dim that splits the batch, and takes the batch dim's name so the same
-layout rule splits it). A router picks experts per token inside each group (top-2 or
-Switch top-1 gating, moe_gating.py); each expert takes at most `expert_capacity` tokens of
-a group and the rest are dropped for that expert. Dispatch and combine are one-hot tensors
-[groups, group, experts, capacity] built from cumulative-sum positions, applied with
-einsums. Between the token layout (groups split) and the expert layout (experts split)
-the tokens move with an all-to-all (mtf.reshape) when both use the same mesh dim.
-The two-level MoE2D / transformer_moe_layer_v2 live in moe_2d.py.
+Tokens are cut into groups of group_size (the groups dim takes the batch dim's name, so
+the batch's layout rule splits it). A router (moe_gating.py) picks experts per token in
+each group; an expert takes at most `expert_capacity` tokens of a group, dropping the
+rest. Dispatch and combine are one-hot [groups, group, experts, capacity] einsums, and
+tokens move between the token and expert layouts with an all-to-all (mtf.reshape).
+MoE2D / transformer_moe_layer_v2 live in moe_2d.py.
 """
 import gin
 
@@ -27,15 +24,12 @@ from models.transformer.moe_2d import MoE2D, transformer_moe_layer_v2  # pylint:
 class MoE1D(transformer_layer.TransformerLayer):
   """A mixture-of-experts feed-forward layer (GShard-style top-2, or Switch top-1).
 
-  Parameters are the original's, in its order. With word_embed_mode "add" or "concat"
-  the router also reads the token embeddings (context.input_embeddings). Each expert
-  is a ReLU (or `activation`) feed-forward net d_model -> hidden_size -> output_dim
-  with its own weights: variables "wi/kernel" [experts, d_model, expert_hidden] and
-  "wo/kernel" [experts, expert_hidden, output_dim], plus the router
-  "<gating>_gating/kernel". The balancing loss goes to context.losses.
-  With use_experts_attention=True (ExpertsAttentionParams) each expert has one hidden
-  layer "wi" and two output projections "q_wo" and "k_wo": call returns the list
-  [queries, keys/values], both routed by the same gates.
+  Parameters are the original's. With word_embed_mode "add" or "concat" the router also
+  reads context.input_embeddings. Variables: "wi/kernel" [experts, d_model,
+  expert_hidden], "wo/kernel" [experts, expert_hidden, output_dim] and the router
+  "<gating>_gating/kernel"; the balancing loss goes to context.losses. With
+  use_experts_attention=True (ExpertsAttentionParams) the experts have "q_wo" and "k_wo"
+  instead of "wo", and call returns the list [queries, keys/values].
   """
 
   def __init__(self, num_experts=16, loss_coef=1e-2, hidden_size=4096, group_size=1024,
@@ -122,25 +116,9 @@ class MoE1D(transformer_layer.TransformerLayer):
     return transformer_moe_layer_v1(*args, **kwargs)
 
 
-def expert_network(expert_inputs, experts_dim, hidden_dim, output_dim, hparams, train,
-                   variable_dtype, activation):
-  """Every expert's feed-forward net on its inputs [..., experts, ..., d_model]:
-  activation(x wi) wo with per-expert "wi/kernel" and "wo/kernel"."""
-  h = mtf.layers.dense_product(
-      expert_inputs, reduced_dims=expert_inputs.shape.dims[-1:], new_dims=[hidden_dim],
-      expert_dims=[experts_dim], activation_functions=activation, use_bias=False,
-      variable_dtype=variable_dtype, name="wi")
-  if hparams.moe_dropout_rate:
-    h = mtf.dropout(h, is_training=train, rate=hparams.moe_dropout_rate)
-  return mtf.layers.dense(
-      h, output_dim, expert_dims=[experts_dim], use_bias=False,
-      reduced_dims=h.shape.dims[-1:], variable_dtype=variable_dtype, name="wo")
-
-
-def experts_attention_network(expert_inputs, experts_dim, hidden_dim, output_dim,
-                              hparams, train, variable_dtype, activation):
-  """The experts of experts attention: one hidden layer "wi" shared by the queries and
-  the keys/values, then "q_wo" and "k_wo"; returns [queries, keys/values]."""
+def _expert_outputs(output_names, expert_inputs, experts_dim, hidden_dim, output_dim,
+                    hparams, train, variable_dtype, activation):
+  """activation(x wi) per expert, dropout, then one per-expert projection per name."""
   h = mtf.layers.dense_product(
       expert_inputs, reduced_dims=expert_inputs.shape.dims[-1:], new_dims=[hidden_dim],
       expert_dims=[experts_dim], activation_functions=activation, use_bias=False,
@@ -149,7 +127,23 @@ def experts_attention_network(expert_inputs, experts_dim, hidden_dim, output_dim
     h = mtf.dropout(h, is_training=train, rate=hparams.moe_dropout_rate)
   return [mtf.layers.dense(h, output_dim, expert_dims=[experts_dim], use_bias=False,
                            reduced_dims=h.shape.dims[-1:], variable_dtype=variable_dtype,
-                           name=name) for name in ("q_wo", "k_wo")]
+                           name=name) for name in output_names]
+
+
+def expert_network(expert_inputs, experts_dim, hidden_dim, output_dim, hparams, train,
+                   variable_dtype, activation):
+  """Every expert's feed-forward net on its inputs [..., experts, ..., d_model]:
+  activation(x wi) wo with per-expert "wi/kernel" and "wo/kernel"."""
+  return _expert_outputs(["wo"], expert_inputs, experts_dim, hidden_dim, output_dim,
+                         hparams, train, variable_dtype, activation)[0]
+
+
+def experts_attention_network(expert_inputs, experts_dim, hidden_dim, output_dim,
+                              hparams, train, variable_dtype, activation):
+  """The experts of experts attention: one hidden layer "wi" shared by the queries and
+  the keys/values, then "q_wo" and "k_wo"; returns [queries, keys/values]."""
+  return _expert_outputs(["q_wo", "k_wo"], expert_inputs, experts_dim, hidden_dim,
+                         output_dim, hparams, train, variable_dtype, activation)
 
 
 def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
@@ -194,10 +188,9 @@ def transformer_moe_layer_v1(inputs, output_dim, hparams, train, variable_dtype,
 def moe_layer_with_experts(inputs, output_dim, hparams, train, variable_dtype,
                            mesh_layout, nonpadding, activation, num_microbatches,
                            token_embeddings, experts):
-  """transformer_moe_layer_v1 (its layout as a MeshLayout or None) with the expert
-  computation given: experts(expert_inputs, experts_dim, hidden_dim, output_dim,
-  hparams, train, variable_dtype, activation), a Tensor or a list of Tensors (each
-  combined back to the tokens: a list out)."""
+  """transformer_moe_layer_v1 (layout a MeshLayout or None) with the experts given:
+  experts(expert_inputs, experts_dim, hidden_dim, output_dim, hparams, train,
+  variable_dtype, activation) -> a Tensor or a list of them (a list out)."""
   orig_dims = inputs.shape.dims
   batch_and_length_dims, input_dim = orig_dims[:-1], orig_dims[-1]
   hidden_dim = _hidden_dim(hparams)

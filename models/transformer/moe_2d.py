@@ -1,20 +1,14 @@
 """The two-level mixture of experts: `MoE2D` and `transformer_moe_layer_v2`.
 
-There are expert_x * expert_y experts, arranged as expert_x blocks of expert_y. An outer
-top-2 router ("outer_gating") sends each token of a group to two of the expert_x blocks
-(at most `capacity_x` tokens of a group per block); inside each block, an inner top-2
-router ("inner_gating", one kernel per block) sends the tokens that reached the block
-to two of its expert_y experts (at most `capacity_y` of each block buffer per expert,
-capacity_y from moe_capacity_factor_second_level). A token that reached the block as its
-first choice has importance 1.0 there and may take its inner first and second choices;
-one that arrived as a second choice has importance 0.5 and takes only its inner second
-choice (the original's rule). The experts are ReLU feed-forward nets with weights
-"wi/kernel" [expert_x, expert_y, d_model, expert_hidden] and "wo/kernel" [expert_x,
-expert_y, expert_hidden, output_dim]. The loss is the sum of both routers' losses.
-
-Layout: the blocks move from the token layout (groups split like the batch) to a layout
-with expert_x split over that mesh dim by one all-to-all, as in MoE1D; expert_y may be
-split over another mesh dim.
+There are expert_x blocks of expert_y experts. An outer top-2 router ("outer_gating")
+sends each token of a group to two blocks (at most `capacity_x` tokens of a group per
+block); inside each block an inner top-2 router ("inner_gating", one kernel per block)
+sends them to two of its experts (capacity_y from moe_capacity_factor_second_level). A
+token that reached the block as its second choice has importance 0.5 there and takes
+only its inner second choice (the original's rule). Weights: "wi/kernel" [expert_x,
+expert_y, d_model, expert_hidden], "wo/kernel" [expert_x, expert_y, expert_hidden,
+output_dim]; the loss is the sum of both routers'. The blocks move to the expert layout
+(expert_x split like the batch) by one all-to-all, as in MoE1D.
 """
 import gin
 

@@ -1,11 +1,7 @@
-"""The routing half of the mixture-of-experts layers: hyperparameters, groups, gating.
-
-`HParams` and `set_default_moe_hparams` hold the moe_* options; `_top_2_gating` (GShard)
-and `_switch_gating` (Switch) route the tokens of each group to experts and return
-dispatch and combine tensors [..., groups, group, experts, expert_capacity] and the
-load-balancing loss: num_experts**2 * mean over (groups, experts) of (fraction of the
-group's tokens whose first choice is e) * (mean router probability of e), which is 1.0
-when routing is uniform, times loss_coef. moe.py (MoE1D) and moe_2d.py (MoE2D) share them.
+"""The routing half of the mixture-of-experts layers (shared by moe.py and moe_2d.py):
+the moe_* hyperparameters, groups, and the top-2 (GShard) and Switch gatings, which
+return dispatch and combine tensors [..., groups, group, experts, expert_capacity] and
+the load-balancing loss (1.0 under uniform routing) times loss_coef.
 """
 import tensorflow as tf
 
@@ -93,11 +89,8 @@ def _layer_name():
 
 
 def _split_into_groups(n, max_group_size, mesh_dim_size):
-  """(num_groups, group_size) with num_groups a multiple of mesh_dim_size dividing n.
-
-  Takes the fewest groups of at most max_group_size tokens (when possible) that meet
-  both conditions.
-  """
+  """(num_groups, group_size): the fewest groups (of at most max_group_size tokens when
+  possible), num_groups a multiple of mesh_dim_size dividing n."""
   if n % mesh_dim_size != 0:
     raise LayoutError(
         "%s: %d tokens per batch cannot be cut into a multiple of %d groups (the size of "
@@ -135,11 +128,8 @@ def _hidden_dim(hparams):
 
 
 def routing_inputs(inputs, token_embeddings, word_embed_mode):
-  """What the router reads: inputs, or inputs with the token embeddings.
-
-  word_embed_mode None routes on inputs; "add" on inputs + token_embeddings; "concat" on
-  both side by side along the model dim (the router kernel is then twice as tall).
-  """
+  """What the router reads for word_embed_mode None (inputs), "add" (inputs +
+  token_embeddings) or "concat" (both side by side along the model dim)."""
   if word_embed_mode is None:
     return inputs
   if token_embeddings is None:
@@ -215,11 +205,8 @@ def _scaled_loss(balance, gate_logits, experts_dim, hparams, importance, num_mic
 
 
 def _positions(mask, group_size_dim, experts_dim, capacity, offset=None):
-  """Position of each routed token in its expert's buffer, and the mask of those that fit.
-
-  mask: 0/1 [..., group, experts]. Returns (position [..., group] (float), mask with
-  the tokens beyond capacity removed, that mask summed over experts [..., group]).
-  """
+  """(position [..., group] of each routed token in its expert's buffer, mask [...,
+  group, experts] without the tokens beyond capacity, that mask summed over experts)."""
   position = mtf.cumsum(mask, group_size_dim, exclusive=True)
   if offset is not None:
     position += offset
@@ -257,11 +244,8 @@ def _second_expert_mask(mask_2, gate_2, hparams, train):
 def _top_2_gating(inputs, outer_expert_dims, experts_dim, expert_capacity_dim, hparams,
                   train, variable_dtype, importance=None, name="top_2_gating",
                   num_microbatches=None):
-  """Top-2 routing of inputs [..., groups, group, d_model].
-
-  Returns (dispatch, combine, loss): dispatch is 0/1 and combine holds the normalized
-  gate weights, both [..., groups, group, experts, expert_capacity].
-  """
+  """Top-2 routing of inputs [..., groups, group, d_model]: (dispatch (0/1), combine
+  (the normalized gate weights), loss), both [..., groups, group, experts, capacity]."""
   group_size_dim = inputs.shape.dims[-2]
   gate_logits = mtf.layers.dense(inputs, experts_dim, use_bias=False,
                                  expert_dims=outer_expert_dims,
@@ -306,13 +290,9 @@ def _top_2_gating(inputs, outer_expert_dims, experts_dim, expert_capacity_dim, h
 def _switch_gating(inputs, outer_expert_dims, experts_dim, expert_capacity_dim, hparams,
                    train, variable_dtype, importance=None, name="switch_gating",
                    num_microbatches=None):
-  """Switch (top-1) routing of inputs [..., groups, group, d_model]; see _top_2_gating.
-
-  Policies (moe_switch_policy_train/eval): "argmax"; "input_jitter" (inputs times
-  uniform noise in 1 +- moe_switch_jitter) and "input_dropout" (dropout of rate
-  moe_switch_dropout) while training; "sample" (an expert drawn from the router's
-  softmax at moe_switch_temperature while training).
-  """
+  """Switch (top-1) routing; see _top_2_gating. Policies: "argmax", and while training
+  "input_jitter" (inputs times uniform noise in 1 +- moe_switch_jitter),
+  "input_dropout" or "sample" (from the router's softmax at moe_switch_temperature)."""
   group_size_dim = inputs.shape.dims[-2]
   policy = hparams.moe_switch_policy_train if train else hparams.moe_switch_policy_eval
   if policy not in ("argmax", "input_jitter", "input_dropout", "sample"):

@@ -1,11 +1,8 @@
 """Fixed-length examples for tf.data: packing, trimming and padding, EOS handling.
 
-`pack_dataset` packs several variable-length examples into each row, greedily and in
-order: an example joins the current row when, for every packed feature, it fits in the
-room left; otherwise the row is emitted and a new one begins. Each packed feature k
-gets `k_segmentation` (1, 2, ... for the examples of a row, 0 on padding) and
-`k_position` (0, 1, ... within each example). It is a `tf.data` scan, so it streams
-(works on unlimited datasets) and needs no custom ops.
+`pack_dataset` packs examples into rows greedily and in order (an example joins the
+current row when every packed feature fits in the room left), as a streaming `tf.data`
+scan without custom ops.
 """
 import gin
 import tensorflow as tf
@@ -64,11 +61,7 @@ def trim_and_pad_dataset(dataset, length, feature_keys=None):
 
 
 def ensure_dataset_eos(dataset, feature_keys=None):
-  """On fixed-length features, turns a final non-PAD token into EOS.
-
-  A row whose last token is PAD already ended (EOS then padding); a row whose last
-  token is something else was cut, and now ends in EOS.
-  """
+  """On fixed-length features, turns a final non-PAD token (a cut row's) into EOS."""
   keys = _feature_keys(dataset, feature_keys)
 
   def ensure_eos(features):
@@ -100,17 +93,11 @@ def _trim_keeping_eos(dataset, lengths):
 def pack_dataset(dataset, length, keys=None, use_custom_ops=False):
   """Greedily packs examples into rows of `length` tokens (int or {key: n}).
 
-  Args:
-    dataset: unbatched dataset of dicts of 1-D integer features.
-    length: row length, an int or a dict {key: length}.
-    keys: the features to pack (default: all); other features are dropped.
-    use_custom_ops: the original's switch to its C++ packing ops. Accepted for
-      compatibility (gin files set it); both values pack the same way here, with the
-      streaming tf.data scan, which gives the same rows.
-  Returns:
-    a dataset of dicts with, for each key k, `k`, `k_segmentation` and `k_position`,
-    each of shape [length[k]] (segmentation and position int32). Examples longer than
-    the row are cut; examples empty in every key are dropped.
+  dataset: unbatched dicts of 1-D integer features; keys: those to pack (default: all;
+  others are dropped). use_custom_ops, the original's switch to its C++ ops, changes
+  nothing. Returns dicts of `k`, `k_segmentation` (1, 2, ... for a row's examples, 0 on
+  padding) and `k_position` (0, 1, ... within each example) for each key k. Longer
+  examples are cut; examples empty in every key are dropped.
   """
   if not isinstance(use_custom_ops, bool):
     raise errors.MtfError("pack_dataset: use_custom_ops must be True or False, got %r"

@@ -1,38 +1,24 @@
 """`PipelinedLayerStack`: a LayerStack whose layers run as an S-stage pipeline.
 
-The stack's layers must be one block of layers repeated (e.g. [SelfAttention,
-DenseReluDense] x num_layers, as make_layer_stack builds them). Block k = r * S + s of
-the B blocks is stage s of repeat r of `mtf.layers.pipeline`: B / S = R repeats, the
-circular schedule when R > 1. The batch is cut into num_microbatches microbatches, and
-every iteration each stage runs its block on the microbatch it holds.
+The stack's layers must be one block of P layers repeated (as make_layer_stack builds
+them). Block k = r * S + s of the B blocks is stage s of repeat r of
+`mtf.layers.pipeline` (B / S = R repeats, the circular schedule when R > 1); each
+iteration, each stage runs its block on the microbatch it holds.
 
-Weights. Every variable created inside the pipeline gets a leading `stages` dim (a
-`Graph.custom_getter`), so one variable holds the weights of the S blocks of a repeat,
-and a layout rule `stages:<mesh dim>` puts each stage's weights on its own processors.
-The variable "<model>/pipeline/repeat_<r>/layer_<p>/<rest>" is, stage by stage, the
-plain stack's "<model>/<name of layer (r * S + s) * P + p>/<rest>" (P layers a block):
-its initial value stacks theirs, and checkpoints store it split under those names and
-shapes (`checkpoint_split`, applied by mtf.checkpoint), optimizer slots likewise. So the
-pipelined and the plain model read and write the same checkpoints.
+Every variable created inside the pipeline gets a leading `stages` dim (a
+`Graph.custom_getter`), so a layout rule `stages:<mesh dim>` puts each stage's weights
+on its own processors. The variable "<model>/pipeline/repeat_<r>/layer_<p>/<rest>" is,
+stage by stage, the plain stack's "<model>/<name of layer (r * S + s) * P + p>/<rest>":
+checkpoints store it split under those names (`checkpoint_split`), so the pipelined
+and the plain model read and write the same checkpoints.
 
-Context. Tensors of the Context with the batch dim (sequence_id, position, ...) are cut
-the same way and stacked per iteration on the stages that hold each microbatch, so
-packed examples work. Inside the pipeline, context.batch_dims is [stages, batch of a
-microbatch, ...] and context.layer_index is that of stage 0's layer.
-
-Decisions:
-  * Dropout is supported (its masks carry the stages dim; they differ from the plain
-    stack's, which draws other random numbers anyway).
-  * A layer that adds an auxiliary loss (MoE) inside the pipeline is an error: the loss
-    would be taken over the whole buffer, idle stages included.
-  * `stages` split over a mesh dim whose size is not num_stages is an error; `stages`
-    split over no mesh dim gets a warning (every processor runs every stage: correct,
-    but no pipelining).
-  * Decoding: cached decoding is not offered (decoding.supports_incremental_decoding
-    takes the plain LayerStack only), so samplers run the whole model per step; outside
-    train and eval mode the stack runs one microbatch, the stages in turn. Decoding the
-    checkpoint with the plain LayerStack (same names) uses the cached path.
-  * Only the input and the output of the stack go to context.layer_outputs.
+Context tensors with the batch dim (sequence_id, position, ...) are cut the same way
+and stacked per iteration on the stages; inside the pipeline context.batch_dims is
+[stages, batch of a microbatch, ...]. A layer adding an auxiliary loss (MoE) is an
+error (the loss would count idle stages), and so is `stages` split over a mesh dim of
+another size than num_stages. There is no cached decoding (outside train and eval the
+stages run one microbatch in turn); decode the checkpoint with the plain LayerStack.
+Only the input and the output of the stack go to context.layer_outputs.
 """
 import warnings
 
@@ -58,9 +44,8 @@ def _signature(layer):
 
 
 def find_block_size(layers, num_stages, layers_per_block=None):
-  """P, the size of the repeated block: the smallest P (or layers_per_block) such that
-  the layers are one block of P repeated, a multiple of num_stages times; a one-line
-  MtfError naming the numbers otherwise."""
+  """P, the smallest size (or layers_per_block) such that the layers are one block of P
+  repeated a multiple of num_stages times (MtfError otherwise)."""
   n = len(layers)
   if n == 0:
     raise mtf.MtfError("%s: no layers" % _WHAT)
@@ -89,17 +74,14 @@ class PipelinedLayerStack(ls.LayerStack):
   """A LayerStack run as a pipeline of num_stages stages over num_microbatches.
 
   Args:
-    layers: list of TransformerLayer, one block of layers repeated (named, as
-      make_layer_stack names them); the number of blocks must divide by num_stages.
-    num_stages: S, the size of the `stages` dim (the mesh dim that splits it must
-      have this size).
-    num_microbatches: M, how many microbatches the batch is cut into (None: S); the
-      batch must divide by it. The pipeline's bubble is (S - 1) / (M + S - 1).
-    stages_dim_name, microbatch_dim_name: names of the pipeline's dims.
+    layers: one block of named layers repeated, the blocks a multiple of num_stages.
+    num_stages: S, the size of the `stages` dim.
+    num_microbatches: M (None: S), which must divide the batch. The pipeline's bubble
+      is (S - 1) / (M + S - 1).
     layers_per_block: P (None: the smallest that fits).
-    sublayers_initial, sublayers_per_layer, sublayers_final, dropout_rate,
-      norm_epsilon, recompute_grads: as LayerStack's (unset ones take LayerStack's gin
-      bindings and defaults). The initial and final sublayers run outside the pipeline.
+    sublayers_*, dropout_rate, norm_epsilon, recompute_grads: as LayerStack's (unset
+      ones take LayerStack's gin bindings); the initial and final sublayers run
+      outside the pipeline.
   """
 
   def __init__(self, layers, num_stages=2, num_microbatches=None,
@@ -137,13 +119,11 @@ class PipelinedLayerStack(ls.LayerStack):
       raise mtf.MtfError("%s does not decode from cached states (mode %r); decode its "
                          "checkpoint with transformer.LayerStack, which reads the same "
                          "variable names" % (_WHAT, context.mode))
-    x = self._call_sublayers(self._sublayers_initial, x, context)
-    ls._record_output(context, x)  # pylint: disable=protected-access
+    return super().call(context, x)
+
+  def _call_layers(self, context, x):
     x = self._pipeline(context, x)
     context.layer_index = len(self._layers)
-    x = self._call_sublayers(self._sublayers_final, x, context)
-    x = ls.sublayer_mask_padding(x, self, context)
-    ls._record_output(context, x)  # pylint: disable=protected-access
     return x
 
   def _batch_dim(self, context, x):
@@ -252,9 +232,8 @@ class PipelinedLayerStack(ls.LayerStack):
 
 
 class _ContextStager:
-  """Replaces, while a stage runs, the Context tensors with the batch dim (and
-  batch_dims) by their per-stage values at one pipeline iteration: stage s gets the
-  microbatch it holds (idle stages the first one's, so that they stay finite)."""
+  """Swaps the Context's batch_dims and tensors with the batch dim for their per-stage
+  values at one iteration (idle stages get the first microbatch, staying finite)."""
 
   def __init__(self, context, batch_dim, num_microbatches, stages_dim,
                microbatch_dim_name, schedule):

@@ -1,11 +1,9 @@
 """`ReversibleLayerStack`: a LayerStack whose layers are RevNet blocks.
 
 The residual stream is carried as two halves, both starting as the stack's input x.
-Layer i computes f_i with the per-layer sublayers (which must not add the residual:
-the block does) and the halves advance as (x1, x2) <- (x2, x1 + f_i(x2)), through
-`mtf.layers.reversible_half_residual_and_swap`: in the backward pass the activations
-are rebuilt from the outputs instead of being kept, so memory does not grow with
-depth. The output, before the final sublayers, is x1 + x2.
+Layer i computes f_i with the per-layer sublayers (without the residual) and the halves
+advance as (x1, x2) <- (x2, x1 + f_i(x2)) (`mtf.layers.reversible_half_residual_and_swap`).
+The output, before the final sublayers, is x1 + x2.
 """
 import gin
 
@@ -24,9 +22,8 @@ class ReversibleLayerStack(layer_stack_lib.LayerStack):
   """A LayerStack of reversible residual blocks (see the module docstring).
 
   Args: those of LayerStack; sublayers_per_layer defaults to rms_norm, call_layer,
-  dropout, and may not contain sublayer_residual. recompute_grads (default False, as
-  in the original) rebuilds activations in the backward pass to save memory; False
-  keeps them (same numbers).
+  dropout, and may not contain sublayer_residual. recompute_grads rebuilds activations
+  in the backward pass to save memory (the same numbers).
   """
 
   def __init__(self, layers, sublayers_initial=None, sublayers_per_layer=None,
@@ -44,10 +41,8 @@ class ReversibleLayerStack(layer_stack_lib.LayerStack):
                          "sublayer_residual; the reversible block adds the residual")
     self._reversible_recompute = recompute_grads
 
-  def call(self, context, x):
-    """Initial sublayers, the reversible blocks, x1 + x2, then the final sublayers."""
-    x = self._call_sublayers(self._sublayers_initial, x, context)
-    layer_stack_lib._record_output(context, x)  # pylint: disable=protected-access
+  def _call_layers(self, context, x):
+    """The reversible blocks; returns x1 + x2."""
     x1, x1_backwards, x2, x2_backwards = x, None, x, None
     context.layer_index = 0
     for lnum, layer in enumerate(self._layers):
@@ -61,7 +56,4 @@ class ReversibleLayerStack(layer_stack_lib.LayerStack):
       if lnum != len(self._layers) - 1:
         layer_stack_lib._record_output(context, x2)  # pylint: disable=protected-access
       context.layer_index += 1
-    x = self._call_sublayers(self._sublayers_final, x1 + x2, context)
-    x = layer_stack_lib.sublayer_mask_padding(x, self, context)
-    layer_stack_lib._record_output(context, x)  # pylint: disable=protected-access
-    return x
+    return x1 + x2

@@ -1,19 +1,14 @@
 """Distillation: `StudentTeacher` and `make_bi_student_teacher` (re-exported by
-transformer.py, as in the original's transformer module).
+transformer.py, as in the original).
 
-The student and the teacher read the same batch; the student's variables live under
-"student/", the teacher's under "teacher/". The training loss is
-
-  (1 - f) * hard_loss + temperature**2 * f * soft_loss
-
-with hard_loss the student's own loss, soft_loss the cross-entropy of the student's
-logits / temperature against softmax(teacher logits / temperature) (summed over real
-target tokens, divided by the student's loss denominator), and f = fraction_soft once
-the global step exceeds distill_start_step (0 before). No gradient reaches the teacher.
-With teacher_checkpoint set (a checkpoint of the teacher trained alone, names without
-the "teacher/" prefix), the teacher's variables start from it wherever they are created
-(so the trainer's model_type "bi_student_teacher" distils from the trained teacher);
-`initialize(target)` loads it into variables that already exist.
+The student's variables live under "student/", the teacher's under "teacher/". The
+training loss is (1 - f) * hard_loss + temperature**2 * f * soft_loss: hard_loss the
+student's own loss, soft_loss the cross-entropy of the student's logits / temperature
+against softmax(teacher logits / temperature) (over real target tokens, divided by the
+student's loss denominator), f = fraction_soft once the global step exceeds
+distill_start_step (0 before). No gradient reaches the teacher. The teacher's variables
+start from teacher_checkpoint (the teacher trained alone, names without "teacher/")
+wherever they are created; `initialize(target)` loads it into existing variables.
 """
 import gin
 import tensorflow as tf
@@ -59,17 +54,10 @@ def _checkpoint_value(reader, key):
 
 @gin.configurable(module="transformer")
 class StudentTeacher:
-  """A student model trained to match a fixed teacher (knowledge distillation).
-
-  Args:
-    student, teacher: Unitransformers or Bitransformers with the same output vocab.
-    temperature: the softmax temperature of the soft targets (needed for a loss).
-    fraction_soft: the weight in [0, 1] of the soft loss (needed for a loss).
-    distill_start_step: the soft loss counts only after this global step.
-    teacher_checkpoint: the teacher's checkpoint: the teacher's initial values, and
-      what `initialize` loads.
-    initialize_student_weights: `initialize` also sets each student weight whose name
-      and shape match a teacher checkpoint entry.
+  """A student model trained to match a fixed teacher (see the module docstring); both
+  Unitransformers or Bitransformers with the same output vocab. temperature and
+  fraction_soft are needed for a loss. initialize_student_weights: each student weight
+  whose name and shape match a teacher checkpoint entry starts from it too.
   """
 
   def __init__(self, student, teacher, temperature=None, fraction_soft=None,
@@ -128,10 +116,8 @@ class StudentTeacher:
   def call_simple(self, inputs, targets, compute_loss,
                   variable_dtype=mtf.VariableDType(tf.float32), num_microbatches=1,
                   **kargs):
-    """The student's logits and (compute_loss) the distillation loss.
-
-    kargs go to both models' call_simple (mode, sequence ids, positions, ...).
-    """
+    """The student's logits and (compute_loss) the distillation loss; kargs go to both
+    models' call_simple."""
     with mtf.variable_scope("student"):
       student_logits, hard_loss = self.student.call_simple(
           inputs, targets, compute_loss=True, variable_dtype=variable_dtype,
@@ -163,12 +149,10 @@ class StudentTeacher:
     return student_logits, loss
 
   def _initialize_from_teacher_checkpoint(self, graph):
-    """Makes the teacher's variables (and, with initialize_student_weights, each
-    student variable the checkpoint has by name and shape) start from
-    teacher_checkpoint, as the original's init_from_checkpoint did: their initializers
-    read the checkpoint, so a trainer that creates them (model_type
-    "bi_student_teacher") starts from the trained teacher, and a restored run keeps its
-    own values. Nothing happens without a teacher_checkpoint or with fraction_soft 0."""
+    """Gives the teacher's variables (and, with initialize_student_weights, the matching
+    student ones) initializers reading teacher_checkpoint, as the original's
+    init_from_checkpoint did (a restored run keeps its own values). Nothing happens
+    without a teacher_checkpoint or with fraction_soft 0."""
     if not self.teacher_checkpoint or self.fraction_soft == 0.0:
       return
     reader = tf.train.load_checkpoint(discovery.resolve_prefix(self.teacher_checkpoint))
@@ -194,12 +178,9 @@ class StudentTeacher:
       return self.student.decode(*args, **kargs)
 
   def initialize(self, target=None):
-    """Loads the teacher's weights (and maybe the student's) from teacher_checkpoint.
-
-    target: what holds the laid-out variables: a mtf.Lowering, a MeshImpl or a dict
-    name -> laid-out variable (as mtf.restore_checkpoint takes). Returns the
-    RestoreResults (teacher, then student when initialize_student_weights).
-    """
+    """Loads the teacher's weights (and maybe the student's) from teacher_checkpoint into
+    target (a mtf.Lowering, a MeshImpl or a dict name -> laid-out variable); returns the
+    RestoreResults (teacher, then student when initialize_student_weights)."""
     if not self.teacher_checkpoint:
       raise mtf.MtfError("StudentTeacher.initialize: no teacher_checkpoint is set")
     if target is None:

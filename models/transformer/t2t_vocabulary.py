@@ -14,7 +14,6 @@ import re
 import unicodedata
 
 import gin
-import numpy as np
 import tensorflow as tf
 
 from mesh_tf import errors
@@ -65,7 +64,7 @@ def _unescape(escaped):
   return _UNESCAPE.sub(replace, escaped)
 
 
-class T2tVocabulary(vocabulary_lib.Vocabulary):
+class T2tVocabulary(vocabulary_lib._NumpyFunctionVocabulary):  # pylint: disable=protected-access
   """A tensor2tensor SubwordTextEncoder vocabulary file (`filepath`)."""
 
   def __init__(self, filepath):
@@ -126,18 +125,6 @@ class T2tVocabulary(vocabulary_lib.Vocabulary):
                      for i in ids)
     tokens = [_unescape(t) for t in joined.split("_") if t]
     return join_tokens([t for t in tokens if t])
-
-  def encode_tf(self, s):
-    """tf.string scalar -> int32 [n], through tf.numpy_function."""
-    def encode_np(text):
-      return np.asarray(self.encode(text), np.int32)
-    return tf.reshape(tf.numpy_function(encode_np, [s], tf.int32, stateful=False), [-1])
-
-  def decode_tf(self, ids):
-    """int32 ids [n] -> tf.string scalar, through tf.numpy_function."""
-    def decode_np(id_array):
-      return np.asarray(self.decode(id_array).encode("utf-8"), dtype=object)
-    return tf.reshape(tf.numpy_function(decode_np, [ids], tf.string, stateful=False), [])
 
 
 @gin.configurable(module="t2t_vocabulary")

@@ -1,11 +1,6 @@
 """The Transformer models: `Unitransformer` (a decoder-only LM, or one half of an
 encoder-decoder) and `Bitransformer` (encoder + decoder), with the target-shift helpers.
-
-Names follow the original mesh_tensorflow.transformer: a Unitransformer named
-"transformer" owns "transformer/embedding", "transformer/positional_embedding",
-"transformer/block_000/layer_000/SelfAttention/q", ..., "transformer/rms_norm/scale" and,
-with untied softmax weights, "transformer/logits/kernel". A Bitransformer shares
-"shared/embedding" between "encoder/..." and "decoder/...".
+Variable names follow the original's ("transformer/embedding", "shared/embedding", ...).
 """
 import math
 
@@ -36,10 +31,13 @@ from models.transformer.ensemble_logits import (  # pylint: disable=unused-impor
 from models.transformer.student_teacher import StudentTeacher, make_bi_student_teacher  # pylint: disable=unused-import
 
 
-def _round_up(n, divisor):
-  if not divisor:
-    return n
-  return (n + divisor - 1) // divisor * divisor
+def _vocab_dim(vocab_size, divisor):
+  """The "vocab" dim of vocab_size rounded up to a multiple of divisor (None if no size)."""
+  if not vocab_size:
+    return None
+  if divisor:
+    vocab_size = (vocab_size + divisor - 1) // divisor * divisor
+  return mtf.Dimension("vocab", vocab_size)
 
 
 def _check_ids(tensor, what, model_name):
@@ -56,11 +54,8 @@ def _check_ids(tensor, what, model_name):
 
 
 def autoregressive_inputs(targets, sequence_id=None):
-  """Targets shifted right by one along the length dim, 0 in front.
-
-  With packed examples (sequence_id given), the first position of every segment is 0
-  too, so no example sees the end of the previous one.
-  """
+  """Targets shifted right by one along the length dim, 0 in front (and, with
+  sequence_id, at the start of every packed segment)."""
   length_dim = targets.shape.dims[-1]
   inputs = mtf.shift(targets, offset=1, dim=length_dim, wrap=False)
   if sequence_id is not None:
@@ -71,10 +66,7 @@ def autoregressive_inputs(targets, sequence_id=None):
 
 
 def shift_targets(targets, bos_id=0, eos_id=1):
-  """Targets shifted right by one, with bos_id at the start and after every eos_id.
-
-  EOS delimits the sequences of a delimited LM, so each one starts again from BOS.
-  """
+  """Targets shifted right by one, with bos_id at the start and after every eos_id."""
   length_dim = targets.shape.dims[-1]
   previous = mtf.shift(targets, offset=1, dim=length_dim, wrap=False)
   first = mtf.equal(mtf.range(targets.mesh, length_dim, tf.int32), 0)
@@ -114,26 +106,19 @@ class Unitransformer:
   """A single Transformer stack: a language model, an encoder, or a decoder.
 
   Args (those of the original):
-    layer_stack: a LayerStack.
-    d_model: width of the residual stream.
-    input_vocab_size: ids in the inputs (None: the inputs are not token ids).
-    output_vocab_size: ids in the outputs (None: the model returns hidden states).
-    autoregressive: each position sees only earlier ones (a decoder / LM).
+    input_vocab_size / output_vocab_size: None: the inputs are not token ids / the
+      model returns hidden states.
     max_length: size of the positional-embedding table.
     shared_embedding_and_softmax_weights: the logits use the input embedding matrix.
-    label_smoothing: spread this much target mass uniformly over the vocab.
     z_loss: coefficient of the log-partition penalty added in training.
-    name: variable scope of the model.
-    layout, mesh_shape: the layout rules and mesh shape the model is lowered with (read
-      by layers such as MoE), kept as one MeshLayout (`mesh_layout`; None unless both
-      are given). layout may be the MeshImpl's MeshLayout itself (mesh_shape None).
+    layout, mesh_shape: the layout rules and mesh shape the model is lowered with, kept
+      as one MeshLayout `mesh_layout` (None unless both are given; layout may be a
+      MeshLayout itself).
     vocab_divisor: the vocab dims are padded to a multiple of this.
     ensemble: number of independent models trained side by side (None: one).
     loss_fn: optional loss_fn(model, context, logits, targets, output_vocab_dim) giving
-      the whole scalar loss instead (the original's convention, e.g.
-      adaptive_softmax.adaptive_softmax_loss_fn).
-    positional_embedding: add a learned positional embedding.
-    sinusoid_positional_embedding: add fixed sinusoids instead.
+      the whole scalar loss instead.
+    sinusoid_positional_embedding: add fixed sinusoids instead of a learned embedding.
     input_full_attention: the inputs part of a delimited LM attends in full.
     loss_on_targets_only: a delimited LM's loss skips its inputs part.
     loss_denominator: divide the summed loss by this (default targets.size).
@@ -151,12 +136,8 @@ class Unitransformer:
     self.model_dim = mtf.Dimension("d_model", d_model)
     self.input_vocab_size = input_vocab_size
     self.output_vocab_size = output_vocab_size
-    self.input_vocab_dim = (mtf.Dimension("vocab", _round_up(input_vocab_size,
-                                                             vocab_divisor))
-                            if input_vocab_size else None)
-    self.output_vocab_dim = (mtf.Dimension("vocab", _round_up(output_vocab_size,
-                                                              vocab_divisor))
-                             if output_vocab_size else None)
+    self.input_vocab_dim = _vocab_dim(input_vocab_size, vocab_divisor)
+    self.output_vocab_dim = _vocab_dim(output_vocab_size, vocab_divisor)
     if autoregressive and self.output_vocab_dim is None:
       raise mtf.MtfError("Unitransformer %r: an autoregressive model needs an "
                          "output_vocab_size" % name)
@@ -239,24 +220,13 @@ class Unitransformer:
                   subsequence_id=None, position=None, encoder_output=None,
                   encoder_sequence_id=None, encoder_inputs=None, shared_params=None,
                   layer_outputs=None, encoder_layer_outputs=None, num_microbatches=1):
-    """Runs the model on all positions at once.
+    """Runs the model on all positions of inputs [batch..., length] at once; returns
+    (logits [batch..., length, vocab], loss scalar or None).
 
-    Args:
-      inputs: int Tensor [batch..., length] of token ids.
-      targets: int Tensor like inputs (or None).
-      compute_loss: whether to return the loss.
-      mode: ModeKeys.TRAIN / EVAL / PREDICT (train turns on dropout and z_loss).
-      variable_dtype: mtf.VariableDType of the variables.
-      sequence_id, subsequence_id, position: packing information (None: one example
-        per row at positions 0..length-1).
-      encoder_output, encoder_sequence_id, encoder_inputs: for a decoder.
-      shared_params: dict of weights shared with another model ("embedding",
-        "positional_embedding").
-      layer_outputs, encoder_layer_outputs: lists collecting per-layer outputs.
-      num_microbatches: how many microbatches make up the batch (scales the loss).
-
-    Returns:
-      (logits [batch..., length, vocab], loss scalar or None).
+    sequence_id, subsequence_id, position: packing information (None: one example per
+    row). encoder_*: for a decoder. shared_params: weights shared with another model
+    ("embedding", "positional_embedding"). layer_outputs, encoder_layer_outputs: lists
+    collecting per-layer outputs. num_microbatches scales the loss.
     """
     logits, losses = self.call_with_losses(
         inputs, targets, compute_loss, mode=mode, variable_dtype=variable_dtype,
@@ -319,10 +289,9 @@ class Unitransformer:
           name="embedding", ensemble_dim=self.ensemble_dim)
     x = vocab_embedding.ids_to_embedding(inputs, context)
     if self.token_dropout_rate and context.train:
-      keep = mtf.cast(mtf.greater_equal(
+      x *= mtf.cast(mtf.greater_equal(
           mtf.random_uniform(mesh, inputs.shape, dtype=x.dtype), self.token_dropout_rate),
-                      x.dtype)
-      x *= keep
+                    x.dtype)
     if self.positional_embedding or self.sinusoid_positional_embedding:
       x += self._positional_embedding(context, x)
     return x, vocab_embedding
@@ -426,12 +395,8 @@ class Unitransformer:
 
 @gin.configurable(module="transformer")
 class Bitransformer:
-  """An encoder-decoder: two Unitransformers, optionally sharing their embeddings.
-
-  The encoder reads the inputs (full attention); the decoder reads the targets shifted
-  right and attends to the encoder output through its EncDecAttention layers. With
-  shared_embedding, both use "shared/embedding" (and "shared/positional_embedding"
-  when their max lengths agree).
+  """An encoder-decoder: two Unitransformers, with shared_embedding both using
+  "shared/embedding" (and "shared/positional_embedding" when their max lengths agree).
   """
 
   def __init__(self, encoder, decoder, shared_embedding=True):
@@ -481,13 +446,9 @@ class Bitransformer:
   def encode(self, inputs, compute_loss=False, mode=ModeKeys.PREDICT,
              variable_dtype=mtf.VariableDType(tf.float32), encoder_sequence_id=None,
              encoder_position=None, num_microbatches=1):
-    """Runs the encoder on inputs; returns (decoder_kwargs, encoder_losses).
-
-    decoder_kwargs are what the decoder's call_simple needs to attend to the encoder:
-    encoder_output, encoder_sequence_id, encoder_inputs (length renamed to
-    memory_length), shared_params and encoder_layer_outputs. Unpacked inputs mark
-    padding by id 0; as in the original (and in decoding), padding then gets sequence
-    id 0 so no real position attends to it.
+    """Runs the encoder on inputs; returns (decoder_kwargs, encoder_losses), the kwargs
+    those of the decoder's call_simple (encoder_*, length renamed memory_length, and
+    shared_params). Without encoder_sequence_id, padding (id 0) gets sequence id 0.
     """
     _check_ids(inputs, "inputs", "Bitransformer")
     if encoder_sequence_id is None:
@@ -510,11 +471,7 @@ class Bitransformer:
                   variable_dtype=mtf.VariableDType(tf.float32), encoder_sequence_id=None,
                   decoder_sequence_id=None, decoder_subsequence_id=None,
                   encoder_position=None, decoder_position=None, num_microbatches=1):
-    """Encodes inputs, decodes targets (teacher-forced); returns (logits, loss).
-
-    The decoder needs no padding mask for unpacked targets: their padding comes after
-    the real tokens, and causal attention never looks ahead.
-    """
+    """Encodes inputs, decodes targets (teacher-forced); returns (logits, loss)."""
     _check_ids(targets, "targets", "Bitransformer")
     encoded, encoder_losses = self.encode(
         inputs, compute_loss, mode=mode, variable_dtype=variable_dtype,
@@ -534,8 +491,7 @@ class Bitransformer:
              alpha=0.6, temperature=0.0, sampling_keep_top_k=-1,
              decode_length_multiplier=1.5, decode_length_constant=10,
              max_decode_length=None):
-    """Decodes outputs for inputs (greedy, sampling or beam); see
-    decoding.bitransformer_decode."""
+    """Decodes outputs for inputs; see decoding.bitransformer_decode."""
     from models.transformer import decoding  # pylint: disable=g-import-not-at-top
     return decoding.bitransformer_decode(
         self, inputs, variable_dtype=variable_dtype, beam_size=beam_size, alpha=alpha,
@@ -566,12 +522,9 @@ def _stack_for(scope, default_layers):
 def make_bitransformer(input_vocab_size=gin.REQUIRED, output_vocab_size=gin.REQUIRED,
                        layout=None, mesh_shape=None, encoder_name="encoder",
                        decoder_name="decoder", bitransformer_cls=Bitransformer):
-  """A Bitransformer whose encoder and decoder are configured under the gin scopes
-  "encoder" and "decoder" (e.g. `decoder/make_layer_stack.layers = [...]`).
-
-  Without gin bindings the encoder layers are [SelfAttention, DenseReluDense] and the
-  decoder's [SelfAttention, EncDecAttention, DenseReluDense].
-  """
+  """A Bitransformer configured under the gin scopes "encoder" and "decoder" (e.g.
+  `decoder/make_layer_stack.layers = [...]`; default layers [SelfAttention,
+  (EncDecAttention,) DenseReluDense])."""
   from models.transformer import transformer_layers  # pylint: disable=g-import-not-at-top
   encoder_stack = _stack_for("encoder", [transformer_layers.SelfAttention,
                                          transformer_layers.DenseReluDense])

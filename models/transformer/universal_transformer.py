@@ -1,61 +1,40 @@
 """The Universal Transformer (Dehghani et al. 2018): `UTLayerStack`.
 
 The stack's `layers` form one block, applied num_inrecurrence_layers times per step for
-num_rec_steps steps, always with the same weights. Each step first adds (or concatenates
-and projects back with the dense "step_preprocess_projection") a signal of the step
-(sinusoid, or the learned rows of "layer_embedding"; a step past the table's rows gets
-zeros, as the original's gather gave).
+num_rec_steps steps with the same weights. Each step first adds (or concatenates and
+projects back with "step_preprocess_projection") a signal of the step: a sinusoid, or
+the learned rows of "layer_embedding" (zeros past its rows, as the original's gather).
 
-Position signal: the original (0.1.21) never adds the sinusoid of the positions, whatever
-add_position_timing_signal says (its test names that flag twice and only decides the
-concat projection). The port matches those numbers by default; the port's flag
-apply_position_timing_signal=True adds the sinusoid (from position_start_index) when
-add_position_timing_signal asks. With "concat", the original fails whenever a signal
-is asked for (its concat of the step signal, and its projection, raise), so the port's
-concat-and-project has no original numbers to match.
+The original (0.1.21) never adds the sinusoid of the positions, whatever
+add_position_timing_signal says; the port matches that by default, and
+apply_position_timing_signal=True adds it. The original's "concat" fails whenever a
+signal is asked for, so the port's concat-and-project has no original numbers to match.
 
-Recurrence types:
+recurrence_type "basic": x <- block(step_preprocess(x)). "highway": x <- x * carry +
+block(...) * transform, each step's gates sigmoid(dense(...)) of gates_inputs (state
+"s", transformed state "t", inputs "i"); carry = 1 - transform when
+couple_carry_transform_gates. "act": adaptive computation time (Graves 2016): a halting
+unit p = sigmoid(w . x + b) (b starts at 1) accumulates per position until it passes
+1 - act_epsilon. A step's update weight w is p while a position runs, its remainder R =
+1 - (sum of its earlier p) when it halts, then 0. act_type "basic": output <- s * w +
+output * (1 - w); "accumulated": output <- s * w + output; "global": "basic" with one p
+per sequence, the positions' mean (so no incremental decoding); "random": "basic" with p
+uniform in [0, 1). As in the original, steps 0 .. act_max_steps run. The ponder cost
+act_loss_weight * mean(N + R) (N: steps taken; a port parameter, default 0) goes to
+context.losses.
 
-- "basic": x <- block(step_preprocess(x)).
-- "highway": x <- x * carry + block(...) * transform, with gates sigmoid(dense(...))
-  of the state ("s"), the transformed state ("t") and the step's input ("i") as chosen
-  by gates_inputs; carry = 1 - transform when couple_carry_transform_gates. Each step
-  has gates of its own.
-- "act": adaptive computation time (Graves 2016, as the UT paper uses it): a halting unit
-  p = sigmoid(w . x + b) (b starts at 1) accumulates per position until it passes
-  1 - act_epsilon; at most act_max_steps steps. Each step's update weight is p while a
-  position runs, its remainder R = 1 - (sum of its earlier p) at the step it halts, and 0
-  after. act_type chooses how the output (zeros at first) takes the step's new state s:
-  "basic": output <- s * w + output * (1 - w); "accumulated": output <- s * w + output
-  (the ACT paper's weighted sum); "global": as "basic" with one p per sequence, the mean
-  of the positions' p (it pools over the whole sequence, so it cannot decode
-  incrementally); "random": as "basic" with p drawn uniformly from [0, 1) (no halting
-  unit). As in the original, the loop is unrolled to act_max_steps + 1 steps (steps
-  0 .. act_max_steps; the last one's learned step signal is zeros). The ponder cost
-  act_loss_weight * mean(N + R) (N: the steps a position took) goes to context.losses
-  when act_loss_weight > 0 (a port parameter; the original's UTLayerStack takes no
-  ponder-cost weight, so it defaults to 0).
+num_vanilla_transformer_layers ordinary passes through the block may run before and/or
+after the recurrence. Each layer is pre-norm residual, x + dropout(y), or with
+use_gated_transformer x + dropout(g) for a gate g by gating_type: "highway": x * carry +
+y * transform; "gru": z, r = sigmoid(dense([x, y])), c = sigmoid(dense([r * x, y])),
+g = (1 - z) * y + z * c. As in the original, gate inputs are layer-normed in place, so a
+second gate over the same inputs sees them normed twice. The stack ends with a layer
+norm and dropout.
 
-Optionally num_vanilla_transformer_layers ordinary passes through the block run before
-and/or after the recurrence. Each layer is pre-norm residual: x + dropout(y) for the
-layer's output y on the normed x, or, with use_gated_transformer, x + dropout(g) for a
-gate g of x and y by gating_type: "highway": x * carry + y * transform (two gates from
-x); "gru": update and reset gates z, r = sigmoid(dense([x, y])), candidate
-c = sigmoid(dense([r * x, y])) (a sigmoid, as in the original), g = (1 - z) * y + z * c.
-Gate inputs are layer-normed in place, as in the original: a second gate over the same
-inputs (the carry gate, the GRU's reset gate, the highway recurrence's uncoupled carry
-gate) sees them normed twice. The stack ends with a layer norm and dropout.
-
-Variables carry the original's (mesh-tensorflow 0.1.21) names and shapes, so its
-checkpoints load: in the stack's scope "layer_embedding" [steps, d_model],
-"sigmoid_activation_for_pondering/dense/kernel" [d_model, 1] and ".../dense_1/bias" [1],
-the highway gates' unnamed dense layers "dense/kernel", "dense_1/bias", "dense_2/kernel",
-... (numbered on through the steps), and one "layer_prepostprocess/layer_norm/
-layer_norm_{scale,bias}" shared by the final norm and the highway gates' input norms.
-Every pass through the block (vanilla or recurrent) uses the same "<layer name>/..."
-weights, with the norm "<layer name>/layer_prepostprocess/layer_norm/..."; a gated
-layer's gates live in "<layer name>/<layer class>/" as "dense", "dense_1", ... with their
-own shared input norm "layer_prepostprocess/layer_norm/...".
+Variables carry the original's names and shapes, so its checkpoints load:
+"layer_embedding", "sigmoid_activation_for_pondering/dense/kernel", the gates' unnamed
+"dense/kernel", "dense_1/bias", ... (numbered on through the steps), and norms
+"layer_prepostprocess/layer_norm/layer_norm_{scale,bias}" shared within a scope.
 """
 import math
 
@@ -92,11 +71,8 @@ def timing_signal(positions, channels_dim, min_timescale=1.0, max_timescale=1.0e
 
 
 class _ScopeNames:
-  """Names for unnamed layers in one entry of a variable scope: "dense", "dense_1", ...
-
-  The original created its gates and halting unit with unnamed mtf.layers.dense calls,
-  which TF1 numbered per default name, afresh each time the enclosing scope was entered.
-  Its dense took one number for the kernel and the next for the bias.
+  """Names for unnamed layers in one entry of a variable scope: "dense", "dense_1", ...,
+  as TF1 numbered the original's unnamed dense layers (kernel and bias one number each).
   """
 
   def __init__(self):
@@ -112,18 +88,10 @@ class _ScopeNames:
 class UTLayerStack(TransformerLayer):
   """A Universal Transformer layer stack (see the module docstring).
 
-  Args (the original's): layers; dropout_rate, norm_epsilon; num_vanilla_transformer_
-  layers; couple_carry_transform_gates (highway recurrence only); act_type ("basic");
-  recurrence_type ("basic", "highway", "act"); act_max_steps, act_epsilon;
-  num_rec_steps; num_inrecurrence_layers; position_start_index (an int, or "step":
-  step * length // steps; "random" only while the position signal is not applied);
-  add_or_concat_timing_signal ("add", "concat"); step_timing_signal_type ("learned",
-  "sinusoid"); add_position_timing_signal, add_step_timing_signal;
-  mix_with_transformer_before_ut, mix_with_transformer_after_ut; gates_inputs (letters
-  of "sti"); gate_ffn_layer ("dense", "dense_relu_dense"); use_gated_transformer;
-  gating_type ("highway", "gru"). The port's own: act_loss_weight (the ponder cost's
-  weight, 0 = none as in the original); apply_position_timing_signal (False, as the
-  original: add_position_timing_signal adds nothing; True adds it).
+  The arguments are the original's, plus act_loss_weight and apply_position_timing_signal.
+  position_start_index: an int, or "step" (step * length // steps); "random" only while
+  the position signal is not applied. step_timing_signal_type: "learned" or "sinusoid";
+  gate_ffn_layer: "dense" or "dense_relu_dense".
   """
 
   def __init__(self, layers, dropout_rate=0.0, norm_epsilon=1e-6,
@@ -181,8 +149,7 @@ class UTLayerStack(TransformerLayer):
     return x.shape.dims[-1]
 
   def _layer_norm(self, context, x):
-    """Layer norm over the last dim, "layer_prepostprocess/layer_norm/..." in the
-    current scope (every norm of one scope shares its weights, as in the original)."""
+    """Layer norm over the last dim ("layer_prepostprocess/layer_norm/...")."""
     del context
     return mtf.layers.layer_norm(x, x.shape.dims[-1], self.norm_epsilon)
 
@@ -199,14 +166,12 @@ class UTLayerStack(TransformerLayer):
     return self.act_max_steps if self.recurrence_type == "act" else self.num_rec_steps
 
   def _shared_weights(self):
-    """A scope in which a variable name made again finds the existing variable: every
-    pass through the block, and every norm of one scope, shares its weights."""
+    """A scope in which a variable made again is the existing one (AUTO_REUSE)."""
     return mtf.variable_scope("", reuse=tf.compat.v1.AUTO_REUSE)
 
   def _dense(self, context, x, reduced_dim, new_dim, names, activation=None,
              kernel_initializer=None, bias_initializer=None):
-    """activation(x . kernel + bias), the kernel in scope names("dense") and the bias in
-    the next one, as the original's unnamed mtf.layers.dense named them."""
+    """activation(x . kernel + bias), kernel and bias in the next two names("dense")."""
     y = mtf.layers.dense(x, new_dim, reduced_dims=[reduced_dim], use_bias=False,
                          kernel_initializer=kernel_initializer,
                          variable_dtype=context.variable_dtype, name=names("dense"))
@@ -229,8 +194,7 @@ class UTLayerStack(TransformerLayer):
     return timing_signal(positions, channels, min_timescale, max_timescale)
 
   def get_layer_timing_signal_learned_1d(self, context, channels, layer, num_layers):
-    """Row `layer` of the learned "layer_embedding" [num_layers, channels], times
-    sqrt(channels)."""
+    """Row `layer` of the learned "layer_embedding" [num_layers, channels] * sqrt(channels)."""
     steps_dim = mtf.Dimension("num_ut_steps", num_layers)
     table = mtf.get_variable(
         context.mesh, "layer_embedding", mtf.Shape([steps_dim, channels]),
@@ -290,13 +254,9 @@ class UTLayerStack(TransformerLayer):
   def ffn_layer_multi_inputs(self, context, mask, inputs_list, ffn_layer_type="dense",
                              kernel_initializer=None, activation=None, preprocess=False,
                              postprocess=False, names=None):
-    """A feed-forward net over several inputs side by side, giving d_model outputs.
-
-    preprocess layer-normalizes each input (all with the scope's one norm);
-    postprocess adds dropout. names (a port argument) numbers the unnamed layers of the
-    current scope ("dense", "dense_1", ...; "dense_relu_dense", ...), so that the
-    gates of one scope entry each get their own.
-    """
+    """A feed-forward net over several inputs side by side, giving d_model outputs;
+    preprocess layer-normalizes each input, postprocess adds dropout. names (a port
+    argument, a _ScopeNames) numbers the unnamed layers of the current scope."""
     _check_choice("ffn_layer_type", ffn_layer_type, ("dense", "dense_relu_dense"))
     names = names or _ScopeNames()
     model_dim = inputs_list[0].shape.dims[-1]
@@ -324,11 +284,8 @@ class UTLayerStack(TransformerLayer):
     return y
 
   def gating(self, context, x, transformed_x, mask):
-    """The gating_type gate between a layer's input x and its output transformed_x.
-
-    As in the original, the highway gate here always has a carry gate of its own
-    (couple_carry_transform_gates applies to the highway recurrence only).
-    """
+    """The gating_type gate between a layer's input x and its output transformed_x (the
+    highway gate's carry gate is its own whatever couple_carry_transform_gates)."""
     names = _ScopeNames()
 
     def gate(inputs, activation=mtf.sigmoid):

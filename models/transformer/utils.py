@@ -6,6 +6,7 @@ here is a helper the original offered under the same name.
 """
 import contextlib
 import functools
+import math
 import os
 
 import gin
@@ -50,15 +51,11 @@ def build_model(model_type="bitransformer", input_vocab_size=gin.REQUIRED,
                 output_vocab_size=gin.REQUIRED, layout_rules=None, mesh_shape=None):
   """The model of model_type, which the returned model keeps as `model.model_type`.
 
-  "bitransformer": an encoder-decoder (inputs -> targets).
-  "lm": an autoregressive Unitransformer on "targets" alone.
-  "delimited_lm": the same Unitransformer trained on inputs and targets, each example
-    read as one sequence [inputs, targets] (see _dynamic_text2self); it decodes by
-    continuing "inputs EOS". Its checkpoints are those of an "lm".
-  "aligned": a non-autoregressive Unitransformer (like BERT): targets are predicted
-    position by position from inputs of the same length.
-  "bi_student_teacher": a StudentTeacher of two Bitransformers (gin scopes "student/"
-    and "teacher/", see make_bi_student_teacher).
+  "bitransformer": an encoder-decoder (inputs -> targets). "lm": an autoregressive
+  Unitransformer on "targets". "delimited_lm": that Unitransformer trained on each
+  example as one sequence [inputs, targets], decoding by continuing "inputs EOS".
+  "aligned": a non-autoregressive Unitransformer (like BERT) predicting targets from
+  inputs of the same length. "bi_student_teacher": see make_bi_student_teacher.
   """
   from models.transformer import transformer  # pylint: disable=g-import-not-at-top
   if model_type in ("lm", "delimited_lm", "aligned"):
@@ -92,11 +89,9 @@ def _max_length(sequence_length):
 def compute_batch_size(sequence_length, mesh_shape, layout_rules, method_and_value):
   """Sequences per batch, as the original computes it.
 
-  method_and_value is (method, value): "sequences_per_batch" (value sequences),
-  "tokens_per_batch" (value tokens of targets), "sequences_per_replica" or
-  "tokens_per_replica" (the same per data-parallel replica: times the size of the mesh
-  dim that the "batch" layout rule splits over). Tokens count the targets length
-  (sequence_length["targets"] for a dict) and must divide evenly.
+  method_and_value is (method, value): "sequences_per_batch", "tokens_per_batch" (tokens
+  of targets, which must make whole sequences), "sequences_per_replica" or
+  "tokens_per_replica" (per data-parallel replica of the "batch" layout rule).
   """
   try:
     method, value = method_and_value
@@ -202,14 +197,10 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
   defaults.gin binds this port's defaults: an LM, 1000 steps, ...), then the port's.
 
   Args:
-    tpu_job_name, gcp_project, tpu_zone, autostack, output_eval_examples: accepted
-      and unused (nothing to connect to, no variable stacking in TF 2).
+    tpu_job_name, gcp_project, tpu_zone, autostack, output_eval_examples: unused.
     tpu: must be None: a TPU runs the library under TPUStrategy (README).
     model_dir: checkpoints, summaries, eval results, operative_config.gin.
-    model_type: "lm" (decoder-only Unitransformer), "bitransformer",
-      "delimited_lm" (an LM on [inputs, targets]), "aligned" (non-autoregressive,
-      targets aligned with inputs) or "bi_student_teacher" (distillation; see
-      student_teacher.py); see build_model.
+    model_type: see build_model.
     vocabulary: a vocabulary object (default ByteVocabulary).
     train_dataset_fn, eval_dataset_fn: fn(sequence_length, vocabulary, dataset_split)
       -> unbatched tf.data.Dataset of int32 feature dicts.
@@ -234,10 +225,7 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
       optimizer's default.
     optimizer: an mtf optimizer class (default AdafactorOptimizer).
     perplexity_eval_steps / eval_steps: batches per eval (eval mode / periodic eval
-      during training, which runs only when eval_steps is set). Eval mode evaluates
-      perplexity_eval_steps batches when the user set it (a value other than
-      defaults.gin's, as in the original), else eval_steps if that is set, else
-      defaults.gin's perplexity_eval_steps.
+      during training, only when eval_steps is set); see _eval_mode_steps.
     init_checkpoint: weights to start from when model_dir has no checkpoint (see
       should_load_variable and init_checkpoint_variable_mapping).
     eval_summary_dir, predict_fn, variable_filter, ensemble_inputs, train_model_fn,
@@ -246,19 +234,16 @@ def run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
     eval_dir_suffix: eval results go to <model_dir>/eval_<suffix>.
     decode_input_file, decode_output_file: prompts in, text out (decode mode).
     num_microbatches: microbatches per step (default: serialize_num_microbatches).
-    seed: seeds TensorFlow's global random state (initializers, tf.data shuffles),
-      Python's and numpy's before anything is built, so two runs of one config give
-      identical results; None leaves them unseeded.
+    seed: seeds TensorFlow's, Python's and numpy's random state before anything is
+      built (None: unseeded).
     eval_decode_batches: in eval (and periodic eval), greedily decode this many
       batches of an encoder-decoder model and report exact-match sequence accuracy.
-    skip_nonfinite_updates: by default a NaN/Inf loss stops training with an error
-      naming the step and the last good checkpoint; True skips that step's update
-      instead (every variable keeps its value) and goes on.
-    allow_checkpoint_mismatch: checkpoints record the vocabulary and the model's
-      hyperparameters (run_record.py); loading one written under others is refused,
-      unless this is True: then it only warns.
-    strict_layout: a layout rule naming a mesh dim the mesh lacks (a typo such as
-      "batch:bacth") is ignored with a warning; True makes it a LayoutError.
+    skip_nonfinite_updates: a NaN/Inf loss stops training with an error; True skips
+      that step's update instead.
+    allow_checkpoint_mismatch: loading a checkpoint written with another vocabulary or
+      model hyperparameters (run_record.py) only warns instead of failing.
+    strict_layout: a layout rule naming a mesh dim the mesh lacks is a LayoutError
+      instead of a warning.
   """
   del tpu_job_name, gcp_project, tpu_zone, autostack, output_eval_examples
   _refuse_unsupported(tpu=(tpu, None), eval_summary_dir=(eval_summary_dir, None),
@@ -405,9 +390,7 @@ def _checkpoint_at(model_dir, step):
 
 def _checked_model_fn(model_fn, batch_size, sequence_length, mesh_layout,
                       strict_layout=False):
-  """model_fn, after checking once that every layout rule names a dim of the model.
-
-  Its model_record() is run_record.model_record of that check's eval graph."""
+  """model_fn, checking once (_check_layout) first; its model_record() is the check's."""
   state = {"checked": False, "record": None}
 
   def check():
@@ -434,9 +417,8 @@ _USUAL_MESH_DIMS = ("all", "batch", "ensemble", "model")
 
 
 def _check_layout(model, batch_size, sequence_length, mesh_layout, strict_layout=False):
-  """Builds an eval graph of model, checks the layout's dim names against it and warns
-  (strict_layout: raises LayoutError) about rules naming an unusual mesh dim the mesh
-  lacks; returns run_record.model_record of the graph."""
+  """Checks the layout's dim names against an eval graph of model, warning (strict_layout:
+  LayoutError) about rules naming an unusual absent mesh dim; returns its model_record."""
   import difflib  # pylint: disable=g-import-not-at-top
   from mesh_tf.errors import LayoutError  # pylint: disable=g-import-not-at-top
   from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
@@ -472,13 +454,10 @@ def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
                    ensemble_parallelism=None):
   """The mesh shape the original trainer used on a TPU slice, as an mtf.Shape.
 
-  tpu_topology is a slice name "v2-8" / "v3-32" (the number is cores), a chip grid
-  "AxB" (2 cores per chip, as on TPU v2/v3; a "_twisted" suffix is ignored) or, in this
-  port, "AxBxC" (one core per entry). The cores are split into "ensemble"
-  (ensemble_parallelism), "batch" (what is left) and "model" (model_parallelism), and,
-  as in the original, dims of size 1 are left out: ("v2-8", 8) -> model:8. A list
-  model_parallelism is a HierarchicalTiling spec. The result runs on any backend here,
-  e.g. SIMD emulation on CPU.
+  tpu_topology: a slice name "v2-8" (8 cores), a chip grid "AxB" (2 cores per chip; a
+  "_twisted" suffix is ignored) or "AxBxC" (one core each). The cores are split into
+  "ensemble", "batch" (what is left) and "model", dims of size 1 left out: ("v2-8", 8)
+  -> model:8. A list model_parallelism is a HierarchicalTiling spec.
   """
   topology = str(tpu_topology)
   try:
@@ -488,11 +467,7 @@ def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
       sizes = [int(s) for s in topology.split("_twisted")[0].split("x")]
       if len(sizes) not in (2, 3):
         raise ValueError(topology)
-      num_cores = 1
-      for size in sizes:
-        num_cores *= size
-      if len(sizes) == 2:
-        num_cores *= 2
+      num_cores = math.prod(sizes) * (2 if len(sizes) == 2 else 1)
   except ValueError:
     num_cores = 0
   if num_cores < 1:
@@ -514,31 +489,22 @@ def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
 
 
 # ------------------------------------------------------------------------------------
-# Small helpers of the original's utils module (vocabulary pairs, eval metrics,
-# variable filters, checkpoint-restore hooks, checkpoint choice). They are plain
-# functions, not gin configurables, until utils.run consults them: gin_compat reports a
-# binding of one as skipped (OMITTED_CONFIGURABLES) instead of binding it to no effect.
+# Small helpers of the original's utils module; those utils.run does not consult are not
+# gin configurables (gin_compat reports a binding of one as skipped).
 
 
 def inputs_vocabulary(vocabulary):
-  """The vocabulary of the inputs: the first of an (inputs, targets) tuple, else the
-  vocabulary itself."""
-  if isinstance(vocabulary, tuple):
-    return vocabulary[0]
-  return vocabulary
+  """The first of an (inputs, targets) vocabulary tuple, else vocabulary itself."""
+  return vocabulary[0] if isinstance(vocabulary, tuple) else vocabulary
 
 
 def targets_vocabulary(vocabulary):
-  """The vocabulary of the targets: the second of an (inputs, targets) tuple, else the
-  vocabulary itself."""
-  if isinstance(vocabulary, tuple):
-    return vocabulary[1]
-  return vocabulary
+  """The second of an (inputs, targets) vocabulary tuple, else vocabulary itself."""
+  return vocabulary[1] if isinstance(vocabulary, tuple) else vocabulary
 
 
 def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
-  """An (inputs, targets) vocabulary pair (what inputs_vocabulary/targets_vocabulary
-  and the dataset functions read)."""
+  """An (inputs, targets) vocabulary pair."""
   if inputs is gin.REQUIRED or targets is gin.REQUIRED:
     raise MtfError("separate_vocabularies: give both the inputs and the targets "
                    "vocabulary")
@@ -552,9 +518,8 @@ def _metric_accumulator(values, name, default_name, update):
 
 
 def metric_max(values, name=None, **kwargs):
-  """(max so far, update): a running maximum of `values`, starting at 0, as an eval
-  metric of the original (its TF 1 metric contract). `update` is the assign op (run
-  eagerly at once in eager mode); kwargs (e.g. weights) are ignored, as there."""
+  """(max so far, update op): a running maximum of `values` from 0, the original's TF 1
+  metric contract; kwargs (e.g. weights) are ignored, as there."""
   del kwargs
   return _metric_accumulator(
       values, name, "metric_max",
@@ -569,35 +534,28 @@ def metric_sum(values, name=None, **kwargs):
 
 
 def variable_filter_max_size(v, max_size=1e7):
-  """Whether mtf.Variable v has at most max_size elements (a `variable_filter` that
-  leaves the largest variables untrained)."""
+  """Whether mtf.Variable v has at most max_size elements (a `variable_filter`)."""
   return v.shape.size <= max_size
 
 
 @gin.configurable(module="utils")
 def init_checkpoint_variable_mapping(name, mapping_fn=None):
-  """The checkpoint name to restore variable `name` from: mapping_fn(name) when given,
-  else name."""
-  if mapping_fn:
-    return mapping_fn(name)
-  return name
+  """The checkpoint name to restore variable `name` from (mapping_fn(name) if given)."""
+  return mapping_fn(name) if mapping_fn else name
 
 
 @gin.configurable(module="utils")
 def should_load_variable(name, filter_fn=None):
-  """Whether variable `name` is restored from the init checkpoint: filter_fn(name) when
-  given, else True."""
-  if filter_fn:
-    return filter_fn(name)
-  return True
+  """Whether variable `name` is restored from the init checkpoint (filter_fn(name) if
+  given)."""
+  return filter_fn(name) if filter_fn else True
 
 
 @gin.configurable(module="utils")
 def serialize_num_microbatches(batch_dim, sequence_length, mesh_shape, layout_rules,
                                tokens_per_microbatch_per_replica=None):
-  """Microbatches per step so each replica handles about
-  tokens_per_microbatch_per_replica tokens at a time (1 when that is None): the largest
-  divisor of the per-replica batch that fits."""
+  """Microbatches per step so each replica handles at most about
+  tokens_per_microbatch_per_replica tokens at a time (1 when that is None)."""
   if not tokens_per_microbatch_per_replica:
     return 1
   batch_per_replica = mtf.tensor_dim_to_size_per_split(layout_rules, mesh_shape,
@@ -643,14 +601,10 @@ def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after
   """Checkpoint paths of model_dir to evaluate or decode, as the original chose them.
 
   checkpoint_step: an int (that step's checkpoint, or the closest one when
-  find_closest), a list of ints (each), None (the latest, if after skip_until: a
-  discovery.Latest, which readers replace by the newest complete checkpoint should a
-  trainer prune it before it is read) or "all"
-  (every checkpoint after skip_until in step order, waiting for new ones until one at or
-  after stop_after has been given).
+  find_closest), a list of ints, None (the latest if after skip_until, as a
+  discovery.Latest) or "all" (every checkpoint after skip_until, waiting for new ones
+  until one at or after stop_after).
   """
-  def path(step):
-    return os.path.join(model_dir, "model.ckpt-%d" % step)
   if checkpoint_step == "all":
     return _all_checkpoints(model_dir, skip_until, stop_after)
   if checkpoint_step is None:
@@ -662,14 +616,13 @@ def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0, stop_after
   wanted = [checkpoint_step] if single else list(checkpoint_step)
   if find_closest:
     wanted = [_closest_step(int(s), model_dir) for s in wanted]
-  return [path(int(s)) for s in wanted]
+  return [os.path.join(model_dir, "model.ckpt-%d" % int(s)) for s in wanted]
 
 
 def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
-  """Parses gin as the trainer's command line does: defaults.gin, then the files of
-  --gin_file (found under --gin_location_prefix) and the bindings of --gin_param, from
-  the absl flags that main.py defines (absent flags count as empty); then locks the
-  config unless finalize_config is False. skip_unknown is gin's option."""
+  """Parses gin as the trainer's command line does (defaults.gin, then the --gin_file,
+  --gin_location_prefix and --gin_param flags main.py defines); then locks the config
+  unless finalize_config is False."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   from models.transformer.trainer import gin_setup  # pylint: disable=g-import-not-at-top
   flag_values = flags.FLAGS
@@ -688,13 +641,9 @@ def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True):
 def _dynamic_text2self(mtf_features):
   """Rewrites a text2text feature dict (mtf Tensors) as text2self, for "delimited_lm".
 
-  Each example's (or, when packed, each segment's) input tokens are followed directly by
-  its target tokens in a new "targets" sequence twice as long; the length dim of the
-  result is named "length". Packed features ("inputs_segmentation",
-  "inputs_position", "targets_segmentation", "targets_position" present) give
-  "targets", "targets_segmentation" and "targets_position", where a target token's
-  position continues after its segment's inputs. Unpacked features ("inputs" and
-  "targets" only, 0 being padding) give "targets" alone.
+  Each example's (or packed segment's) input tokens are followed by its target tokens in
+  a "targets" twice as long (length dim "length"). Packed features also give
+  "targets_segmentation" and "targets_position" (positions continuing after the inputs).
   """
   inputs = mtf_features["inputs"]
   targets = mtf_features["targets"]
@@ -750,17 +699,9 @@ def _dynamic_text2self(mtf_features):
 
 
 def _maybe_add_pretokenized_features(examples, vocabulary):
-  """Gives each example "inputs_pretokenized"/"targets_pretokenized" where it lacks them.
-
-  A missing "<feature>_pretokenized" is the feature's token ids decoded with the
-  matching vocabulary (inputs_vocabulary / targets_vocabulary of `vocabulary`); features
-  the example does not have, and pretokenized values it already has, are left alone.
-  The examples are changed in place and returned.
-
-  Args:
-    examples: a list of dicts from feature name to a sequence of token ids.
-    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
-  """
+  """examples (dicts of token ids, changed in place), each missing
+  "<inputs|targets>_pretokenized" made by decoding the feature's ids with its
+  vocabulary (a Vocabulary or an (inputs, targets) pair)."""
   vocabs = {"inputs": inputs_vocabulary(vocabulary),
             "targets": targets_vocabulary(vocabulary)}
   warned = set()

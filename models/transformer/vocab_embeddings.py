@@ -1,10 +1,6 @@
 """Vocabulary embeddings: token ids to vectors, and (shared weights) vectors to logits.
-
-`VocabEmbedding` holds one [vocab, d_model] matrix named `name` ("embedding") in the
-enclosing scope, e.g. "transformer/embedding" or "shared/embedding". The gin hook
-`get_vocab_embedding_cls` swaps in another class with the same constructor, such as
-`FactorizedVocabEmbedding`, `AdaptiveVocabEmbedding`, `MixtureOfSoftmaxes` or `Mixtape`
-(vocab_mixtape.py).
+`VocabEmbedding` holds one [vocab, d_model] matrix ("transformer/embedding", ...); the
+gin hook `get_vocab_embedding_cls` swaps in another class with the same constructor.
 """
 import gin
 import tensorflow as tf
@@ -13,12 +9,8 @@ import mesh_tf as mtf
 
 
 def _random_normal(stddev=1.0):
-  """A TF1-style normal initializer, looked up on tf.compat.v1 when the variable is made.
-
-  The lookup happens at call time (not at import), so patching
-  `tensorflow.compat.v1.random_normal_initializer` changes the initial values, as it did
-  for the original's layers.
-  """
+  """A TF1-style normal initializer, looked up when the variable is made (so a patched
+  `tf.compat.v1.random_normal_initializer` is honoured, as by the original's layers)."""
   return tf.compat.v1.random_normal_initializer(stddev=stddev)
 
 
@@ -37,15 +29,9 @@ def _check_ids(ids, vocab_dim, what):
 class VocabEmbedding:
   """A [ensemble?, vocab, d_model] embedding matrix, usable as the softmax weights too.
 
-  Args:
-    mesh: the mtf.Mesh.
-    vocab_dim, output_dim: the (padded) vocab Dimension and the d_model Dimension.
-    variable_dtype: mtf.VariableDType of the matrix.
-    name: variable name ("embedding").
-    ensemble_dim: optional leading ensemble Dimension.
-    scale_variable_like_classifier_weights: initialize with stddev d_model**-0.5 and
-      multiply looked-up embeddings by d_model**0.5 (instead of unit stddev and scaling
-      the hidden state by d_model**-0.5 before the logits).
+  scale_variable_like_classifier_weights: initialize with stddev d_model**-0.5 and
+  multiply looked-up embeddings by d_model**0.5 (instead of unit stddev and scaling the
+  hidden state by d_model**-0.5 before the logits).
   """
 
   def __init__(self, mesh, vocab_dim, output_dim, variable_dtype, name, ensemble_dim,
@@ -88,12 +74,8 @@ def get_vocab_embedding_cls(cls=VocabEmbedding):
 
 @gin.configurable(module="vocab_embeddings")
 class FactorizedVocabEmbedding:
-  """A low-rank embedding: [vocab, inner] times [inner, d_model] (ALBERT-style).
-
-  Variables "<name>1" ([vocab, inner_dimension_size]) and "<name>2" ([inner,
-  d_model]) in the enclosing scope, as the original named them (it made both with
-  mtf.layers.embedding_weights).
-  """
+  """A low-rank embedding (ALBERT-style): "<name>1" [vocab, inner_dimension_size] times
+  "<name>2" [inner, d_model], as the original named them."""
 
   def __init__(self, mesh, vocab_dim, output_dim, variable_dtype, name, ensemble_dim,
                inner_dimension_size=gin.REQUIRED):
@@ -204,9 +186,7 @@ class AdaptiveVocabEmbedding:
   def hidden_to_logits(self, hidden, context):
     """Logits over the whole vocab: the clusters' logits side by side."""
     logits = [c.hidden_to_logits(hidden, context) for c in self._clusters]
-    if len(logits) == 1:
-      return logits[0]
-    return mtf.concat(logits, self._vocab_dim.name)
+    return logits[0] if len(logits) == 1 else mtf.concat(logits, self._vocab_dim.name)
 
 
 @gin.configurable(module="vocab_embeddings")

@@ -1,11 +1,9 @@
 """Vocabularies: text <-> token ids, in Python and in TF ops.
 
 Every vocabulary reserves id 0 for padding (PAD) and id 1 for end of sequence (EOS);
-decoding stops at the first EOS and drops PAD. `ByteVocabulary` is the default: UTF-8
-bytes shifted by 3, written in plain TF ops so that an exported SavedModel can turn
-text into ids and back without mesh_tf. `SentencePieceVocabulary` wraps a SentencePiece
-model file (the `sentencepiece` package, extra "text"), which `train_sentencepiece` can
-train on the fly from a few KB of text.
+decoding stops at the first EOS and drops PAD. `ByteVocabulary`, the default, is plain
+TF ops, so an exported SavedModel needs no mesh_tf. `SentencePieceVocabulary` needs the
+`sentencepiece` package (extra "text"); `train_sentencepiece` trains a model on the fly.
 """
 import glob as glob_lib
 import os
@@ -23,11 +21,7 @@ UNK_ID = 2
 
 
 class Vocabulary:
-  """Abstract vocabulary: ids 0 (PAD) and 1 (EOS) are reserved.
-
-  Subclasses implement `vocab_size`, `_encode`, `_decode`, `encode_tf` and `_ids_to_tf`
-  hooks; the base class handles the EOS/PAD rules shared by all of them.
-  """
+  """Abstract vocabulary: ids 0 (PAD) and 1 (EOS) are reserved."""
 
   pad_id = PAD_ID
   eos_id = EOS_ID
@@ -244,20 +238,13 @@ def _text_lines(text_iterator_or_files):
 def train_sentencepiece(text_iterator_or_files, vocab_size, model_prefix=None,
                         model_type="unigram", character_coverage=1.0,
                         max_sentence_length=4192, extra_options=None):
-  """Trains a SentencePiece model (pad=0, eos=1, unk=2, no bos) and returns its path.
+  """Trains a SentencePiece model (pad=0, eos=1, unk=2, no bos); returns its .model path.
 
-  Args:
-    text_iterator_or_files: file paths/globs, or an iterable of text strings (each
-      string may hold several lines).
-    vocab_size: number of pieces, reserved ids included.
-    model_prefix: where to write <prefix>.model and <prefix>.vocab (default: a new
-      temporary directory).
-    model_type: "unigram", "bpe", "char" or "word".
-    character_coverage: fraction of characters the model must cover.
-    max_sentence_length: longest input line in bytes (longer lines are skipped).
-    extra_options: dict of further sentencepiece trainer options.
-  Returns:
-    the path of the written .model file.
+  text_iterator_or_files: file paths/globs, or an iterable of text strings.
+  vocab_size counts the reserved ids. model_prefix: where <prefix>.model and
+  <prefix>.vocab go (default: a new temporary directory). max_sentence_length: longest
+  input line in bytes (longer ones are skipped). extra_options: further sentencepiece
+  trainer options.
   """
   spm = _import_sentencepiece()
   if model_prefix is None:
@@ -284,12 +271,8 @@ def train_sentencepiece(text_iterator_or_files, vocab_size, model_prefix=None,
 @gin.configurable(module="vocabulary")
 def trained_sentencepiece_vocabulary(vocab_size=1024, text_glob=None, model_prefix=None,
                                      model_type="unigram", extra_ids=0):
-  """A SentencePieceVocabulary trained on the fly, for gin configs that have no model file.
-
-  Trains on the files matching text_glob, or on the embedded default corpus when
-  text_glob is None. With model_prefix, an existing <model_prefix>.model is reused, so
-  a resumed run (or eval/decode after training) keeps the same pieces.
-  """
+  """A SentencePieceVocabulary trained on the fly on the files matching text_glob (None:
+  the embedded default corpus); an existing <model_prefix>.model is reused."""
   if model_prefix and tf.io.gfile.exists(model_prefix + ".model"):
     return SentencePieceVocabulary(model_prefix + ".model", extra_ids=extra_ids)
   if text_glob is None:
@@ -302,12 +285,26 @@ def trained_sentencepiece_vocabulary(vocab_size=1024, text_glob=None, model_pref
   return SentencePieceVocabulary(path, extra_ids=extra_ids)
 
 
-class TFDSVocabulary(Vocabulary):
-  """Wraps a TFDS text encoder (tfds.deprecated.text), shifting its ids to keep 0/1.
+class _NumpyFunctionVocabulary(Vocabulary):
+  """A Vocabulary whose TF ops run its Python encode/decode on one string through
+  tf.numpy_function."""
 
-  TFDS encoders use 0 for padding and have no EOS; ids are shifted by 1 so that
-  the encoder's id k becomes k + 1 and 1 stays free for EOS.
-  """
+  def encode_tf(self, s):
+    """tf.string scalar -> int32 [n], through tf.numpy_function."""
+    def encode_np(text):
+      return np.asarray(self.encode(_as_text(text)), np.int32)
+    return tf.reshape(tf.numpy_function(encode_np, [s], tf.int32, stateful=False), [-1])
+
+  def decode_tf(self, ids):
+    """int32 ids [n] -> tf.string scalar, through tf.numpy_function."""
+    def decode_np(id_array):
+      return np.asarray(self.decode(id_array).encode("utf-8"), dtype=object)
+    return tf.reshape(tf.numpy_function(decode_np, [ids], tf.string, stateful=False), [])
+
+
+class TFDSVocabulary(_NumpyFunctionVocabulary):
+  """Wraps a TFDS text encoder (tfds.deprecated.text), its id k shifted to k + 1 so that
+  1 is free for EOS (TFDS encoders use 0 for padding and have no EOS)."""
 
   def __init__(self, tfds_encoder):
     self._encoder = tfds_encoder
@@ -325,25 +322,11 @@ class TFDSVocabulary(Vocabulary):
     """Text of the ids before EOS."""
     return self._encoder.decode([i - 1 for i in self._ids_before_eos(ids)])
 
-  def encode_tf(self, s):
-    """tf.string scalar -> int32 [n], through tf.numpy_function."""
-    def encode_np(text):
-      return np.asarray(self.encode(_as_text(text)), np.int32)
-    return tf.reshape(tf.numpy_function(encode_np, [s], tf.int32, stateful=False), [-1])
-
-  def decode_tf(self, ids):
-    """int32 ids [n] -> tf.string scalar, through tf.numpy_function."""
-    def decode_np(id_array):
-      return np.asarray(self.decode(id_array).encode("utf-8"), dtype=object)
-    return tf.reshape(tf.numpy_function(decode_np, [ids], tf.string, stateful=False), [])
-
 
 @gin.configurable(module="vocabulary")
 def get_tfds_vocabulary(dataset_name=gin.REQUIRED, tfds_data_dir=None):
-  """The text encoder stored in an on-disk TFDS dataset's info (targets feature).
-
-  Nothing is downloaded; the dataset must already be prepared under tfds_data_dir.
-  """
+  """The text encoder of an on-disk TFDS dataset's targets feature (nothing is
+  downloaded: the dataset must be prepared under tfds_data_dir)."""
   from models.transformer import tfds_loading  # pylint: disable=g-import-not-at-top
   builder = tfds_loading.on_disk_builder(dataset_name, tfds_data_dir)
   info = builder.info

@@ -1,15 +1,8 @@
 """`utils.run.layout_rules = "auto"`: the layout (and mesh shape) chosen by
-mtf.auto_mtf.choose_layout for the train step, before anything else is built.
-
-The search sees the same train graph the trainer builds (model, batch, optimizer
-slots). The mesh shape may be a device count (e.g. 8, or "8"): then mesh shapes of 1-3
-dims are searched too. The hardware profile is gin's `auto_mtf.choose_layout.profile`
-when bound, else this host's ("cpu_host", or "gpu_h100" when GPUs are visible). The
-choice is printed with its report and appended to operative_config.gin as bindings, so
-re-running that file reproduces it without a search. Layouts are priced by
-mtf.analysis's calibrated memory model (predict_memory's per-device peak) against
-`auto_mtf.choose_layout.memory_cap`; when none fits, a one-line SolverError names the
-budget and the least memory found.
+mtf.auto_mtf.choose_layout for the train step (the trainer's own graph, optimizer slots
+included), before anything else is built. The mesh shape may be a device count (8 or
+"8"): then mesh shapes of 1-3 dims are searched too. The choice is printed and appended
+to operative_config.gin as bindings, so re-running that file skips the search.
 """
 import gin
 import tensorflow as tf
@@ -32,6 +25,7 @@ def wants_auto(layout_rules):
 
 
 def _profile():
+  """{} if gin binds auto_mtf.choose_layout.profile, else this host's profile."""
   try:
     gin.query_parameter("auto_mtf.choose_layout.profile")
     return {}  # gin's binding applies

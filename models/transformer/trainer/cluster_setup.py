@@ -31,16 +31,14 @@ MODES = ("placement", "spmd")
 def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
                    mode="placement", collective_timeout=60.0, communication_hint="auto",
                    distribution=None, startup_timeout=300.0):
-  """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process),
-  the device type the mesh uses on the workers, seconds to wait for each worker, the
-  mode ("placement": one chief drives workers; "spmd": every process trains its own
-  replicas, see spmd_train_loop), seconds within which an SPMD process notices a
-  lost peer (a health check of every peer every few seconds; 0: never), the
-  SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), and the
-  distribution: None; in SPMD mode "multi_worker_mirrored" (strategy.run of a
-  MultiWorkerMirroredStrategy, one replica per process); in one process "tpu" (the
-  step through TPUStrategy.run on SimdMeshImpl's TPU runtime; untested here), and
-  the seconds an SPMD process waits for every peer to start."""
+  """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process), the
+  device type the mesh uses on the workers, seconds to wait for each worker, the mode
+  ("placement": one chief drives workers; "spmd": every process trains its own
+  replicas), seconds within which an SPMD process notices a lost peer (0: never), the
+  SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), the
+  distribution (None; in SPMD mode "multi_worker_mirrored", one replica per process;
+  in one process "tpu", through TPUStrategy.run, untested here), and the seconds an
+  SPMD process waits for every peer to start."""
   if mode not in MODES:
     raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
                                    % (mode, ", ".join(MODES)))
@@ -57,11 +55,7 @@ def configure(cluster_flag=None):
   if cluster:
     _state["addresses"] = cluster_lib.parse_addresses(cluster)
     return "chief", _state["addresses"], 0
-  found = cluster_lib.from_tf_config()
-  if found is None:
-    _state["addresses"] = None
-    return "single", None, 0
-  addresses, task_type, index = found
+  addresses, task_type, index = cluster_lib.from_tf_config() or (None, "single", 0)
   _state["addresses"] = addresses
   return task_type, addresses, index
 
@@ -127,21 +121,20 @@ def run_spmd(addresses_, task, run_fn):
                                    "checkpoints")
   (_, device_type, _, _, collective_timeout, hint, distribution,
    startup_timeout) = cluster_config()
-  _state["replicas"] = multi_client.ReplicaSet(
+  replicas = _state["replicas"] = multi_client.ReplicaSet(
       _bound("utils.run.mesh_shape", ""), _bound("utils.run.layout_rules", ""),
       addresses_, task, device_type=device_type, timeout=collective_timeout,
       communication_hint=hint, distribution=distribution,
       startup_timeout=startup_timeout)
   print("task %d of %d: %d replicas of mesh %s on %s%s; %s" % (
-      task, len(addresses_), len(_state["replicas"].impls),
-      _state["replicas"].mesh_shape.to_string, addresses_[task],
-      ", steps through strategy.run of MultiWorkerMirroredStrategy"
-      if _state["replicas"].strategy else "",
+      task, len(addresses_), len(replicas.impls), replicas.mesh_shape.to_string,
+      addresses_[task], ", steps through strategy.run of MultiWorkerMirroredStrategy"
+      if replicas.strategy else "",
       spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
   try:
     return run_fn()
   finally:
-    _state["replicas"].monitor.stop()
+    replicas.monitor.stop()
     _state["replicas"] = None
 
 

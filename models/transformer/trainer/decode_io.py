@@ -1,13 +1,12 @@
 """Decode mode: prompts from a file (one per line), decoded by the model, text out.
 
-The decoding graph is built once for a fixed [batch, length] of prompt ids; prompts
-are encoded with the vocabulary, padded with 0 to the length, and decoded in batches
-(the last one padded with empty prompts). LMs continue each prompt
-(Unitransformer.sample_autoregressive); a "delimited_lm" continues "prompt EOS" in
-room for a target after it; encoder-decoder models translate it
-(Bitransformer.decode). An "aligned" model (not autoregressive) does not decode.
-Greedy at temperature 0, sampling above; beam_size > 1 runs beam search.
+The decoding graph is built once for a fixed [batch, length] of zero-padded prompt ids,
+decoded in batches. LMs continue each prompt; a "delimited_lm" continues "prompt EOS"
+in room for a target after it; encoder-decoder models translate it. Greedy at
+temperature 0, sampling above; beam_size > 1 runs beam search.
 """
+import itertools
+
 import gin
 import numpy as np
 import tensorflow as tf
@@ -22,8 +21,7 @@ DEFAULT_PROMPTS = ("The ", "In the beginning ", "A function ", "When the ")
 
 def check_can_decode(model, mode):
   """MtfError if model's type cannot decode (in utils.run mode `mode`)."""
-  model_type = model_graph.model_type_of(model)
-  if model_type == "aligned":
+  if model_graph.model_type_of(model) == "aligned":
     raise mtf.MtfError(
         "model_type 'aligned' cannot run mode %r: it is not autoregressive, so it has no "
         "decoding (train, eval and scoring work; use 'lm', 'delimited_lm' or "
@@ -35,14 +33,13 @@ class DecodeGraph:
 
   continuation_length: zero positions appended to the prompts for the decode to fill
   (a "delimited_lm"'s targets length); the outputs have length + continuation_length
-  positions (`output_length`).
+  positions (`output_length`). any_mesh: lower on any mesh, not only the model's
+  (export runs the model as trained, MoE groups included, on one device).
   """
 
   def __init__(self, model, batch_size, length, variable_dtype, temperature=0.0,
                beam_size=1, alpha=0.6, any_mesh=False, continuation_length=0,
                mode="decode"):
-    # any_mesh: lower on any mesh, not only the model's (export runs the graph of the
-    # model as trained, MoE groups included, on one device).
     check_can_decode(model, mode)
     self.model, self.any_mesh = model, any_mesh
     self.graph = mtf.Graph()
@@ -112,17 +109,10 @@ def encode_prompts(prompts, vocabulary, batch_size, length, eos_id=None):
 
 
 def ids_to_text(ids, vocabulary, eos_id=1):
-  """Text of one row of ids, cut at the first EOS; padding (0) is skipped.
-
-  Decoded LM rows hold 0 where the prompt was (remove_partial_sequences).
-  """
-  out = []
-  for i in np.asarray(ids).tolist():
-    if i == eos_id:
-      break
-    if i:
-      out.append(i)
-  return vocabulary.decode(out)
+  """Text of one row of ids, cut at the first EOS; padding (0) is skipped (decoded LM
+  rows hold 0 where the prompt was)."""
+  ids = itertools.takewhile(lambda i: i != eos_id, np.asarray(ids).tolist())
+  return vocabulary.decode([i for i in ids if i])
 
 
 def decode_prompts(decode_fn, vocabulary, batch_size, length, input_filename=None,
@@ -157,10 +147,8 @@ def decode_options(temperature=0.0, beam_size=1, alpha=0.6):
 
 def run_decode(model_fn, mesh_impl, model_dir, checkpoint_path, vocabulary, batch_size,
                sequence_length, variable_dtype, input_filename, output_filename):
-  """Decode mode of utils.run: restores the checkpoint and decodes the prompts.
-
-  A "delimited_lm" reads each prompt as its inputs ("prompt EOS", up to the inputs
-  length) and outputs the continuation, up to the targets length or more."""
+  """Decode mode of utils.run: restores the checkpoint and decodes the prompts (a
+  "delimited_lm" continues "prompt EOS" for up to the targets length or more)."""
   length = model_graph.feature_length(sequence_length, "inputs" if isinstance(
       sequence_length, dict) and "inputs" in sequence_length else "targets")
   model = model_fn()

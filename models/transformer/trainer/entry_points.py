@@ -1,11 +1,9 @@
 """The original's Transformer entry points (`utils.train_model`, `eval_model`,
 `infer_model`, decoding, scoring, export), with its parameters, on the TF 2 trainer.
 
-Where the original takes an `estimator`, these take the `MeshEstimator` that
-`utils.get_estimator` builds, so the original call sequence runs unchanged:
-get_estimator -> train_model -> eval_model -> infer_model / score_from_strings ->
-export_model. An `input_fn(params)` returns a tf.data.Dataset of int32 feature dicts
-batched to the estimator's batch size, as the original's did.
+Where the original takes an `estimator`, these take the `MeshEstimator` of
+`utils.get_estimator`. An `input_fn(params)` returns a tf.data.Dataset of int32 feature
+dicts batched to the estimator's batch size, as the original's did.
 """
 import functools
 import os
@@ -28,10 +26,6 @@ def _vocab(vocabulary, key):
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
   pick = utils.inputs_vocabulary if key == "inputs" else utils.targets_vocabulary
   return pick(tuple(vocabulary) if isinstance(vocabulary, list) else vocabulary)
-
-
-def _length(sequence_length, key):
-  return model_graph.feature_length(sequence_length, key)
 
 
 def _rows(id_lists, length, batch_size):
@@ -94,23 +88,16 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules, model_dir, b
 
 def encode_inputs(inputs, vocabulary, model_type, batch_size, sequence_length, eos_id=1,
                   unscored_prefix=None):
-  """int32 [n', length] ids of the input strings (n' rounded up to whole batches).
-
-  Encoder-decoder inputs end with eos_id; LM prompts do not (the model continues them).
-  unscored_prefix, if given, is encoded in front of every input.
-  """
+  """int32 [n', length] ids of the input strings (n' rounded up to whole batches), each
+  after unscored_prefix (if given); encoder-decoder inputs end with eos_id, LM prompts
+  do not (the model continues them)."""
   vocab = _vocab(vocabulary, "inputs")
   key = "inputs" if isinstance(sequence_length, dict) and "inputs" in sequence_length \
       else "targets"
-  rows = []
-  for text in inputs:
-    ids = list(vocab.encode(text.strip()))
-    if unscored_prefix:
-      ids = list(vocab.encode(unscored_prefix)) + ids
-    if model_type != "lm":
-      ids.append(eos_id)
-    rows.append(ids)
-  return _rows(rows, _length(sequence_length, key), batch_size)
+  prefix = list(vocab.encode(unscored_prefix)) if unscored_prefix else []
+  eos = [] if model_type == "lm" else [eos_id]
+  rows = [prefix + list(vocab.encode(text.strip())) + eos for text in inputs]
+  return _rows(rows, model_graph.feature_length(sequence_length, key), batch_size)
 
 
 def encode_delimited_lm(inputs, targets, vocabulary, batch_size, sequence_length,
@@ -124,7 +111,7 @@ def encode_delimited_lm(inputs, targets, vocabulary, batch_size, sequence_length
     tail = list(vocab.encode(target)) + ([eos_id] if include_final_eos else [])
     rows.append(head + tail)
     masks.append([0] * len(head) + [1] * len(tail))
-  length = _length(sequence_length, "targets")
+  length = model_graph.feature_length(sequence_length, "targets")
   return _rows(rows, length, batch_size), _rows(masks, length, batch_size)
 
 
@@ -137,10 +124,8 @@ def train_model(estimator, vocabulary, sequence_length, batch_size, train_datase
                 train_steps, ensemble_inputs, dataset_split="train", skip_seen_data=False,
                 seen_data_init_step=0, checkpoint_input_pipeline=False):
   """Trains estimator's model on train_dataset_fn's data until global step train_steps.
-
   With skip_seen_data, a resumed run skips the batches the steps since
-  seen_data_init_step already consumed. ensemble_inputs and
-  checkpoint_input_pipeline are not supported (they must be None / False).
+  seen_data_init_step consumed. ensemble_inputs and checkpoint_input_pipeline must be off.
   """
   if ensemble_inputs or checkpoint_input_pipeline:
     raise MtfError("train_model: ensemble_inputs and checkpoint_input_pipeline are not "
@@ -168,8 +153,8 @@ def decode_from_file(estimator, vocabulary, model_type, batch_size, sequence_len
   """Decodes each line of input_filename (repeats times) and writes one line per
   decode to output_filename-<step> (the checkpoint's step); returns the decodes."""
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
-  inputs = utils.get_inputs_from_file(input_filename)
-  inputs = [line for line in inputs for _ in range(repeats)]
+  inputs = [line for line in utils.get_inputs_from_file(input_filename)
+            for _ in range(repeats)]
   ids = encode_inputs(inputs, vocabulary, model_type, batch_size, sequence_length,
                       eos_id=eos_id)
   checkpoint_path = checkpoint_path or estimator.latest_checkpoint()
@@ -182,11 +167,9 @@ def decode_from_file(estimator, vocabulary, model_type, batch_size, sequence_len
 
 
 def _eval_datasets(dataset_fn, sequence_length, vocabulary, dataset_split, caller):
-  """(eval_datasets, is_list): what dataset_fn(sequence_length, vocabulary,
-  dataset_split) returns as a list of EvalDatasets. The original's list (T5's
-  mesh_eval_dataset_fn and mesh_inference_dataset_fn return one) is kept as it is
-  (is_list True); the port's single tf.data.Dataset becomes one EvalDataset named
-  "dataset" (is_list False)."""
+  """(eval_datasets, is_list): dataset_fn(sequence_length, vocabulary, dataset_split)'s
+  list of EvalDatasets (is_list True), or its one tf.data.Dataset as an EvalDataset
+  named "dataset" (is_list False)."""
   from models.transformer import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
   if dataset_fn is None:
     raise MtfError("%s: no dataset function given" % caller)
@@ -205,35 +188,25 @@ def _eval_datasets(dataset_fn, sequence_length, vocabulary, dataset_split, calle
   return items, True
 
 
-def _model_examples(eval_dataset, sequence_length):
-  """An EvalDataset's examples with only the model's int32 features, each padded or
-  trimmed to its length (strings such as "inputs_pretokenized" are dropped)."""
-  return run_setup.example_stream(lambda **unused: eval_dataset.dataset_fn(),
-                                  sequence_length, None, None, repeat=False)
-
-
-def _padded_batches(examples, batch_size):
-  """examples in batches of batch_size; the last batch is filled up with all-zero
-  examples (whose results the callers drop)."""
+def _combined_input_fn(eval_datasets, sequence_length, batch_size):
+  """input_fn(params) over the examples of all eval_datasets, one after another, with
+  only the model's int32 features (padded or trimmed to their lengths); the last batch
+  is filled up with all-zero examples (whose results the callers drop)."""
   def fill(batch):
     out = {}
     for key, value in batch.items():
-      value = tf.pad(value, [[0, batch_size - tf.shape(value)[0]], [0, 0]])
-      value.set_shape([batch_size, batch[key].shape[1]])
-      out[key] = value
+      out[key] = tf.pad(value, [[0, batch_size - tf.shape(value)[0]], [0, 0]])
+      out[key].set_shape([batch_size, value.shape[1]])
     return out
-  return examples.batch(batch_size).map(fill)
 
-
-def _combined_input_fn(eval_datasets, sequence_length, batch_size):
-  """input_fn(params) over the examples of all eval_datasets, one after another."""
   def input_fn(params):
     del params
     combined = None
-    for item in eval_datasets:
-      examples = _model_examples(item, sequence_length)
+    for item in eval_datasets:  # example_stream calls the lambda at once
+      examples = run_setup.example_stream(lambda **unused: item.dataset_fn(),
+                                          sequence_length, None, None, repeat=False)
       combined = examples if combined is None else combined.concatenate(examples)
-    return _padded_batches(combined, batch_size)
+    return combined.batch(batch_size).map(fill)
   return input_fn
 
 
@@ -250,15 +223,10 @@ def _example_text(example, key, vocabulary):
 def decode_from_dataset(estimator, vocabulary, model_type, batch_size, sequence_length,
                         checkpoint_path=None, infer_dataset_fn=gin.REQUIRED,
                         dataset_split="validation", decode_output_dir=gin.REQUIRED):
-  """Decodes the "inputs" of infer_dataset_fn's examples and writes what it decoded.
-
-  infer_dataset_fn(sequence_length, vocabulary, dataset_split) returns, as in the
-  original, a list of EvalDatasets (e.g. T5's mesh_inference_dataset_fn): for each,
-  <name>_<step>_predictions, <name>_targets (postprocessed) and <name>_inputs are
-  written to decode_output_dir. It may also return one tf.data.Dataset: then
-  decodes-<step>, inputs-<step> and targets-<step> are written. Returns the decodes
-  (all datasets' in order).
-  """
+  """Decodes the "inputs" of infer_dataset_fn's examples; returns the decodes. For each
+  EvalDataset (as T5's mesh_inference_dataset_fn returns), writes <name>_<step>_predictions,
+  <name>_targets (postprocessed) and <name>_inputs to decode_output_dir; for one
+  tf.data.Dataset, decodes-<step>, inputs-<step> and targets-<step>."""
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
   del model_type
   data, is_list = _eval_datasets(infer_dataset_fn, sequence_length, vocabulary,
@@ -299,13 +267,11 @@ def infer_model(estimator, vocabulary, sequence_length, batch_size, model_type, 
 
 
 def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
-  """Per-example log-likelihoods of the targets (given the inputs) of input_fn's
-  examples: a list of floats."""
+  """The list of per-example log-likelihoods (floats) of input_fn's targets."""
   return [row["scores"] for row in estimator.score(input_fn, checkpoint_path)]
 
 
 def _texts(results, key, vocabulary):
-  """The text of each result's feature key (see _example_text)."""
   return [_example_text(r, key, vocabulary) for r in results]
 
 
@@ -317,14 +283,10 @@ def _unpadded_length(ids):
 
 @gin.configurable(module="utils")
 def save_scores(results, vocabulary, scores_filename=None, save_example_text=True):
-  """The scores of results (the estimator's scoring rows), as the original returns
-  them: the list of scores, or with save_example_text (the default) the tuple
-  (scores, inputs, targets) of texts ((scores, targets) when results have no inputs).
-
-  With a scores_filename, writes <scores_filename>.scores (one per line) and, with
-  save_example_text, .targets, .lengths (each target's ids before its first padding)
-  and .inputs.
-  """
+  """The list of scores of results (the estimator's scoring rows), or with
+  save_example_text (scores, inputs, targets) (no inputs: (scores, targets)). With a
+  scores_filename, writes <scores_filename>.scores and, with save_example_text,
+  .targets, .lengths (each target's ids before its first padding) and .inputs."""
   from models.transformer import utils  # pylint: disable=g-import-not-at-top
   if not results:
     raise ValueError("No examples were scored.")
@@ -347,10 +309,9 @@ def save_scores(results, vocabulary, scores_filename=None, save_example_text=Tru
 @gin.configurable(module="utils")
 def save_scores_to_tfrecords(results, vocabulary, scores_filename, shard_idx=0,
                              save_ids_only=False):
-  """Writes results to <scores_filename>_<shard_idx>.tfrecord, one tf.train.Example
-  per result with the original's features: "input" and "target" (texts, bytes) and
-  "score" (float). With save_ids_only, "input" keeps only the input text up to its
-  first space (an example id prepended to the inputs). Returns the file's path."""
+  """Writes results to <scores_filename>_<shard_idx>.tfrecord (returned) as
+  tf.train.Examples of "input", "target" (bytes) and "score" (float). With
+  save_ids_only, "input" keeps only the text before the first space (an example id)."""
   path = "%s_%d.tfrecord" % (scores_filename, shard_idx)
   directory = os.path.dirname(path)
   if directory:
@@ -383,7 +344,6 @@ def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir, v
   path = _checkpoints(eval_checkpoint_step, model_dir)[0]
   results = list(estimator.score(input_fn, path))
   if num_examples is None:
-    # The padding examples that fill the last batch have all-zero targets.
     while results and not np.any(results[-1]["targets"]):
       results.pop()
   else:
@@ -420,14 +380,10 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size, dataset_split
                model_dir, eval_dataset_fn, eval_summary_dir, eval_checkpoint_step,
                eval_with_score=False, output_eval_examples=True, eval_dir_suffix=None,
                score_with_estimator_fn=score_with_estimator):
-  """Evaluates the checkpoints get_checkpoint_iterator(eval_checkpoint_step) names.
-
-  eval_dataset_fn(sequence_length, vocabulary, dataset_split) returns either a dataset
-  (the port's convention: loss, perplexity and token accuracy are written under
-  model_dir/eval[_suffix]) or, as in the original, a list of EvalDatasets (name,
-  dataset_fn, postprocess_fn, metric_fns): their inputs are decoded and each metric_fn
-  (targets, predictions) -> dict is computed. Returns {checkpoint_path: results}.
-  """
+  """Evaluates the checkpoints get_checkpoint_iterator(eval_checkpoint_step) names;
+  returns {checkpoint_path: results}. eval_dataset_fn returns a dataset (loss,
+  perplexity and token accuracy are written under model_dir/eval[_suffix]) or, as in
+  the original, a list of EvalDatasets, whose decodes each metric_fn scores."""
   del eval_summary_dir, score_with_estimator_fn
   if eval_with_score:
     raise MtfError("eval_model: eval_with_score is not supported; use "
@@ -495,11 +451,11 @@ def score_from_strings(estimator, vocabulary, model_type, batch_size, sequence_l
     features = {
         "inputs": encode_inputs(inputs, vocabulary, model_type, batch_size,
                                 sequence_length, eos_id),
-        "targets": _rows(target_ids, _length(sequence_length, "targets"), batch_size)}
-  results = score_with_estimator_fn(
+        "targets": _rows(target_ids, model_graph.feature_length(sequence_length, "targets"),
+                         batch_size)}
+  return score_with_estimator_fn(
       estimator, _input_fn(features, batch_size), eval_checkpoint_step, model_dir,
       vocabulary, score_postprocess_fn, num_examples=len(targets))
-  return results
 
 
 @gin.configurable(module="utils")
@@ -507,16 +463,9 @@ def score_from_dataset(estimator, vocabulary, batch_size, sequence_length, model
                        eval_checkpoint_step, dataset_split, score_dataset_fn=None,
                        score_postprocess_fn=gin.REQUIRED,
                        score_with_estimator_fn=score_with_estimator):
-  """Log-likelihoods of the targets of score_dataset_fn's examples.
-
-  score_dataset_fn(sequence_length, vocabulary, dataset_split) returns, as in the
-  original, a list of EvalDatasets (T5's MtfModel.score passes
-  functools.partial(mesh_eval_dataset_fn, mixture_or_task_name=...)): their examples
-  are scored one dataset after another. It may also return a single tf.data.Dataset.
-  Only the model's features are read; the last batch is filled with all-zero examples,
-  which score_with_estimator drops. Returns score_with_estimator_fn's result (with
-  save_scores: scores, or (scores, [inputs,] targets)).
-  """
+  """Log-likelihoods of the targets of score_dataset_fn's examples (a list of
+  EvalDatasets, as T5's MtfModel.score passes, or one tf.data.Dataset), as
+  score_with_estimator_fn returns them. Only the model's features are read."""
   data, _ = _eval_datasets(score_dataset_fn, sequence_length, vocabulary,
                            dataset_split, "score_from_dataset")
   return score_with_estimator_fn(
@@ -536,10 +485,9 @@ def export_model(estimator, export_dir, vocabulary, sequence_length, model_type,
 
 @gin.configurable(module="utils")
 def flexible_ckpt_init_mapping(ckpt_path="", new_layers=None, return_mapping_fn=True):
-  """Maps this model's layer_NNN variables to the checkpoint's when layers were
-  inserted: new_layers lists the indices of layers the checkpoint lacks (they are not
-  loaded); later layers map to the index they had before. Returns a name -> key
-  function (or the dict over ckpt_path's keys if not return_mapping_fn)."""
+  """A name -> checkpoint key function (or, if not return_mapping_fn, its dict over
+  ckpt_path's keys) for a model with layers inserted: new_layers (indices) map to None
+  (not loaded); later layer_NNN variables map to the index they had before."""
   import re  # pylint: disable=g-import-not-at-top
   new = sorted(set(new_layers or []))
 

@@ -1,12 +1,8 @@
 """`MeshEstimator`: what the original's TPUEstimator did for its Transformer, on TF 2.
 
-The original's entry points (`utils.train_model`, `eval_model`, `infer_model`,
-`score_from_strings`, `export_model`, ...) take an `estimator`; here that is a
-MeshEstimator, made by `utils.get_estimator` with the original's parameters. It holds
-the model factory, the mesh, the batch shape and the run settings, and each method
-builds (once) the graph of its mode, restores the checkpoint asked for (the latest by
-default) and runs: `train` the trainer of `train_loop` (under model_dir's lock),
-`evaluate` the Evaluator, `predict` decoding or scoring, `export` a SavedModel.
+The original's entry points (`utils.train_model`, `eval_model`, ...) take the
+MeshEstimator `utils.get_estimator` makes. Each method builds (once) the graph of its
+mode, restores the checkpoint asked for (the latest by default) and runs it.
 """
 import tensorflow as tf
 
@@ -27,8 +23,7 @@ def token_log_probs(graph):
   logits = mtf.cast(graph.logits, tf.float32)
   vocab_dim = logits.shape.dims[-1]
   log_probs = logits - mtf.reduce_logsumexp(logits, reduced_dim=vocab_dim)
-  targets = graph.targets
-  return mtf.reduce_sum(log_probs * mtf.one_hot(targets, vocab_dim, dtype=tf.float32),
+  return mtf.reduce_sum(log_probs * mtf.one_hot(graph.targets, vocab_dim, dtype=tf.float32),
                         reduced_dim=vocab_dim)
 
 
@@ -37,12 +32,8 @@ class MeshEstimator:
 
   Args:
     model_fn: zero-argument callable returning a fresh Unitransformer/Bitransformer.
-    mesh_impl: the MeshImpl everything runs on.
-    model_dir: checkpoints and outputs.
     batch_size, sequence_length: the batch shape (sequence_length an int or a dict).
-    variable_dtype: mtf.VariableDType.
-    optimizer, learning_rate_schedule, keep_checkpoint_max, save_checkpoints_steps,
-    iterations_per_loop: as utils.run takes them.
+    optimizer ... iterations_per_loop: as utils.run takes them.
     init_checkpoint: weights to start training from when model_dir has none.
     score_in_predict_mode: predict() returns scores instead of decodes.
   """
@@ -91,10 +82,7 @@ class MeshEstimator:
           self.variable_dtype)
     restored = self._restore(checkpoint_path)
     results = self._built[("eval", keys)].evaluate(dataset, steps)
-    step = restored.global_step
-    results.update(step=step if step is not None else
-                   mtf.checkpoint.step_from_prefix(restored.path) or 0,
-                   checkpoint=restored.path)
+    results.update(step=evaluation.restored_step(restored), checkpoint=restored.path)
     return results
 
   def _score_fn(self, keys):
@@ -102,22 +90,14 @@ class MeshEstimator:
       graph = model_graph.ModelGraph(self.model_fn(), self.batch_size,
                                      self.sequence_length, keys, ModeKeys.EVAL,
                                      self.variable_dtype)
-      log_probs = token_log_probs(graph)
-      graph.lowering(self.mesh_impl)
-
-      @tf.function
-      def score(features):
-        lowering = graph.lowering(self.mesh_impl, features)
-        return (lowering.export_to_tf_tensor(log_probs),
-                lowering.export_to_tf_tensor(graph.weights))
-      self._built[("score", keys)] = score
+      self._built[("score", keys)] = evaluation.export_step(
+          graph, self.mesh_impl, (token_log_probs(graph), graph.weights))
     return self._built[("score", keys)]
 
   def score(self, input_fn, checkpoint_path=None):
     """Yields {"inputs", "targets", "scores"} per example of input_fn's batches: the
-    log-likelihood of the targets (given the inputs), summed over the positions where
-    "weights" (if the batch has it) is nonzero, else where targets are not padding
-    (for a "delimited_lm", the targets part of [inputs, targets])."""
+    log-likelihood of the targets, summed where the batch's "weights" (if any) are
+    nonzero, else where targets are not padding (a "delimited_lm": its targets part)."""
     restored = False
     for batch in input_fn({"batch_size": self.batch_size}):
       batch = {k: tf.cast(v, tf.int32) for k, v in batch.items()}

@@ -20,6 +20,12 @@ from models.transformer.context import ModeKeys
 METRICS = ("loss", "perplexity", "token_accuracy", "sequence_accuracy")
 
 
+def restored_step(restored):
+  """The global step of a restored checkpoint: the saved one, else its prefix's, else 0."""
+  step = restored.global_step
+  return step if step is not None else step_from_prefix(restored.path) or 0
+
+
 def output_vocab_size(model):
   """The real (unpadded) output vocab size of a Unitransformer or Bitransformer."""
   decoder = model.decoder if model_graph.is_bitransformer(model) else model
@@ -27,13 +33,10 @@ def output_vocab_size(model):
 
 
 def token_accuracy_counts(logits, targets, vocab_size, weights=None):
-  """(correct, total) float32 mtf scalars of teacher-forced token accuracy.
-
-  A position counts when its target is not padding (id 0), or, given weights (a
-  float32 mask like targets), where weights is 1; it is correct when the
-  argmax of its logits over the first vocab_size ids (the padded tail of the vocab dim
-  is never predicted) equals the target.
-  """
+  """(correct, total) float32 mtf scalars of teacher-forced token accuracy: positions
+  whose target is not padding (or, given a float32 mask like targets, where weights is
+  1) count; correct where the argmax of the logits over the first vocab_size ids (the
+  vocab dim's padded tail is never predicted) equals the target."""
   vocab_dim = logits.shape.dims[-1]
   masked = decoding.mask_padded_vocab(logits, vocab_dim, vocab_size)
   predictions = mtf.argmax(masked, vocab_dim)
@@ -46,10 +49,8 @@ def token_accuracy_counts(logits, targets, vocab_size, weights=None):
 
 def eval_counts(graph):
   """mtf scalars (cross-entropy sum, correct, counted) of an eval ModelGraph's batch,
-  over the positions eval counts (graph.weights: not padding; for a "delimited_lm" the
-  targets part only). Perplexity is exp(cross-entropy sum / counted), as the original's
-  neg_log_perplexity metric (a per-token mean, whatever the model's loss normalizes by).
-  """
+  over graph.weights' positions; perplexity is exp(cross-entropy sum / counted), a
+  per-token mean as the original's neg_log_perplexity, whatever the loss normalizes by."""
   logits = mtf.cast(graph.logits, tf.float32)
   vocab_dim = logits.shape.dims[-1]
   xent = mtf.layers.softmax_cross_entropy_with_logits(
@@ -58,6 +59,19 @@ def eval_counts(graph):
   correct, total = token_accuracy_counts(graph.logits, graph.targets,
                                          output_vocab_size(graph.model), graph.weights)
   return xent_sum, correct, total
+
+
+def export_step(graph, mesh_impl, tensors, jit_compile=None):
+  """A tf.function(features) returning the tuple of mtf `tensors` of graph (a
+  ModelGraph) lowered on mesh_impl with that batch; the variables are created (or
+  found) eagerly first."""
+  graph.lowering(mesh_impl)
+
+  @tf.function(jit_compile=jit_compile)
+  def step(features):
+    lowering = graph.lowering(mesh_impl, features)
+    return tuple(lowering.export_to_tf_tensor(t) for t in tensors)
+  return step
 
 
 def exact_matches(decoded, targets):
@@ -76,27 +90,17 @@ def exact_matches(decoded, targets):
 class Evaluator:
   """An eval-mode graph of the model and a tf.function computing a batch's loss and
   token-accuracy counts; with decode_batches > 0 (encoder-decoder models only) also a
-  greedy decoder scoring exact-match sequence accuracy on that many batches.
-
-  Its variables are shared (by name) with any other graph lowered on mesh_impl.
-  """
+  greedy decoder scoring exact-match sequence accuracy on that many batches. Its
+  variables are shared (by name) with any other graph lowered on mesh_impl."""
 
   def __init__(self, model_fn, mesh_impl, batch_size, sequence_length, feature_keys,
                variable_dtype, decode_batches=0):
     self.mesh_impl = mesh_impl
     self.decode_batches = int(decode_batches or 0)
-    jit = mesh_impl.needs_xla
-    self.graph = model_graph.ModelGraph(model_fn(), batch_size, sequence_length,
-                                        feature_keys, ModeKeys.EVAL, variable_dtype)
-    graph = self.graph
-    counts = eval_counts(graph)
-    graph.lowering(mesh_impl)  # creates (or finds) the variables eagerly
-
-    @tf.function(jit_compile=jit)
-    def eval_step(features):
-      lowering = graph.lowering(mesh_impl, features)
-      return tuple(lowering.export_to_tf_tensor(t) for t in (graph.loss,) + counts)
-    self.eval_step = eval_step
+    self.graph = graph = model_graph.ModelGraph(
+        model_fn(), batch_size, sequence_length, feature_keys, ModeKeys.EVAL, variable_dtype)
+    self.eval_step = export_step(graph, mesh_impl, (graph.loss,) + eval_counts(graph),
+                                 mesh_impl.needs_xla)
     self.decode_fn = None
     if self.decode_batches:
       self.decode_fn = self._make_decode_fn(model_fn, batch_size, sequence_length,
@@ -179,11 +183,8 @@ def write_eval_results(model_dir, step, results, eval_dir_suffix=None):
 def run_eval(config, mesh_impl, checkpoint_path=None, eval_dir_suffix=None):
   """Restores a checkpoint (default: the latest in config.model_dir) and evaluates
   config.eval_steps batches of config.eval_dataset_fn's config.dataset_split (a
-  run_config.RunConfig).
-
-  Returns {"loss", "perplexity", "token_accuracy", "batches", "step", "checkpoint"}
-  (and "sequence_accuracy", "decoded_sequences" with eval_decode_batches > 0).
-  """
+  run_config.RunConfig); returns Evaluator.evaluate's metrics plus "step" and
+  "checkpoint"."""
   c = config
   model_dir, dataset_split = c.model_dir, c.dataset_split
   dataset = run_setup.batched_dataset(c.eval_dataset_fn, c.sequence_length, c.vocabulary,
@@ -192,9 +193,7 @@ def run_eval(config, mesh_impl, checkpoint_path=None, eval_dir_suffix=None):
                         run_setup.feature_keys(dataset), c.variable_dtype,
                         decode_batches=c.eval_decode_batches)
   restored = run_record.restore(checkpoint_path or model_dir, mesh_impl)
-  step = restored.global_step
-  if step is None:
-    step = step_from_prefix(restored.path) or 0
+  step = restored_step(restored)
   results = evaluator.evaluate(dataset, c.eval_steps, dataset_split)
   results.update(step=step, checkpoint=restored.path)
   write_eval_results(model_dir, step, results, eval_dir_suffix)

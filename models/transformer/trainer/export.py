@@ -1,10 +1,7 @@
 """Export mode: a SavedModel that decodes token ids (and text) without mesh_tf.
 
-The decoding graph is lowered on one device; its variables are held by a tf.Module
-and the traced decoding function is plain TF, so `tf.saved_model.load` needs only
-TensorFlow. Signatures (see build_module): "serving_default" takes a string vector
-`input` and returns strings {"inputs", "outputs"}, as the original's export did;
-"ids" takes int32 prompt ids and returns {"outputs": decoded ids}.
+The decoding graph is lowered on one device and traced into plain TF, so
+`tf.saved_model.load` needs only TensorFlow. Signatures: see build_module.
 """
 import tensorflow as tf
 
@@ -14,8 +11,8 @@ from models.transformer.trainer import run_record
 
 
 def _checked_prompts(ids, length, vocab_size):
-  """ids [n, m] with each row's prompt (up to its last nonzero id) at most length - 1
-  ids long and every id in [0, vocab_size); else InvalidArgumentError saying which."""
+  """ids[:, :length], after checking each row's prompt (up to its last nonzero id) is at
+  most length - 1 ids and every id in [0, vocab_size) (else InvalidArgumentError)."""
   positions = tf.range(1, tf.shape(ids)[1] + 1)
   prompt_lengths = tf.reduce_max(tf.where(tf.not_equal(ids, 0), positions, 0), axis=1)
   longest = tf.reduce_max(tf.concat([prompt_lengths, [0]], 0))
@@ -69,21 +66,15 @@ def _calls_python(concrete_function):
 
 def build_module(decode_fn, vocabulary, batch_size, length, output_length=None,
                  eos_id=None):
-  """A tf.Module with the decoding signatures, tracking the variables they read.
+  """(tf.Module tracking the variables the signatures read, {name: signature}).
 
-  Signatures (as the original's export, whose serving input was a batch of strings
-  with the vocabulary in the graph):
-    "serving_default": input = tf.string [n] (the original's key, "input") ->
-      {"inputs": the prompts as the model saw them, "outputs": the decoded text};
-      when the vocabulary has encode_tf and decode_tf made of TF ops (not Python
-      called through tf.numpy_function, which a loaded SavedModel cannot run).
-    "ids": ids = int32 [n, m] prompt ids -> {"outputs": int32 [n, length] decoded
-      ids, zero after the first EOS}. Without such a vocabulary it is also the
-      "serving_default".
-  Any number of prompts is decoded (in batches of batch_size); a prompt longer than
-  length - 1 ids, or an id outside the vocabulary, is refused with an error.
-  With eos_id (a "delimited_lm"), eos_id is put after each prompt before decoding,
-  and the decodes have output_length positions.
+  "ids": ids = int32 [n, m] -> {"outputs": int32 [n, length] decoded ids, zero after
+  EOS}. "serving_default": input = tf.string [n] -> {"inputs": the prompts as the model
+  saw them, "outputs": the decoded text} if the vocabulary's encode_tf and decode_tf are
+  TF ops (a loaded SavedModel cannot run tf.numpy_function), else "ids".
+  Prompts are decoded in batches of batch_size; one longer than length - 1 ids, or an
+  id outside the vocabulary, is an error. With eos_id (a "delimited_lm"), eos_id goes
+  after each prompt, and the decodes have output_length positions.
   """
   module = tf.Module()
   vocab_size = decode_io.vocab_size(vocabulary)
@@ -94,8 +85,7 @@ def build_module(decode_fn, vocabulary, batch_size, length, output_length=None,
     if eos_id is not None:
       ids = _with_eos(ids, length, eos_id)
     outputs = _decode_in_batches(decode_fn, ids, batch_size, length, output_length)
-    ends = tf.cumsum(tf.cast(tf.equal(outputs, 1), tf.int32), axis=-1, exclusive=True)
-    return {"outputs": tf.where(tf.equal(ends, 0), outputs, 0)}
+    return {"outputs": decode_io.clean_decodes(outputs)}
 
   module.decode_ids = decode_ids
   ids_signature = decode_ids.get_concrete_function()
@@ -129,7 +119,6 @@ def build_module(decode_fn, vocabulary, batch_size, length, output_length=None,
             "ByteVocabulary, to serve strings)", flush=True)
     else:
       signatures["serving_default"] = text_signature
-  # The variables the traced functions read, so the SavedModel stores them.
   module.tracked_variables = list({id(v): v for f in signatures.values()
                                    for v in f.variables}.values())
   return module, signatures
@@ -137,10 +126,8 @@ def build_module(decode_fn, vocabulary, batch_size, length, output_length=None,
 
 def run_export(model_fn, model_dir, checkpoint_path, vocabulary, batch_size,
                sequence_length, variable_dtype, export_path):
-  """Export mode of utils.run: restores on one device and saves the SavedModel.
-
-  A "delimited_lm" takes prompts of up to the inputs length less one and decodes
-  "prompt EOS" with room for the targets length after it."""
+  """Export mode of utils.run: restores on one device and saves the SavedModel. A
+  "delimited_lm" decodes "prompt EOS" with room for the targets length after it."""
   from models.transformer import model_graph  # pylint: disable=g-import-not-at-top
   model = model_fn()
   delimited = model_graph.model_type_of(model) == "delimited_lm"

@@ -1,15 +1,11 @@
-"""Reads gin files written for (or by) the original Mesh-TensorFlow trainer.
+"""Reads gin files written for (or by) the original Mesh-TensorFlow trainer, which name
+configurables by module path (`@mesh_tensorflow.transformer.transformer_layers.X`),
+import (and alias) `mesh_tensorflow` modules and bind parameters this port lacks.
 
-The original's configs name configurables by their full module paths
-(`@mesh_tensorflow.transformer.transformer_layers.SelfAttention`), import the
-`mesh_tensorflow` modules (the operative config even aliases them, `import
-mesh_tensorflow.transformer.transformer as mesh_tensorflow3`) and bind parameters
-this port does not have (e.g. `run.tpu_job_name`).
-
-`translate_text` rewrites the module paths to this port's gin modules and drops the
-imports; `parse_original_config` then binds what this port supports and returns every
-binding it skipped with the reason, so nothing is dropped silently. A binding naming a
-configurable neither this port nor the original's known-omitted list has is an error.
+`translate_text` rewrites the paths to this port's gin modules and drops the imports;
+`parse_original_config` binds what this port supports and returns every binding it
+skipped with the reason. A configurable unknown to both this port and
+OMITTED_CONFIGURABLES is an error.
 """
 import collections
 import inspect
@@ -55,11 +51,8 @@ SkippedBinding = collections.namedtuple("SkippedBinding", ["binding", "line", "r
 
 def _import_aliases(text):
   """{alias: module} for every `import mesh_tensorflow... as alias` line."""
-  aliases = {}
-  for match in re.finditer(r"^\s*import\s+(mesh_tensorflow[\w.]*)\s+as\s+(\w+)\s*$",
-                           text, re.MULTILINE):
-    aliases[match.group(2)] = match.group(1)
-  return aliases
+  return {m.group(2): m.group(1) for m in re.finditer(
+      r"^\s*import\s+(mesh_tensorflow[\w.]*)\s+as\s+(\w+)\s*$", text, re.MULTILINE)}
 
 
 def _port_prefix(path):
@@ -68,9 +61,7 @@ def _port_prefix(path):
   parts = path.split(".")[1:]
   if parts[:1] == ["transformer"] and len(parts) >= 2:
     return parts[1] + "."
-  if not parts:
-    return ""
-  return TOP_LEVEL_MODULES.get(parts[0], "")
+  return TOP_LEVEL_MODULES.get(parts[0], "") if parts else ""
 
 
 def translate_text(text):
@@ -118,9 +109,7 @@ def _accepts(fn_or_cls, arg_name):
     params = inspect.signature(fn_or_cls).parameters
   except (TypeError, ValueError):
     return True
-  if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-    return True
-  return arg_name in params
+  return arg_name in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
 
 
 def _references(value):
@@ -136,20 +125,16 @@ def _references(value):
 
 def _skip_reason(statement):
   """Why a binding statement is skipped here, or None to keep it."""
-  for selector in _references(statement.value):
+  bound = [statement.selector] if statement.arg_name else []  # none for a macro
+  for selector in _references(statement.value) + bound:
     name = selector.split(".")[-1]
     if name in OMITTED_CONFIGURABLES and _configurable(selector) is None:
       return "configurable %s is not offered: %s" % (name, OMITTED_CONFIGURABLES[name])
-  if not statement.arg_name:
-    return None  # a macro
-  name = statement.selector.split(".")[-1]
-  configurable = _configurable(statement.selector)
-  if configurable is None:
-    if name in OMITTED_CONFIGURABLES:
-      return "configurable %s is not offered: %s" % (name, OMITTED_CONFIGURABLES[name])
-    return None  # gin reports the unknown configurable when the text is parsed
-  if not _accepts(configurable, statement.arg_name):
-    return "%s has no parameter %r in this port" % (name, statement.arg_name)
+  configurable = _configurable(statement.selector) if bound else None
+  # None (an unknown configurable) is kept: gin reports it when the text is parsed
+  if configurable is not None and not _accepts(configurable, statement.arg_name):
+    return "%s has no parameter %r in this port" % (statement.selector.split(".")[-1],
+                                                    statement.arg_name)
   return None
 
 
@@ -166,8 +151,7 @@ def filter_supported(text, filename=None):
     raise MtfError("gin file %s: %s" % (filename or "<string>", e), file=filename) from e
   lines = text.split("\n")
   starts = [s.location.line_num - 1 for s in statements] + [len(lines)]
-  skipped = []
-  drop = set()
+  skipped, drop = [], set()
   for i, statement in enumerate(statements):
     if not isinstance(statement, config_parser.BindingStatement):
       continue
@@ -183,11 +167,8 @@ def filter_supported(text, filename=None):
 
 def parse_original_config(text, filename=None, skip_unknown=False):
   """Translates an original gin config, binds what this port supports and returns the
-  list of SkippedBinding (binding, line, reason) left out.
-
-  Raises MtfError naming the file and gin's complaint (e.g. an unknown configurable),
-  unless gin's skip_unknown option lets gin skip it.
-  """
+  list of SkippedBinding (binding, line, reason) left out. Raises MtfError naming the
+  file and gin's complaint (e.g. an unknown configurable, unless skip_unknown)."""
   translated, skipped = filter_supported(translate_text(text), filename)
   try:
     gin.parse_config(translated, skip_unknown=skip_unknown)

@@ -8,6 +8,7 @@ import os
 import gin
 
 from mesh_tf.errors import MtfError
+from models.transformer.trainer import gin_compat
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -27,7 +28,7 @@ CONFIGURABLE_MODULES = (
     "models.transformer.funnel_transformer", "models.transformer.universal_transformer",
     "models.transformer.evolved_transformer", "models.transformer.heterogeneous_moe",
     "models.transformer.memory_layers", "models.transformer.fixup_layers",
-    "models.transformer.t2t_vocabulary", "models.transformer.trainer.step_metrics")
+    "models.transformer.trainer.step_metrics")
 
 
 def import_configurables():
@@ -55,22 +56,17 @@ def find_gin_file(path, prefixes):
                  % (path, ", ".join([os.getcwd()] + list(prefixes))), file=path)
 
 
-class _DropGinPathProbes(logging.Filter):
-  """Drops gin's "Path not found" errors: an `include` first probes the path as given,
-  which fails for names that the search path then finds."""
-
-  def filter(self, record):
-    return record.module != "resource_reader"
-
-
 @contextlib.contextmanager
 def _quiet_include_probes():
-  probe_filter = _DropGinPathProbes()
-  logging.getLogger().addFilter(probe_filter)
+  """Drops gin's "Path not found" errors: an `include` first probes the path as given,
+  which fails for names that the search path then finds."""
+  def keep(record):
+    return record.module != "resource_reader"
+  logging.getLogger().addFilter(keep)
   try:
     yield
   finally:
-    logging.getLogger().removeFilter(probe_filter)
+    logging.getLogger().removeFilter(keep)
 
 
 def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True,
@@ -78,9 +74,7 @@ def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True,
   """Parses defaults.gin (if the first prefix has one), gin_files and gin_params.
 
   Raises MtfError naming the file (or binding) and gin's complaint, e.g. an unknown
-  configurable or parameter, unless skip_unknown (gin's option: True, or a list of
-  configurable names) lets gin skip bindings of unknown configurables.
-  """
+  configurable (unless gin's skip_unknown, True or a list of names, skips it)."""
   import_configurables()
   prefixes = list(prefixes or [DEFAULT_GIN_LOCATION])
   for prefix in prefixes:
@@ -90,13 +84,9 @@ def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True,
   if with_defaults and os.path.isfile(defaults):
     files = [defaults] + [f for f in files if os.path.abspath(f) != defaults]
   for path in files:
-    if _parse_original_config_file(path, skip_unknown):
-      continue
-    try:
-      with _quiet_include_probes():
-        gin.parse_config_file(path, skip_unknown=skip_unknown)
-    except (ValueError, KeyError, TypeError, SyntaxError, IOError) as e:
-      raise MtfError("gin file %s: %s" % (path, e), file=path) from e
+    skipped = _parse_file(path, skip_unknown)
+    if skipped:
+      print(gin_compat.format_skipped(path, skipped), flush=True)
   for binding in gin_params:
     try:
       gin.parse_config(binding, skip_unknown=skip_unknown)
@@ -105,33 +95,23 @@ def parse_gin(gin_files=(), gin_params=(), prefixes=None, with_defaults=True,
   return files
 
 
-def _parse_original_config_file(path, skip_unknown=False):
-  """Parses path through gin_compat if it is an original Mesh-TensorFlow config (it
-  names mesh_tensorflow modules), printing the bindings it skipped; returns whether
-  it did."""
-  from models.transformer.trainer import gin_compat  # pylint: disable=g-import-not-at-top
-  with open(path) as f:
-    text = f.read()
-  if not gin_compat.is_original_config(text):
-    return False
-  skipped = gin_compat.parse_original_config(text, path, skip_unknown=skip_unknown)
-  if skipped:
-    print(gin_compat.format_skipped(path, skipped), flush=True)
-  return True
-
-
-def parse_gin_file(path):
-  """Parses one gin file as parse_gin does (an original Mesh-TensorFlow config through
-  gin_compat) and returns the gin_compat.SkippedBinding list of what it left out."""
-  from models.transformer.trainer import gin_compat  # pylint: disable=g-import-not-at-top
-  import_configurables()
+def _parse_file(path, skip_unknown=False):
+  """Parses one gin file (an original Mesh-TensorFlow config through gin_compat);
+  returns the gin_compat.SkippedBinding list of what it left out."""
   with open(path) as f:
     text = f.read()
   if gin_compat.is_original_config(text):
-    return gin_compat.parse_original_config(text, path)
+    return gin_compat.parse_original_config(text, path, skip_unknown=skip_unknown)
   try:
     with _quiet_include_probes():
-      gin.parse_config_file(path)
+      gin.parse_config_file(path, skip_unknown=skip_unknown)
   except (ValueError, KeyError, TypeError, SyntaxError, IOError) as e:
     raise MtfError("gin file %s: %s" % (path, e), file=path) from e
   return []
+
+
+def parse_gin_file(path):
+  """Parses one gin file as parse_gin does; returns the gin_compat.SkippedBinding list
+  of what it left out."""
+  import_configurables()
+  return _parse_file(path)

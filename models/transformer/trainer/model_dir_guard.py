@@ -1,10 +1,6 @@
-"""Claiming a model_dir for training: one writer, leftovers of killed runs removed.
-
-`claimed_model_dir` takes the directory's lock (a second trainer on the same model_dir is
-refused at once, naming the process that holds it), then removes what killed saves and
-prunes left behind (hidden temporaries, data shards without an index) and says what it
-removed. Checkpoints themselves are never touched here.
-"""
+"""Claiming a model_dir for training: its lock (a second trainer is refused at once),
+then removal of what killed saves and prunes left behind (hidden temporaries, data
+shards without an index). Checkpoints themselves are never touched here."""
 import contextlib
 import os
 

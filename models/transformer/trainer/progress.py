@@ -11,17 +11,9 @@ def format_duration(seconds):
 
 
 class Progress:
-  """Measures throughput since start() and prints one line per report().
-
-  Args:
-    total_steps: the step training stops at.
-    tokens_per_step: tokens in one batch.
-    stream: where lines go (stdout by default).
-    bar_width: characters of the [####....] bar.
-    metrics: a step_metrics.StepMetrics whose measure(steps/s) adds MFU and memory.
-
-  After each report, `scalars` holds the metrics' values for TensorBoard.
-  """
+  """Measures throughput since start() and prints one line per report() to stream
+  (stdout by default). metrics, a step_metrics.StepMetrics, adds MFU and memory; after
+  each report `scalars` holds its values for TensorBoard."""
 
   def __init__(self, total_steps, tokens_per_step, stream=None, bar_width=20,
                metrics=None):
@@ -31,10 +23,8 @@ class Progress:
     self.bar_width = bar_width
     self.metrics = metrics
     self.scalars = {}
-    self._start_time = None
-    self._start_step = 0
-    self._last_time = None
-    self._last_step = 0
+    self._start_time = self._last_time = None
+    self._start_step = self._last_step = 0
 
   def start(self, step):
     """Begins timing at global step `step` (e.g. the resumed step)."""

@@ -1,12 +1,6 @@
-"""The trainer's checkpoint manager and the lines it prints, shared by both train loops.
-
-train_loop.Trainer (one process) and spmd_train_loop.ChiefSaver (the chief of an SPMD
-run) open model_dir's checkpoints the same way: one mtf.CheckpointManager that keeps
-keep_checkpoint_max checkpoints, refuses NaN/Inf values, saves `global_step` beside the
-model and stamps each checkpoint with the run record (run_record), so either mode resumes
-the other's run. A user sees the same lines from both: what the manager found wrong in
-model_dir, "resumed from", "saved checkpoint".
-"""
+"""The trainer's checkpoint manager and the lines it prints, shared by both train loops
+(train_loop.Trainer and spmd_train_loop.ChiefSaver), so either mode resumes the other's
+run and a user sees the same lines from both."""
 import mesh_tf as mtf
 from models.transformer.trainer import run_record
 

@@ -6,13 +6,9 @@ import typing
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-  """What utils.run resolved: the model, data, sizes and schedule of a run.
-
-  model_fn makes a fresh (checked) model per mtf graph; batch_size is the resolved
-  number of sequences; train_steps the global step to stop at and total_run_steps the
-  schedules' total (default train_steps); operative_config_extra is appended to
-  operative_config.gin (e.g. the layout auto_layout chose).
-  """
+  """What utils.run resolved: the model, data, sizes and schedule of a run. model_fn
+  makes a fresh model per mtf graph; total_run_steps is the schedules' total (default
+  train_steps); operative_config_extra is appended to operative_config.gin."""
   model_fn: typing.Callable
   model_dir: str
   vocabulary: object

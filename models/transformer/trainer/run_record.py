@@ -1,18 +1,11 @@
 """What a checkpoint's weights mean beyond their shapes: the vocabulary and the model's
 hyperparameters, recorded in every checkpoint the trainer writes and checked on load.
 
-Variable shapes alone do not pin a model down: attention weights are stored with the
-heads and d_kv dims combined, so `num_heads=8, d_kv=8` reads a `num_heads=4, d_kv=16`
-checkpoint, and a vocabulary of another type pads to the same vocab dim. The record
-holds the vocabulary (`vocabulary_record`) and every variable's mtf shape together with
-the shapes the model reshapes it to (`model_record`). It is stored inside the
-checkpoint (mtf.checkpoint.RECORD_KEY), so it is written, copied and pruned with it.
-
-utils.run makes the record of its configuration active (`expecting`); train mode's
-CheckpointManager then saves it (`active_text`) and every mode checks a checkpoint
-before loading it (`check_checkpoint`, `restore`): a mismatch is a CheckpointError of
-one line, or one "warning:" line with utils.run.allow_checkpoint_mismatch. Checkpoints
-without a record (older ones, the original library's) load unchecked.
+Shapes alone do not pin a model down: attention weights store heads and d_kv combined
+(`num_heads=8, d_kv=8` reads a `num_heads=4, d_kv=16` checkpoint), and another
+vocabulary may pad to the same vocab dim. So the record (inside the checkpoint, under
+mtf.checkpoint.RECORD_KEY) holds the vocabulary and each variable's shapes, including
+those the model reshapes it to. Checkpoints without a record load unchecked.
 """
 import contextlib
 import hashlib
@@ -49,16 +42,12 @@ def _model_file_hash(vocabulary):
 
 
 def vocabulary_record(vocabulary):
-  """{setting: value} of a vocabulary: "type", "size" and, where it has a model file
-  (SentencePiece model, t2t subwords file, ...), "model_sha256". An (inputs, targets)
-  pair gives each key twice, prefixed "inputs " and "targets "."""
+  """{setting: value} of a vocabulary: "type", "size" and, where it has a model file,
+  "model_sha256"; an (inputs, targets) pair's keys are prefixed "inputs "/"targets "."""
   from models.transformer.trainer import decode_io  # pylint: disable=g-import-not-at-top
   if isinstance(vocabulary, tuple):
-    record = {}
-    for role, v in zip(("inputs", "targets"), vocabulary):
-      record.update({"%s %s" % (role, k): value
-                     for k, value in vocabulary_record(v).items()})
-    return record
+    return {"%s %s" % (role, k): value for role, v in zip(("inputs", "targets"), vocabulary)
+            for k, value in vocabulary_record(v).items()}
   record = {"type": type(vocabulary).__name__,
             "size": str(decode_io.vocab_size(vocabulary))}
   digest = _model_file_hash(vocabulary)
@@ -72,19 +61,15 @@ def _shape_text(shape):
 
 
 def model_record(graph):
-  """{variable name: shapes} of an mtf.Graph's trainable variables (the model's weights,
-  not optimizer slots): its stored mtf shape, then "; " and each shape the graph
-  reshapes it to (e.g. q "d_model=16,heads=16; d_model=16,heads=4,d_kv=4"), so
-  hyperparameters that stored shapes hide (num_heads vs d_kv) are recorded too."""
+  """{variable name: shapes} of an mtf.Graph's trainable variables: the stored mtf
+  shape, then "; " and each shape the graph reshapes it to (e.g. q
+  "d_model=16,heads=16; d_model=16,heads=4,d_kv=4")."""
   views = {}
   for op in graph.operations:
     if isinstance(op, mtf.ReshapeOperation) and op.inputs:
       source = op.inputs[0].operation
       if isinstance(source, mtf.Variable):
-        views.setdefault(source.name, [])
-        text = _shape_text(op.outputs[0].shape)
-        if text not in views[source.name]:
-          views[source.name].append(text)
+        views.setdefault(source.name, set()).add(_shape_text(op.outputs[0].shape))
   record = {}
   for variable in graph.trainable_variables:
     shapes = [_shape_text(variable.outputs[0].shape)] + sorted(views.get(variable.name, []))
@@ -140,15 +125,15 @@ def _model_difference(stored, here):
   for name in sorted(set(stored) & set(here)):
     if stored[name] == here[name]:
       continue
+    setting = "model hyperparameters (shape of variable %r)" % name
     for a, b in zip(_parse_shapes(stored[name]), _parse_shapes(here[name])):
       if a == b:
         continue
       if [n for n, _ in a] == [n for n, _ in b]:  # same dims: name the sizes that differ
         differ = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
-        return ("model hyperparameters (shape of variable %r)" % name,
-                _dims_text([a[i] for i in differ]), _dims_text([b[i] for i in differ]))
-      return ("model hyperparameters (shape of variable %r)" % name, _dims_text(a), _dims_text(b))
-    return ("model hyperparameters (shape of variable %r)" % name, stored[name], here[name])
+        a, b = [a[i] for i in differ], [b[i] for i in differ]
+      return setting, _dims_text(a), _dims_text(b)
+    return setting, stored[name], here[name]
   only_stored = sorted(set(stored) - set(here))
   if only_stored:  # restoring would leave them out without a word
     return ("model variables (%d, e.g. %r, which this model lacks)"
@@ -175,10 +160,10 @@ def difference(stored_text, vocabulary_settings, model_settings):
 
 
 def check_checkpoint(path):
-  """Checks the checkpoint at path (a prefix or a directory) against the active record:
-  CheckpointError (one line) on a mismatch, or a "warning:" line when mismatches are
-  allowed. Does nothing outside `expecting`, for a checkpoint without a record, or for
-  one that cannot be read (restoring it reports that). Returns the prefix checked."""
+  """Checks the checkpoint at path (a prefix or a directory) against the active record;
+  returns the prefix checked. A mismatch is a CheckpointError, or a "warning:" line when
+  allowed. Nothing is checked outside `expecting`, without a record, or for a
+  checkpoint that cannot be read (restoring it reports that)."""
   if _state["active"] is None or path is None:
     return None
   vocabulary_settings, model_settings, allow = _state["active"]
@@ -211,9 +196,8 @@ def check_checkpoint(path):
 
 
 def restore(path, target, **kwargs):
-  """mtf.restore_checkpoint(path, target, **kwargs) after check_checkpoint; a
-  checkpoint other than the one checked (the latest was pruned meanwhile) is checked
-  too before its values are used."""
+  """mtf.restore_checkpoint(path, target, **kwargs) after check_checkpoint (again if the
+  checkpoint checked was pruned meanwhile and another one restored)."""
   checked = check_checkpoint(path)
   restored = mtf.restore_checkpoint(path, target, **kwargs)
   if _state["active"] is not None and restored.path != checked:

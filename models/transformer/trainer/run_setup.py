@@ -27,11 +27,9 @@ def configured_backend():
 
 
 def mesh_devices(mesh_size, backend):
-  """Device names for a mesh of mesh_size processors on the given backend.
-
-  Placement needs one logical CPU per processor: they are made if TensorFlow has not
-  started yet; otherwise the first mesh_size existing ones are used.
-  """
+  """Device names for a mesh of mesh_size processors on the given backend: for
+  placement, one logical CPU per processor, made if TensorFlow has not started yet
+  (else the first mesh_size existing ones)."""
   if backend != "placement":
     return None
   if mesh_size == 1:
@@ -52,13 +50,12 @@ def make_mesh_impl(mesh_layout, devices=None):
   """A MeshImpl of the gin-configured backend (placement by default) laying tensors
   out by mesh_layout (a MeshLayout), on devices (by default the cluster's, else this
   process's)."""
-  mesh_shape = mesh_layout.shape
   backend = configured_backend()
   from models.transformer.trainer import cluster_setup  # pylint: disable=g-import-not-at-top
   if devices is None:
-    devices = cluster_setup.mesh_devices(mesh_shape, backend)  # None: one process
+    devices = cluster_setup.mesh_devices(mesh_layout.shape, backend)  # None: one process
   if devices is None:
-    devices = mesh_devices(mesh_shape.size, backend)
+    devices = mesh_devices(mesh_layout.size, backend)
   return mtf.make_mesh_impl(mesh_shape=mesh_layout, layout=None, devices=devices)
 
 
@@ -87,10 +84,8 @@ def _fix_lengths(sequence_length):
 
 def example_stream(dataset_fn, sequence_length, vocabulary, dataset_split, repeat=True):
   """dataset_fn's examples as fixed-length int32 feature dicts, repeated unless not.
-
-  Build a run's train stream before anything else draws op seeds: its shuffles without
-  a seed of their own then get the same ones (from utils.run.seed) in every mode.
-  """
+  Build a run's train stream before anything else draws op seeds, so its unseeded
+  shuffles get the same op seeds (from utils.run.seed) in every mode."""
   if dataset_fn is None:
     raise MtfError("no dataset function for split %r: bind utils.run.train_dataset_fn "
                    "(or eval_dataset_fn) in gin" % dataset_split)
@@ -210,10 +205,8 @@ def _whole(name, value, minimum, allow_none=False):
   """value as an int >= minimum, else a one-line MtfError naming utils.run.<name>."""
   if value is None and allow_none:
     return None
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-    if not (isinstance(value, float) and value.is_integer()):
-      _fail(name, value, "it must be a whole number >= %d" % minimum)
-  if value < minimum:
+  integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+  if not (integral or isinstance(value, float) and value.is_integer()) or value < minimum:
     _fail(name, value, "it must be a whole number >= %d" % minimum)
   return int(value)
 
@@ -226,10 +219,10 @@ def check_train_steps(train_steps):
 def check_run_parameters(model_dir, train_steps, save_checkpoints_steps,
                          iterations_per_loop, keep_checkpoint_max, eval_steps,
                          sequence_length, mesh_shape, auto_layout=False):
-  """Checks utils.run's values before anything is built; returns (train_steps,
-  save_checkpoints_steps, iterations_per_loop, eval_steps) as ints (eval_steps may be
-  None). Each bad value gets a one-line MtfError naming the parameter. With
-  auto_layout, mesh_shape may be a device count."""
+  """Checks utils.run's values before anything is built (a one-line MtfError naming the
+  bad parameter); returns (train_steps, save_checkpoints_steps, iterations_per_loop,
+  eval_steps) as ints (eval_steps may be None). With auto_layout, mesh_shape may be a
+  device count."""
   if not model_dir or not isinstance(model_dir, (str, os.PathLike)):
     _fail("model_dir", model_dir, "give a directory with --model_dir (or bind "
           "utils.run.model_dir)")

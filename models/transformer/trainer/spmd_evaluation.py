@@ -1,9 +1,6 @@
-"""Eval during SPMD training (spmd_train_loop): every process evaluates its replicas on
-its own rows of each eval batch; the losses and token counts come out whole (the graph
-reduces them over the mesh), so every process gets the same metrics and the chief
-writes them, as train_loop's Evaluator does in one process."""
-import tensorflow as tf
-
+"""Eval during SPMD training: every process evaluates its replicas on its own rows of
+each eval batch; the graph reduces the losses and counts over the mesh, so every
+process gets the same metrics."""
 from mesh_tf.cluster import input_share
 from models.transformer.trainer import evaluation
 from models.transformer import model_graph
@@ -25,19 +22,11 @@ class SpmdEvaluator:
     self.replicas = replicas
     graph = model_graph.ModelGraph(model_fn(), batch_size, sequence_length, feature_keys,
                                    ModeKeys.EVAL, variable_dtype)
-    counts = evaluation.eval_counts(graph)
+    tensors = (graph.loss,) + evaluation.eval_counts(graph)
     self.rows = input_share.batch_rows(replicas.impls[0],
                                        graph.placeholders["targets"].shape)
-
-    def make_step(impl):
-      graph.lowering(impl)  # finds the train graph's variables of this replica
-
-      @tf.function
-      def eval_step(features):
-        lowering = graph.lowering(impl, features)
-        return tuple(lowering.export_to_tf_tensor(t) for t in (graph.loss,) + counts)
-      return eval_step
-    self._steps = [make_step(impl) for impl in replicas.impls]
+    # each finds the train graph's variables of its replica
+    self._steps = [evaluation.export_step(graph, impl, tensors) for impl in replicas.impls]
 
   def eval_step(self, features):
     """(loss, cross-entropy sum, correct, counted) of one eval batch (this process's

@@ -1,19 +1,10 @@
-"""Train mode of the trainer in multi-client SPMD (cluster_setup.cluster_config.mode =
-'spmd'): every process runs the step loop (step_loop.run_steps, the one train_loop's
-Trainer runs too) for its own replicas (one per local device,
-mesh_tf.cluster.multi_client), reads only its rows of each batch, and task 0 writes
-the checkpoints and summaries.
+"""Train mode in multi-client SPMD (cluster_setup.cluster_config.mode = 'spmd'): every
+process runs step_loop.run_steps for its own replicas (one per local device), reads only
+its rows of each batch, and task 0 writes the checkpoints and summaries.
 
-This module adds what multi-client needs: each process checks its run against the
-chief's before step 1 (agreement), ChiefSaver (every process gathers the full values,
-the chief writes through a mtf.CheckpointManager, which prunes to keep_checkpoint_max
-only after the new checkpoint is written), and `_SpmdRunner`, whose agree_stop is one
-small collective per step, so a signal to ANY process stops EVERY process after the
-same step. The optimizer, learning rate, model graph, checkpoint format (a run resumes
-in either mode and restores on any mesh), progress lines, step_metrics (each
-process's MFU counts its replicas' FLOPs against its own devices' peak; the chief
-writes the profile), non-finite policy, exit statuses and eval after each checkpoint
-(spmd_evaluation: no sequence accuracy) are train_loop's. What it lacks: microbatches.
+Each process checks its run against the chief's before step 1, and a signal to ANY
+process stops EVERY process after the same step. Everything else is train_loop's;
+microbatches are not supported.
 """
 import os
 
@@ -42,9 +33,8 @@ from models.transformer.context import ModeKeys
 
 def share_of_train_data(examples, batch_size, rows, step=0):
   """This process's rows [begin, end) of every global batch of the train data (the
-  run_setup.example_stream `examples`) after the `step` ones already trained on: the
-  process runs the input pipeline itself and keeps only its examples (the others'
-  are dropped before batching); nothing is sent between processes."""
+  run_setup.example_stream `examples`) after the `step` ones already trained on; the
+  other processes' examples are dropped before batching."""
   if step:
     print(run_setup.resume_skip_line(step, batch_size), flush=True)
   return input_share.share_of_dataset(examples, batch_size, rows, skip_batches=step)
@@ -86,9 +76,8 @@ def run_settings(model_dir, vocabulary, replicas):
 
 
 def run_spmd_train(config, replicas):
-  """Trains a run_config.RunConfig to its train_steps with this process's replicas;
-  returns [(step, loss)]. With eval_dataset_fn and eval_steps, evaluates after every
-  checkpoint."""
+  """Trains a run_config.RunConfig to its train_steps with this process's replicas
+  (evaluating after every checkpoint, as run_train); returns [(step, loss)]."""
   c = config
   model_fn, model_dir, vocabulary = c.model_fn, c.model_dir, c.vocabulary
   batch_size, sequence_length = c.batch_size, c.sequence_length
@@ -144,10 +133,9 @@ class ChiefSaver:
     self.model_dir = model_dir
     self.global_step = global_step
     self._values = {}  # refilled before each save with the gathered full values
-    self.manager = None
-    if trainer.replicas.is_chief:
-      self.manager = run_checkpoints.open_manager(model_dir, self._values, global_step,
-                                                  keep_checkpoint_max)
+    self.manager = (run_checkpoints.open_manager(model_dir, self._values, global_step,
+                                                 keep_checkpoint_max)
+                    if trainer.replicas.is_chief else None)
     # Every process resolves the checkpoint by the one rule train/eval/decode use, so a
     # lost or garbled state file cannot make processes resume from different steps.
     found = discovery.find_checkpoints(model_dir, DEFAULT_BASENAME)

@@ -1,11 +1,9 @@
 """The one train-step loop of the trainer, for every execution mode.
 
-A mode (one process: train_loop.Trainer; multi-client SPMD: spmd_train_loop) provides
-a `Runner`: how to read a batch, run a step, save, whether this process is the chief,
-and how the processes agree to stop. `run_steps` applies the policy they share: stop
-or skip at a non-finite loss, report progress and summaries, save every
-save_checkpoints_steps (and evaluate after each save), and on SIGTERM / Ctrl-C in any
-process save and exit with 143 / 130 (stop_signals).
+A mode (one process: train_loop; multi-client SPMD: spmd_train_loop) provides a
+`Runner`. `run_steps` applies the policy they share: stop or skip at a non-finite loss,
+report progress and summaries, save every save_checkpoints_steps (and evaluate after
+each save), and on SIGTERM / Ctrl-C in any process save and exit with 143 / 130.
 """
 import abc
 import dataclasses

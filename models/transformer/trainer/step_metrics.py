@@ -1,29 +1,11 @@
 """What the trainers report besides loss and tokens/s: model FLOPs utilization (MFU),
-peak memory, the cost model's compute/communication split, and an opt-in profile.
+peak memory, the cost model's compute/communication split, and an opt-in profile
+(README.md, "What the progress line shows").
 
-- FLOPs per step are counted once per traced step function, from its TF graph: every
-  MatMul, BatchMatMul*, two-operand Einsum and Conv* with static shapes costs 2 FLOPs
-  per multiply-add (2*M*N*K), including the backward pass and the optimizer, which the
-  train step holds. Only ops the step's outputs and updates need are counted (the
-  runtime prunes the rest). Function calls (placement's per-device segment calls) are
-  counted once per call, so every device's slices are in the sum; tf.cond and case
-  count their dearest branch, a while loop its body once. The GSPMD graph holds the
-  global (unpartitioned) program, which XLA splits: it is counted once. The SIMD
-  emulation's graph computes every processor's slice in stacked ops, so it counts them
-  all. An SPMD process's replica graph holds one processor's slices: it is counted
-  once per replica of that process.
-- Peak FLOP/s: `step_metrics.peak_flops_per_second` (gin) or, when unbound, timed once
-  at start-up: float32 2048x2048 matmuls on one device after a warm-up (under a second
-  on a CPU). Emulated CPU devices share one host, so a CPU mesh's peak is the host's
-  (one calibration, not times the device count); on GPUs it is the per-GPU rate times
-  the GPUs the mesh uses (this process's, in SPMD). MFU = FLOPs per step x steps per
-  second / that peak.
-- Peak memory: the allocator's peak per device (tf.config.experimental.get_memory_info),
-  which GPUs report. CPU devices in TF 2.21 report none unless TF_CPU_ALLOCATOR_USE_BFC=
-  true is set before TensorFlow starts (then one allocator serves every CPU device);
-  otherwise the line shows the process's max RSS, labelled so.
-- `step_metrics.profile_steps = (N, M)`: a tf.profiler trace of global steps N..M
-  written under model_dir (TensorBoard's Profile tab: `tensorboard --logdir=model_dir`).
+FLOPs per step are counted once from the traced step's TF graph: 2*M*N*K for every
+matmul-like op with static shapes that the step's outputs and updates need. A function
+counts once per call, cond and case their dearest branch, a while loop its body once;
+an SPMD process's replica graph counts once per replica of that process.
 """
 import resource
 import sys
@@ -46,11 +28,8 @@ def options(peak_flops_per_second=None, profile_steps=None):
   return {"peak_flops_per_second": peak_flops_per_second, "profile_steps": profile_steps}
 
 
-# --- FLOPs of a traced step -------------------------------------------------------
-
-# Ops that call functions: {type: (attrs naming the functions, inputs the callee
-# gets from the first one on)}. A call counts its function once; If and Case count
-# their dearest branch; While its body once (trip counts are not in the graph).
+# Ops that call functions: {type: (attrs naming the functions, index of the first
+# input the callee gets)}.
 _CALLS = {"PartitionedCall": (("f",), 0), "StatefulPartitionedCall": (("f",), 0),
           "While": (("body",), 0), "StatelessWhile": (("body",), 0),
           "If": (("then_branch", "else_branch"), 1),
@@ -59,10 +38,7 @@ _CALLS = {"PartitionedCall": (("f",), 0), "StatefulPartitionedCall": (("f",), 0)
 
 
 def _dims(tensor):
-  shape = tensor.shape
-  if shape.rank is None or not shape.is_fully_defined():
-    return None
-  return shape.as_list()
+  return tensor.shape.as_list() if tensor.shape.is_fully_defined() else None
 
 
 def _einsum_flops(equation, shapes):
@@ -84,8 +60,8 @@ def _einsum_flops(equation, shapes):
 def op_flops(op):
   """FLOPs of one matmul-like TF op (0 for others); None where shapes are unknown."""
   kind = op.type
-  if not (kind in ("MatMul", "Einsum") or kind.startswith("BatchMatMul")
-          or kind.startswith("Conv") or kind.startswith("DepthwiseConv")):
+  if not (kind in ("MatMul", "Einsum") or kind.startswith(("BatchMatMul", "Conv",
+                                                           "DepthwiseConv"))):
     return 0.0
   ins = [_dims(x) for x in op.inputs]
   out = _dims(op.outputs[0])
@@ -146,9 +122,8 @@ class FlopCounter:
 
 
 def live_operations(graph):
-  """The ops of a function graph that its outputs or control outputs (its stateful
-  ops: variable updates) need: the runtime prunes the rest (e.g. values a lowering
-  made and never read)."""
+  """The ops of a function graph that its outputs or control outputs (variable
+  updates) need: the runtime prunes the rest."""
   roots = list(getattr(graph, "outputs", None) or ()) + list(
       getattr(graph, "control_outputs", None) or ())
   if not roots:
@@ -165,8 +140,7 @@ def live_operations(graph):
 
 
 def _function_graph(graph, name, shapes):
-  """The graph of function `name` with its inputs' shapes, from the graph's library
-  or the eager context (where tf.function registers what it traced)."""
+  """The graph of function `name`, from the graph's library or the eager context."""
   fdef = None
   while graph is not None and fdef is None:
     found = graph._get_function(name)  # pylint: disable=protected-access
@@ -191,22 +165,18 @@ def graph_flops(graph, notes=None):
   return flops, counter.unknown
 
 
-# --- peak FLOP/s and memory ----------------------------------------------------------
-
 _measured = {}  # (device, size) -> FLOP/s: one calibration per process and device
 
 
 def measure_peak_flops(device=None, size=2048, budget_seconds=0.8):
-  """FLOP/s of float32 size x size matmuls on one device: the best of the timed
-  rounds (after a warm-up) that fit in budget_seconds; a round is one matmul on a CPU,
-  ten on a GPU (which queues work). Once per process and device. The best round, as
-  other processes may share the host's cores."""
+  """FLOP/s of float32 size x size matmuls on one device, measured once per process and
+  device: the best round (others may share the host's cores) of those that fit in
+  budget_seconds after a warm-up; a round is one matmul on a CPU, ten on a GPU."""
   key = (device, size)
   if key not in _measured:
     per_round = 1 if device is None or "CPU" in device.upper() else 10
     with tf.device(device or "/CPU:0"):
-      a = tf.random.uniform([size, size])
-      b = tf.random.uniform([size, size])
+      a, b = tf.random.uniform([size, size]), tf.random.uniform([size, size])
       float(tf.matmul(a[:size // 2], b)[0, 0])  # warm-up: kernels, threads, buffers
       best, start = 0.0, time.perf_counter()
       while True:
@@ -268,13 +238,11 @@ class Memory:
     return "peak mem %.0f MB%s" % (peak / _MB, where), {"peak_memory_bytes": peak}
 
 
-# --- the cost model's split ------------------------------------------------------
-
 def predicted_split(model_graph, mesh_shape, layout_rules, flops_per_processor_second,
                     on_gpu):
   """The cost model's (compute seconds, communication seconds, profile name) per
-  processor of one step: auto_mtf's hardware profile of the devices (its latencies
-  and bandwidths) with the compute rate replaced by the measured one."""
+  processor of one step, with the hardware profile's compute rate replaced by
+  flops_per_processor_second."""
   from mesh_tf.auto_mtf import hardware  # pylint: disable=g-import-not-at-top
   from mesh_tf.auto_mtf import step_time  # pylint: disable=g-import-not-at-top
   profile = (hardware.GPU_H100 if on_gpu else hardware.TPU_V3
@@ -285,8 +253,6 @@ def predicted_split(model_graph, mesh_shape, layout_rules, flops_per_processor_s
   prediction = model.evaluate(mesh_shape, layout_rules)
   return prediction.compute_time, prediction.comm_time, profile.name
 
-
-# --- the profiler --------------------------------------------------------------------
 
 class Profile:
   """A tf.profiler trace of global steps first..last (1-based, inclusive) into logdir."""
@@ -321,18 +287,10 @@ class Profile:
               flush=True)
 
 
-# --- what the loops use ----------------------------------------------------------------
-
 class StepMetrics:
-  """MFU, memory, predicted split and the profile of one training run.
-
-  Args:
-    model_graph: the trainer's ModelGraph (its mtf graph feeds the cost model).
-    mesh_impl: the run's MeshImpl (in SPMD: one replica's).
-    logdir: where the profile goes (the model_dir; None: no profile).
-    replica_impls: in SPMD, this process's replicas' MeshImpls: the traced step is one
-      replica's (one processor's slices), run once per replica.
-  """
+  """MFU, memory, predicted split and the profile of one training run. mesh_impl is
+  the run's MeshImpl (in SPMD: one replica's, and replica_impls are this process's);
+  logdir is where the profile goes (None: no profile)."""
 
   def __init__(self, model_graph, mesh_impl, logdir=None, replica_impls=None):
     settings = options()

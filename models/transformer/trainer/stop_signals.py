@@ -1,9 +1,8 @@
 """`GracefulStop`: SIGTERM / Ctrl-C end training after the current step, with a checkpoint.
 
-While the context is active, the first SIGINT or SIGTERM only records the signal; the
-train loop sees `requested`, saves, and calls `exit()`. A second signal aborts at once
-(checkpoint saves are atomic, so the last complete checkpoint stays loadable). Outside
-the main thread (where Python cannot take signals) the context does nothing.
+The first SIGINT or SIGTERM only records the signal; the train loop saves and calls
+`exit()`. A second signal aborts at once (saves are atomic). Outside the main thread
+(where Python cannot take signals) the context does nothing.
 """
 import signal
 import sys

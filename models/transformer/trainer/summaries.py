@@ -1,9 +1,5 @@
-"""TensorBoard scalars of a run: one tf.summary file writer per directory.
-
-Scalars are written with the core `tf.summary.write` and the "scalars" plugin metadata
-(what `tf.summary.scalar` writes), so TensorBoard shows them without TensorBoard itself
-being installed where training runs.
-"""
+"""TensorBoard scalars of a run, written with the core `tf.summary.write` and the
+"scalars" plugin metadata, so training needs no TensorBoard installed."""
 import os
 
 import tensorflow as tf

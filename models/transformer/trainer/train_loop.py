@@ -1,19 +1,10 @@
-"""Train mode: the update step as one tf.function, checkpoints, resume, summaries, eval.
+"""Train mode in one process: the update step as one tf.function, checkpoints, resume.
 
 The global step is a tf.Variable owned here and handed to mtf.optimize, so learning-rate
 schedules read it when the graph is lowered (on every call of the traced step); it is
-incremented after the updates and saved as `global_step` in every checkpoint. Starting
-again in the same model_dir resumes from its latest complete checkpoint, on any mesh and
-layout.
-
-A run never loses a user's checkpoints: it holds model_dir's lock (model_dir_guard), a
-non-finite loss stops it before anything is saved (or, with skip_nonfinite_updates, that
-step's update is skipped), no checkpoint with NaN/Inf variables is written, and SIGTERM /
-Ctrl-C stop it after the current step with a checkpoint (stop_signals).
-
-Besides loss and tokens/s, the progress lines and TensorBoard show what step_metrics
-measures: MFU (FLOPs counted once in the traced step), peak memory, the cost model's
-compute/communication split (at start-up), and an opt-in profile of a few steps.
+saved as `global_step` in every checkpoint. Starting again in the same model_dir resumes
+from its latest complete checkpoint, on any mesh and layout. step_loop runs the steps
+(non-finite losses, progress, saves, eval, signals).
 """
 import numbers
 
@@ -50,9 +41,7 @@ def make_optimizer(optimizer, learning_rate):
   if isinstance(optimizer, mtf.optimize.Optimizer):
     return optimizer
   factory = optimizer or mtf.optimize.AdafactorOptimizer
-  if learning_rate is None:
-    return factory()
-  return factory(learning_rate=learning_rate)
+  return factory() if learning_rate is None else factory(learning_rate=learning_rate)
 
 
 def current_learning_rate(optimizer):
@@ -60,29 +49,16 @@ def current_learning_rate(optimizer):
   rate = getattr(optimizer, "learning_rate", None)
   if callable(rate) and not isinstance(rate, tf.Variable):
     rate = rate()
-  if rate is None:
-    rate = 0.0
-  return tf.cast(rate, tf.float32)
+  return tf.cast(0.0 if rate is None else rate, tf.float32)
 
 
 class Trainer:
   """Builds the train graph and step once; `train(steps)` runs and checkpoints.
 
-  Args:
-    model_fn: zero-argument callable returning a fresh model (one per graph).
-    mesh_impl: where the variables live.
-    model_dir: checkpoints, summaries and operative_config.gin go here.
-    batch_size, sequence_length: the batch shape.
-    feature_keys: the dataset's feature names.
-    variable_dtype: mtf.VariableDType of the model.
-    train_steps: the global step to stop at (also the schedules' total).
-    optimizer, learning_rate_schedule: as utils.run takes them.
-    save_checkpoints_steps, keep_checkpoint_max: checkpoint period and count.
-    iterations_per_loop: steps between progress lines and summaries.
-    num_microbatches: split each batch into this many microbatches.
-    skip_nonfinite_updates: if True, a step whose loss is NaN/Inf leaves every variable
-      unchanged and training goes on; if False (default) training stops with an error.
-    total_run_steps: the schedules' total steps (default train_steps).
+  model_fn returns a fresh model (one per graph); train_steps is the global step to stop
+  at, total_run_steps the schedules' total (default train_steps); the others are as
+  utils.run takes them. skip_nonfinite_updates: a step whose loss is NaN/Inf leaves
+  every variable unchanged (else training stops with an error).
   """
 
   def __init__(self, model_fn, mesh_impl, model_dir, batch_size, sequence_length,
@@ -162,11 +138,7 @@ class Trainer:
 
   def train(self, dataset, evaluator=None, eval_dataset=None, eval_steps=0, stream=None):
     """Runs steps until train_steps (step_loop.run_steps); returns [(step, loss)] of the
-    progress lines.
-
-    Raises NonFiniteError at a NaN/Inf loss (unless skip_nonfinite_updates); on SIGTERM
-    or Ctrl-C saves and ends the run (see stop_signals.GracefulStop.exit).
-    """
+    progress lines. NonFiniteError at a NaN/Inf loss unless skip_nonfinite_updates."""
     step = int(self.global_step.numpy())
     if step_loop.nothing_to_do(step, self.train_steps):
       return []
@@ -178,9 +150,6 @@ class Trainer:
     with stop_signals.GracefulStop() as stop:
       return step_loop.run_steps(runner, config, step, iter(dataset), stop, stream)
 
-  def _prefix_at(self, step):
-    return "%s-%d" % (self.manager.checkpoint_prefix, step)
-
   def _save(self, step):
     path = self.manager.save()
     run_checkpoints.report_saved(path)
@@ -188,12 +157,11 @@ class Trainer:
 
   def _data_error(self, error, step, started_at):
     """An MtfError naming the train data file that failed and the last good checkpoint,
-    saved first at step: the steps so far completed, and reading the next batch
-    changed no variable."""
+    saved first at step (reading the next batch changed no variable)."""
     from models.transformer import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
     what, data_file = dataset_lib.read_error_summary(error)
     last = self.manager.latest_checkpoint
-    if step > started_at and last != self._prefix_at(step):
+    if step > started_at and last != "%s-%d" % (self.manager.checkpoint_prefix, step):
       try:
         last = self._save(step)
       except mtf.MtfError as e:
@@ -248,8 +216,7 @@ class _TrainerRunner(step_loop.Runner):
 
 def run_train(config, mesh_impl):
   """Train mode of utils.run (which holds model_dir's lock around it) for a
-  run_config.RunConfig on mesh_impl; returns the trainer's [(step, loss)] history. A
-  resumed run's data starts after the batches its steps took."""
+  run_config.RunConfig on mesh_impl; returns the trainer's [(step, loss)] history."""
   c = config
   dataset = run_setup.batched_dataset(c.train_dataset_fn, c.sequence_length,
                                       c.vocabulary, c.dataset_split, c.batch_size)
@@ -267,11 +234,10 @@ def run_train(config, mesh_impl):
   if c.eval_dataset_fn is not None and c.eval_steps:
     eval_dataset = run_setup.batched_dataset(c.eval_dataset_fn, c.sequence_length,
                                              c.vocabulary, "validation", c.batch_size)
-    evaluator = evaluation.Evaluator(c.model_fn, mesh_impl, c.batch_size,
-                                     c.sequence_length,
-                                     run_setup.feature_keys(eval_dataset),
-                                     c.variable_dtype,
-                                     decode_batches=c.eval_decode_batches)
+    evaluator = evaluation.Evaluator(
+        c.model_fn, mesh_impl, c.batch_size, c.sequence_length,
+        run_setup.feature_keys(eval_dataset), c.variable_dtype,
+        decode_batches=c.eval_decode_batches)
   trainer.restore(c.init_checkpoint)  # before anything is written to model_dir
   run_setup.write_operative_config(c.model_dir, c.operative_config_extra)
   print("training %s on mesh %s, layout %s (%s), to step %d"
