@@ -69,7 +69,16 @@ def graph_cached(key, make):
 
 
 class MeshImpl(abc.ABC):
-  """Shape and layout of a mesh, plus the primitives a backend must provide."""
+  """Shape and layout of a mesh, plus the primitives a backend must provide.
+
+  `MeshImpl(shape, layout_rules)` itself, as in the original, answers layout queries
+  (its primitives raise NotImplementedError); a subclass missing a primitive cannot be
+  instantiated.
+  """
+
+  def __new__(cls, *args, **kwargs):
+    del args, kwargs
+    return super().__new__(_LayoutQueriesOnly if cls is MeshImpl else cls)
 
   def __init__(self, shape, layout_rules):
     # A MeshLayout given as `shape` (with layout_rules None) is kept as is.
@@ -466,3 +475,18 @@ class MeshImpl(abc.ABC):
     with tf.device(device or ""):
       return assemble(0, [])
 
+
+
+def _not_a_backend(name):
+  def primitive(self, *args, **kwargs):
+    del self, args, kwargs
+    raise NotImplementedError(
+        "MeshImpl.%s: MeshImpl(shape, layout_rules) answers layout queries only; run "
+        "programs on a backend, e.g. mtf.placement_mesh_impl.PlacementMeshImpl" % name)
+  primitive.__name__ = name
+  return primitive
+
+
+# What MeshImpl(shape, layout_rules) makes: the layout queries of a mesh, no backend.
+_LayoutQueriesOnly = type("_LayoutQueriesOnly", (MeshImpl,), {
+    name: _not_a_backend(name) for name in MeshImpl.__abstractmethods__})

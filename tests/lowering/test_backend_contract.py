@@ -53,12 +53,27 @@ def _stub(name):
 
 def test_mesh_impl_declares_exactly_the_primitives():
   assert set(MeshImpl.__abstractmethods__) == PRIMITIVES
-  with pytest.raises(TypeError, match="abstract"):
-    MeshImpl(MESH, LAYOUT)  # pylint: disable=abstract-class-instantiated
+
+  class MissingOne(MeshImpl):
+    pass
+  for name in sorted(PRIMITIVES - {"slicewise"}):
+    setattr(MissingOne, name, _stub(name))
+  with pytest.raises(TypeError, match="abstract.*slicewise"):
+    MissingOne(MESH, LAYOUT)  # pylint: disable=abstract-class-instantiated
+
+
+def test_mesh_impl_itself_answers_layout_queries_as_the_original():
+  impl = MeshImpl(MESH, LAYOUT)  # the original's ops_test builds one to query layouts
+  assert isinstance(impl, MeshImpl)
+  assert impl.shape == mtf.convert_to_shape(MESH) and impl.size == impl.shape.size
+  assert impl.supports_control_dependencies
+  for name in sorted(PRIMITIVES):
+    with pytest.raises(NotImplementedError, match="layout queries only"):
+      getattr(impl, name)()
 
 
 def test_every_backend_class_is_known_and_implements_every_primitive():
-  classes = _concrete_subclasses(MeshImpl)
+  classes = _concrete_subclasses(MeshImpl) - {type(MeshImpl(MESH, LAYOUT))}
   assert sorted(c.__name__ for c in classes) == sorted(FACTORIES)
   for cls in classes:
     for name in PRIMITIVES:
