@@ -24,7 +24,9 @@ PIP_FLAGS ?= --quiet
 # /usr/bin/time around `make test`: 59.8 CPU-minutes (29 min 44 s, idle) at 14:10; 30.1
 # CPU-minutes at 16:08 after the tests shared more of their runs and XLA/GC settings in
 # tests/conftest.py (24 min 51 s, with two other test runs sharing the cores); the same
-# code idle at 16:38: 16 min 40 s, 32.2 CPU-minutes.
+# code idle at 16:38: 16 min 40 s, 32.2 CPU-minutes. 2026-12-05 18:39, idle, after the
+# line-count cut of issue 33: 16 min 13 s, 31.4 CPU-minutes (CI took 21 min 28 s at
+# stop 45).
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
