@@ -228,6 +228,10 @@ class PlacementMeshImpl(MeshImpl):
     _check_devices(self.shape, list(devices))
     self._devices = list(devices)
     self._shares_memory = collectives.shares_host_memory(self._devices)
+    # Processors whose devices share a process's memory reuse one another's tensors: the
+    # key of a processor's value starts with its domain (its own pnum off a CPU).
+    self._domains = [d if d is not None else ("device", p) for p, d in
+                     enumerate(collectives.memory_domains(tuple(self._devices)))]
     self._slice_keys = {}  # {Shape: slice_key of each processor}
 
   LaidOutTensor = LaidOutTensor
@@ -249,8 +253,9 @@ class PlacementMeshImpl(MeshImpl):
 
   @property
   def shares_memory(self):
-    """Whether every device is a CPU of this process: then the replicas of a value are
-    computed once, and collectives hand every device one result."""
+    """Whether every device is a CPU of one process (this one, or one remote worker):
+    then the replicas of a value are computed once, and collectives hand every device one
+    result. Across several processes this holds within each."""
     return self._shares_memory
 
   def slicewise(self, fn, *inputs):
@@ -265,7 +270,7 @@ class PlacementMeshImpl(MeshImpl):
       if deferred is not None:
         return deferred
     outputs, done = [first], {}
-    key = lambda pnum, a: tuple(id(t) for t in a) if self._shares_memory else pnum
+    key = lambda pnum, a: (self._domains[pnum],) + tuple(id(t) for t in a)
     done[key(0, args)] = first
     for pnum in range(1, self.size):
       args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
@@ -384,17 +389,15 @@ class PlacementMeshImpl(MeshImpl):
 
   def laid_out_pcoord(self, mesh_axis):
     coords = [pnum_to_processor_coordinates(self.shape, p)[mesh_axis] for p in range(self.size)]
-    return self._once_per(lambda pnum: coords[pnum] if self._shares_memory else pnum,
+    return self._once_per(lambda pnum: (self._domains[pnum], coords[pnum]),
                           lambda pnum: tf.constant(coords[pnum], tf.int32))
 
   def slice_key(self, shape, pnum):
-    """What identifies pnum's slice of `shape`: its position where the devices share
-    memory (the replicas of one slice share a key), else pnum."""
-    if not self._shares_memory:
-      return pnum
+    """What identifies pnum's slice of `shape`: its memory domain and position (the
+    replicas of one slice in one process share a key)."""
     keys = self._slice_keys.get(shape)
     if keys is None:  # asked for every processor of every variable and slice read
-      keys = self._slice_keys[shape] = [tuple(self.slice_begin(shape, p))
+      keys = self._slice_keys[shape] = [(self._domains[p], tuple(self.slice_begin(shape, p)))
                                         for p in range(self.size)]
     return keys[pnum]
 

@@ -26,19 +26,28 @@ def device_scope(device):
 
 
 def shares_host_memory(devices):
-  """True when every device is a CPU of this process (or unplaced): copies are free."""
-  return _shares_host_memory(tuple(devices))
+  """True when every device is a CPU of one process (this one or one remote task, or
+  unplaced): copies between them are free."""
+  domains = memory_domains(tuple(devices))
+  return None not in domains and len(set(domains)) <= 1
 
 
 @functools.lru_cache(maxsize=256)  # asked at each collective; parsing the names is slow
-def _shares_host_memory(devices):
+def memory_domains(devices):
+  """Per device, the process whose memory it computes in: "local" (this process or
+  unplaced) or (job, replica, task) for a CPU; None for any other device."""
+  domains = []
   for d in devices:
-    if not d:
-      continue
-    spec = tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d)
-    if spec.job not in (None, "localhost") or (spec.device_type or "CPU").upper() != "CPU":
-      return False
-  return True
+    spec = tf.DeviceSpec.from_string(d if d.startswith("/") else "/" + d) if d else None
+    if spec is None:
+      domains.append("local")
+    elif (spec.device_type or "CPU").upper() != "CPU":
+      domains.append(None)
+    elif spec.job in (None, "localhost"):
+      domains.append("local")
+    else:
+      domains.append((spec.job, spec.replica or 0, spec.task or 0))
+  return tuple(domains)
 
 
 def allreduce(xs, devices, reduction_fn_string="SUM"):

@@ -33,7 +33,13 @@ def test_host_memory_detection():
   assert pc.shares_host_memory(["", "/cpu:0", "CPU:3", "/device:CPU:1",
                                 "/job:localhost/replica:0/task:0/device:CPU:2"])
   assert not pc.shares_host_memory(["/cpu:0", "/gpu:0"])
-  assert not pc.shares_host_memory(["/job:worker/task:1/device:CPU:0"])
+  # the CPUs of one remote worker share that process's memory; two processes do not
+  worker = ["/job:worker/replica:0/task:1/device:CPU:%d" % i for i in range(3)]
+  assert pc.shares_host_memory(worker)
+  assert not pc.shares_host_memory(worker + ["/job:worker/replica:0/task:0/device:CPU:0"])
+  assert not pc.shares_host_memory(worker + ["/cpu:0"])
+  assert pc.memory_domains(tuple(worker[:1] + ["", "/gpu:0"])) == (
+      ("worker", 0, 1), "local", None)
 
 
 def _op_types(fn, n, shape):
