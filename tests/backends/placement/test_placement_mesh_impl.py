@@ -125,3 +125,21 @@ def test_mesh_impl_print_passes_the_value_through(capsys):
   x = impl.LaidOutTensor([tf.constant([1.0]), tf.constant([2.0])])
   out = impl.Print(x, [x], "x is")
   assert [t.numpy()[0] for t in out.all_slices] == [1.0, 2.0]
+
+
+def test_replicas_share_a_slice_within_one_process_never_across_processes():
+  # rows:2 over two worker tasks, cols:2 within each; "x" is split over rows only, so
+  # the two processors of a task hold the same slice of it
+  devices = ["/job:worker/replica:0/task:%d/device:CPU:%d" % (t, c)
+             for t in range(2) for c in range(2)]
+  impl = mtf.PlacementMeshImpl("rows:2;cols:2", "x:rows", devices)
+  shape = mtf.convert_to_shape("x:4;y:3")
+  keys = [impl.slice_key(shape, p) for p in range(4)]
+  assert keys[0] == keys[1] and keys[2] == keys[3] and keys[0] != keys[2]
+  assert not impl.shares_memory  # two processes
+  one_worker = mtf.PlacementMeshImpl("rows:2;cols:2", "x:rows", [
+      "/job:worker/replica:0/task:0/device:CPU:%d" % i for i in range(4)])
+  assert one_worker.shares_memory
+  gpus = mtf.PlacementMeshImpl("rows:2;cols:2", "x:rows", [
+      "/job:worker/replica:0/task:0/device:GPU:%d" % i for i in range(4)])
+  assert len({gpus.slice_key(shape, p) for p in range(4)}) == 4  # GPUs share nothing
