@@ -203,14 +203,9 @@ def run_worker(spec):
   for _ in range(spec.get("warmup", WARMUP_STEPS)):
     loss = float(step(targets))
   before = tf.config.experimental.get_memory_info("CPU:0")["current"]
-  peaks = []
-  # The least of the measured steps' peaks: on a loaded host the executor may run more
-  # of a step's ops side by side than it does idle, which only adds to a step's peak.
-  for _ in range(spec.get("measured_steps", 1)):
-    tf.config.experimental.reset_memory_stats("CPU:0")
-    loss = float(step(targets))
-    peaks.append(tf.config.experimental.get_memory_info("CPU:0")["peak"])
-  peak = min(peaks)
+  tf.config.experimental.reset_memory_stats("CPU:0")
+  loss = float(step(targets))
+  peak = tf.config.experimental.get_memory_info("CPU:0")["peak"]
   names = {v.name for v in graph.graph.trainable_variables}
   per_device, held = variable_bytes(impl, names)
   return dict(peak=peak, current=before, loss=loss, weights=per_device[0],
@@ -267,17 +262,16 @@ def run_spmd_worker(spec):
 
 def measure(sizes, backend, layout, recompute_grads=False, timeout=1800,
             warmup=WARMUP_STEPS, inter_op_threads=None, shard_optimizer_state=False,
-            bf16=False, measured_steps=1):
+            bf16=False):
   """Runs run_worker in a fresh subprocess with the BFC allocator; returns its dict
   (peak and current bytes, the loss, and variable_bytes's figures). inter_op_threads:
-  the TF executor's thread pool (None: TF's default, one per core); shard_optimizer_state
-  and bf16 select build_lm's variants; the peak is the least of measured_steps steps'."""
+  the TF executor's thread pool (None: TF's default, one per core); the last two
+  select build_lm's variants."""
   mesh_shape, rules = LAYOUTS[layout] if isinstance(layout, str) else layout
   spec = dict(sizes=sizes, backend=backend, mesh_shape=mesh_shape, rules=rules,
               recompute_grads=recompute_grads, warmup=warmup,
               inter_op_threads=inter_op_threads,
-              shard_optimizer_state=shard_optimizer_state, bf16=bf16,
-              measured_steps=measured_steps)
+              shard_optimizer_state=shard_optimizer_state, bf16=bf16)
   env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPP_MIN_LOG_LEVEL="2")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   result = subprocess.run(

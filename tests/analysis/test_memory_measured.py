@@ -48,9 +48,7 @@ def test_variable_and_slot_bytes_per_device_equal_the_prediction(toy, backend, l
 def test_measured_peak_of_a_train_step_within_15_percent_of_the_prediction(toy, bf16):
   graph = memory.build_lm(TOY, bf16=True) if bf16 else toy
   p = memory.predict(graph, "dp+mp")
-  # the least peak of 3 steps: a loaded host's executor can only add overlap
-  m = memory.measure(TOY, "simd", "dp+mp", timeout=300, warmup=1, bf16=bf16,
-                     measured_steps=3)
+  m = memory.measure(TOY, "simd", "dp+mp", timeout=300, warmup=1, bf16=bf16)
   # the step's tensors are most of the peak, so the agreement tests the liveness model
   assert p.process_activation_bytes > 2 * (p.process_weight_bytes + p.process_slot_bytes)
   assert abs(m["peak"] / p.process_peak_bytes - 1) < 0.15, (m, p)
