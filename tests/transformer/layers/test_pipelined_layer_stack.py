@@ -37,6 +37,13 @@ def _no_gin_bindings():
   gin.clear_config()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_gin_bindings_for_module_fixtures():
+  # module fixtures (plain, on_stage2) are made before the per-test clearing above: they
+  # must not see bindings an earlier test file of this process left behind
+  gin.clear_config()
+
+
 def _layers():
   return [transformer_layers.SelfAttention(num_heads=2, key_value_size=4),
           transformer_layers.DenseReluDense(hidden_size=16)]
