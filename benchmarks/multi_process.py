@@ -5,9 +5,12 @@ gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in three modes:
   what leaving one process is compared with);
 - placement (single client): workers (mesh_tf.cluster.worker) hold the devices, one
   client process (this script with --client) connects, trains and reports;
-- spmd (multi client): every process (this script with --spmd_task) runs the replicas
-  of its own devices (mesh_tf.cluster.multi_client), which meet in TF collective ops;
-  each reads only its share of the batch; task 0 reports.
+- spmd (multi client): every process (this script with --spmd_task) runs its own
+  devices (mesh_tf.cluster.multi_client), as ONE placement program where the processes
+  split the mesh along whole leading axes (2x4), else one replica per device (4x2);
+  they meet in TF collective ops; each reads only its share of the batch; task 0
+  reports;
+- spmd_per_device: spmd with one replica per device in every configuration.
 
 Prints the median step time and the bytes per step that cross a process boundary
 (communication accounting), each as a ratio to the first row, and the losses (which
@@ -41,7 +44,7 @@ common.define_flag(flags.DEFINE_list, "configs", ["1x8", "2x4", "4x2"],
                    "processes x devices per process.")
 common.define_flag(flags.DEFINE_list, "modes", ["local", "placement", "spmd"],
                    "Modes to measure: local (one process, no cluster: the baseline), "
-                   "placement, spmd.")
+                   "placement, spmd, spmd_per_device.")
 common.define_flag(flags.DEFINE_bool, "local", False,
                    "Internal: run the one-process baseline.")
 common.define_flag(flags.DEFINE_string, "client", None,
@@ -50,6 +53,8 @@ common.define_flag(flags.DEFINE_string, "spmd_cluster", None,
                    "Internal: the processes of an spmd run.")
 common.define_flag(flags.DEFINE_integer, "spmd_task", None,
                    "Internal: this process's task in --spmd_cluster.")
+common.define_flag(flags.DEFINE_string, "spmd_program", "auto",
+                   "Internal: the ReplicaSet program of an spmd run.")
 
 MESH = "batch:2;model:4"
 LAYOUT = "batch:batch;d_ff:model;heads:model;vocab:model"
@@ -116,7 +121,8 @@ def run_local_config(processes, per_process):
 def run_spmd_task(cluster_arg, task):
   """One process of an spmd run: trains with the others; task 0 prints one JSON line."""
   from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
-  replicas = multi_client.ReplicaSet(MESH, LAYOUT, cluster_arg, task)
+  replicas = multi_client.ReplicaSet(MESH, LAYOUT, cluster_arg, task,
+                                     program=FLAGS.spmd_program)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
   from mesh_tf.cluster import input_share, spmd_training  # pylint: disable=g-import-not-at-top
@@ -141,7 +147,7 @@ def run_spmd_task(cluster_arg, task):
                       "crossing": [crossing[t] for t in sorted(crossing)]}), flush=True)
 
 
-def run_spmd_config(processes, per_process):
+def run_spmd_config(processes, per_process, program="auto"):
   """Starts the processes of one spmd configuration; returns task 0's results."""
   from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
   del per_process  # each process takes mesh size / processes devices
@@ -154,7 +160,8 @@ def run_spmd_config(processes, per_process):
       procs.append(subprocess.Popen(
           [sys.executable, "-m", "benchmarks.multi_process", "--spmd_cluster=" +
            cluster_arg, "--spmd_task=%d" % task, "--size=" + FLAGS.size,
-           "--steps=%d" % FLAGS.steps, "--repeats=%d" % FLAGS.repeats], cwd=root,
+           "--steps=%d" % FLAGS.steps, "--repeats=%d" % FLAGS.repeats,
+           "--spmd_program=" + program], cwd=root,
           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [p.communicate(timeout=900) for p in procs]
   finally:
@@ -193,7 +200,8 @@ def main(_):
   if FLAGS.local:
     run_local()
     return
-  runners = {"local": run_local_config, "placement": run_config, "spmd": run_spmd_config}
+  runners = {"local": run_local_config, "placement": run_config, "spmd": run_spmd_config,
+             "spmd_per_device": lambda p, k: run_spmd_config(p, k, "per_device")}
   results = {}
   for mode in FLAGS.modes:
     for name in (["1x8"] if mode == "local" else FLAGS.configs):
@@ -214,8 +222,8 @@ def main(_):
                  "%.6f" % r["losses"][-1]])
   common.print_table(rows)
   print("cross-process bytes: communication.bytes_crossing_processes of the collectives "
-        "the backend emitted (placement: the client's ring copies; spmd: one replica's "
-        "TF collective ops, every replica emits the same), with processors laid "
+        "the backend emitted (placement: the client's ring copies; spmd: one program's "
+        "TF collective ops, every program emits the same), with processors laid "
         "task-major over the processes.")
 
 

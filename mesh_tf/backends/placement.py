@@ -121,7 +121,8 @@ class LaidOutVariable(LaidOutVariableBase):
     self._mesh_impl = mesh_impl
     super().__init__(variable)
     initial = self.initial_full_value(variable)
-    slices = mesh_impl.make_slices(initial, self.shape)
+    self.keep_initial(initial)
+    slices = mesh_impl.local_slices(initial, self.shape)
     self.slice_variables, made = [], {}
     for pnum, s in enumerate(slices):
       key = mesh_impl.slice_key(self.shape, pnum)
@@ -130,6 +131,9 @@ class LaidOutVariable(LaidOutVariableBase):
           made[key] = tf.Variable(
               s, name="%s_slice_%d" % (self.name.replace("/", "_"), pnum), trainable=False)
       self.slice_variables.append(made[key])
+
+  def keep_initial(self, initial):
+    """Hook given the full initial value (the multi-process backend keeps one)."""
 
   def _distinct(self):
     """(pnum, slice variable) for the first processor of each distinct variable."""
@@ -164,7 +168,7 @@ class LaidOutVariable(LaidOutVariableBase):
   def assign_full(self, value):
     """Sets every slice from a full-shape value (after a restore)."""
     value = tf.cast(value, self.slice_dtype)
-    slices = self._mesh_impl.make_slices(value, self.shape)
+    slices = self._mesh_impl.local_slices(value, self.shape)
     for pnum, v in self._distinct():
       v.assign(slices[pnum])
 
@@ -225,8 +229,10 @@ class PlacementMeshImpl(MeshImpl):
     super().__init__(shape, layout)
     if devices is None:
       devices = [""] * self.size
-    _check_devices(self.shape, list(devices))
+    self._check_devices(list(devices))
     self._devices = list(devices)
+    # the global pnum of each processor this impl runs (all of them, here)
+    self._pnums = list(range(self.size))
     self._shares_memory = collectives.shares_host_memory(self._devices)
     # Processors whose devices share a process's memory reuse one another's tensors: the
     # key of a processor's value starts with its domain (its own pnum off a CPU).
@@ -236,6 +242,22 @@ class PlacementMeshImpl(MeshImpl):
 
   LaidOutTensor = LaidOutTensor
   LaidOutVariable = LaidOutVariable
+
+  def _check_devices(self, devices):
+    _check_devices(self.shape, devices)
+
+  def local_slices(self, full, tensor_shape):
+    """The slices of a full tf.Tensor that this impl's processors hold, in their order."""
+    slices = self.make_slices(full, tensor_shape)
+    return [slices[p] for p in self._pnums]
+
+  def _coords(self, index):
+    """The mesh coordinates of this impl's processor `index`."""
+    return pnum_to_processor_coordinates(self.shape, self._pnums[index])
+
+  def _groups(self, mesh_axes):
+    """The groups of this impl's processors (indices into its lists) over mesh_axes."""
+    return self.processor_groups(mesh_axes)
 
   # Inside tf.function, make the other devices' copies of slice computations as calls
   # of one function per segment (slice_segments.py); False makes every device's ops.
@@ -272,7 +294,7 @@ class PlacementMeshImpl(MeshImpl):
     outputs, done = [first], {}
     key = lambda pnum, a: (self._domains[pnum],) + tuple(id(t) for t in a)
     done[key(0, args)] = first
-    for pnum in range(1, self.size):
+    for pnum in range(1, len(self._devices)):
       args = [x.tensor_list[pnum] if isinstance(x, LaidOutTensor) else x for x in inputs]
       k = key(pnum, args)
       if k not in done:
@@ -295,7 +317,7 @@ class PlacementMeshImpl(MeshImpl):
   def _deferrable_partition(self, laid_out):
     """reps[p] = the first processor with p's inputs, where a call on these inputs may be
     deferred to a segment; else None."""
-    if not self.defer_copies or self.size == 1 or not laid_out:
+    if not self.defer_copies or len(self._devices) == 1 or not laid_out:
       return None
     graph = direct_ops.graph_for()  # a graph no tape watches
     if graph is None or graph._control_dependencies_stack:  # pylint: disable=protected-access
@@ -330,8 +352,8 @@ class PlacementMeshImpl(MeshImpl):
 
   def _per_group(self, x, mesh_axes, collective):
     """Runs collective(group's slices, group's devices) for each processor group."""
-    out = [None] * self.size
-    for group in self.processor_groups(mesh_axes):  # pnums in pcoord order
+    out = [None] * len(self._devices)
+    for group in self._groups(mesh_axes):  # processors in pcoord order
       results = collective([x.tensor_list[p] for p in group],
                            [self._devices[p] for p in group])
       for p, r in zip(group, results):
@@ -354,7 +376,7 @@ class PlacementMeshImpl(MeshImpl):
     graph = tf.compat.v1.get_default_graph()
     if graph is not segment.graph or graph._control_dependencies_stack:  # pylint: disable=protected-access
       return make()
-    out = LaidOutTensor([None] * self.size, slice_shape=x.slice_shape)
+    out = LaidOutTensor([None] * len(self._devices), slice_shape=x.slice_shape)
     out._pending = _DeferredCollective(graph, make, out)  # pylint: disable=protected-access
     return out
 
@@ -372,8 +394,9 @@ class PlacementMeshImpl(MeshImpl):
 
   def _receive(self, x, mesh_axis, source_pcoord):
     out = []
+    offset = self._pnums[0]  # the processors of an impl are consecutive
     for pnum, device in enumerate(self._devices):
-      coord = pnum_to_processor_coordinates(self.shape, pnum)
+      coord = self._coords(pnum)
       source = source_pcoord[coord[mesh_axis]]
       with collectives.device_scope(device):
         if source is None:
@@ -381,14 +404,15 @@ class PlacementMeshImpl(MeshImpl):
         else:
           coord[mesh_axis] = source
           out.append(tf.identity(
-              x.tensor_list[processor_coordinates_to_pnum(self.shape, coord)]))
+              x.tensor_list[processor_coordinates_to_pnum(self.shape, coord) - offset]))
     return LaidOutTensor(out)
 
   def laid_out_pnum(self):
-    return self._once_per(lambda pnum: pnum, lambda pnum: tf.constant(pnum, tf.int32))
+    return self._once_per(lambda pnum: pnum,
+                          lambda pnum: tf.constant(self._pnums[pnum], tf.int32))
 
   def laid_out_pcoord(self, mesh_axis):
-    coords = [pnum_to_processor_coordinates(self.shape, p)[mesh_axis] for p in range(self.size)]
+    coords = [self._coords(p)[mesh_axis] for p in range(len(self._devices))]
     return self._once_per(lambda pnum: (self._domains[pnum], coords[pnum]),
                           lambda pnum: tf.constant(coords[pnum], tf.int32))
 
@@ -397,8 +421,8 @@ class PlacementMeshImpl(MeshImpl):
     replicas of one slice in one process share a key)."""
     keys = self._slice_keys.get(shape)
     if keys is None:  # asked for every processor of every variable and slice read
-      keys = self._slice_keys[shape] = [(self._domains[p], tuple(self.slice_begin(shape, p)))
-                                        for p in range(self.size)]
+      keys = self._slice_keys[shape] = [(self._domains[i], tuple(self.slice_begin(shape, p)))
+                                        for i, p in enumerate(self._pnums)]
     return keys[pnum]
 
   def _per_slice(self, shape, make):
@@ -417,7 +441,7 @@ class PlacementMeshImpl(MeshImpl):
     return LaidOutTensor(out)
 
   def import_tf_tensor(self, x, tf_x):
-    slices = self.make_slices(tf_x, x.shape)
+    slices = self.local_slices(tf_x, x.shape)
     return self._per_slice(x.shape, lambda pnum: direct_ops.identity(slices[pnum]))
 
   def import_constant(self, x, value):
@@ -426,7 +450,7 @@ class PlacementMeshImpl(MeshImpl):
     sizes = self.slice_shape(x.shape)
 
     def piece(pnum):
-      begin = self.slice_begin(x.shape, pnum)
+      begin = self.slice_begin(x.shape, self._pnums[pnum])
       return tf.constant(value[tuple(slice(b, b + n) for b, n in zip(begin, sizes))])
     return graph_cached((self, _constant_key(x, value)),
                         lambda: self._per_slice(x.shape, piece))
@@ -435,4 +459,4 @@ class PlacementMeshImpl(MeshImpl):
     return self.combine_slices(laid_out_x.tensor_list, x.shape)
 
   def make_variable(self, variable):
-    return LaidOutVariable(variable, self)
+    return self.LaidOutVariable(variable, self)

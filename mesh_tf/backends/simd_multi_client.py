@@ -129,6 +129,11 @@ class MultiClientMeshImpl(MeshImpl):
   def devices(self):
     return [self.device]
 
+  @property
+  def pnums(self):
+    """The processors this impl runs: its one."""
+    return [self.pnum]
+
   def pcoord(self, mesh_axis):
     """This replica's coordinate on mesh_axis (a Python int)."""
     return self._coord[mesh_axis]

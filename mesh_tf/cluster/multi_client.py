@@ -18,6 +18,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import tensorflow_server_pb2
 from tensorflow.python.eager import context
 
+from mesh_tf.backends.process_placement import ProcessPlacementMeshImpl, local_mesh_axes
 from mesh_tf.backends.simd_multi_client import DEFAULT_TIMEOUT, MultiClientMeshImpl
 from mesh_tf.cluster import faults, peer_monitor, spec
 from mesh_tf.shapes import convert_to_shape
@@ -149,9 +150,29 @@ def local_pnums(mesh_size, num_tasks, task):
   return list(range(task * k, (task + 1) * k))
 
 
+PROGRAMS = ("auto", "per_process", "per_device")
+
+
+def _runs_per_process(program, mesh_shape, pnums, device_type, distribution):
+  """Whether the process runs its devices as one program (see ReplicaSet's `program`)."""
+  if program not in PROGRAMS:
+    raise spec.ClusterError("program %r: choose one of %s" % (program, ", ".join(PROGRAMS)))
+  fits = local_mesh_axes(mesh_shape, pnums) is not None
+  if program == "per_process":
+    if not fits or distribution is not None:
+      raise spec.ClusterError(
+          "program 'per_process' needs the processes to split mesh %s along whole "
+          "leading axes (processors %s are not a block of its trailing axes)%s; use "
+          "'per_device'" % (mesh_shape.to_string, pnums, "" if distribution is None
+                            else " and no distribution"))
+    return True
+  return (program == "auto" and fits and len(pnums) > 1 and distribution is None
+          and device_type.upper() == "CPU")
+
+
 class ReplicaSet:
-  """This process's replicas of a mesh program: one MultiClientMeshImpl per local device,
-  run concurrently by `run`.
+  """This process's replicas of a mesh program, run concurrently by `run`: one
+  ProcessPlacementMeshImpl for all local devices, or one MultiClientMeshImpl per device.
 
   Args:
     mesh_shape, layout: the mesh and layout rules (the same in every process).
@@ -166,16 +187,22 @@ class ReplicaSet:
     distribution: None (this module's threads run the replicas) or
       "multi_worker_mirrored": the step runs through `strategy.run` of a
       tf.distribute.MultiWorkerMirroredStrategy (one replica per process).
+    program: "per_process" (the process's devices run ONE placement program, see
+      mesh_tf.backends.process_placement; needs the processes to split the mesh along
+      whole leading axes), "per_device" (one replica per device) or "auto" (per process
+      where it applies, on CPUs, without a distribution; else per device).
   """
 
   def __init__(self, mesh_shape, layout, cluster, task, device_type="CPU",
                timeout=DEFAULT_TIMEOUT, communication_hint="auto", distribution=None,
-               startup_timeout=300.0):
+               startup_timeout=300.0, program="auto"):
     self.addresses = spec.parse_addresses(cluster)
     self.task = task
     self.mesh_shape = convert_to_shape(mesh_shape)
     self.pnums = local_pnums(self.mesh_shape.size, len(self.addresses), task)
     self.timeout = float(timeout)
+    self.per_process = _runs_per_process(program, self.mesh_shape, self.pnums,
+                                         device_type, distribution)
     if distribution not in DISTRIBUTIONS:
       raise spec.ClusterError("distribution %r: choose None or 'multi_worker_mirrored'"
                               % (distribution,))
@@ -190,9 +217,21 @@ class ReplicaSet:
     wait_for_peers(self.addresses, task, startup_timeout)
     self.monitor = peer_monitor.PeerMonitor(self.addresses, task, self.timeout)
     self.monitor.start()
-    self.impls = [MultiClientMeshImpl(self.mesh_shape, layout, p, d, self.pnums,
-                                      timeout, communication_hint)
-                  for p, d in zip(self.pnums, self.devices)]
+    if self.per_process:
+      self.impls = [ProcessPlacementMeshImpl(self.mesh_shape, layout, self.pnums,
+                                             self.devices, timeout, communication_hint)]
+    else:
+      self.impls = [MultiClientMeshImpl(self.mesh_shape, layout, p, d, self.pnums,
+                                        timeout, communication_hint)
+                    for p, d in zip(self.pnums, self.devices)]
+
+  @property
+  def programs(self):
+    """What this process runs, in words: "4 replicas" or "processors 0-3 as one
+    program"."""
+    if self.per_process:
+      return "processors %d-%d as one program" % (self.pnums[0], self.pnums[-1])
+    return "%d replicas" % len(self.impls)
 
   @property
   def is_chief(self):

@@ -2,11 +2,11 @@
 with every other process's, the chief (task 0) writes the checkpoints.
 
 The model follows models/train_steps' protocol: `lowering(mesh_impl, *batch)`, `loss`,
-`update_ops`. Every replica lowers the same mtf graph on its own MultiClientMeshImpl.
+`update_ops`. Every replica (the process's one ProcessPlacementMeshImpl, or one
+MultiClientMeshImpl per device) lowers the same mtf graph.
 """
 import tensorflow as tf
 
-from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.checkpoint import save_restore
 from mesh_tf.lowering.train_step import lower_train_step
 
@@ -69,9 +69,9 @@ class SpmdTrainer:
   def _make_agree(impl):
     @tf.function
     def agree(value):
-      mine = LaidOutTensor([tf.reshape(value, [1])])
+      mine = impl.LaidOutTensor([tf.reshape(value, [1])] * len(impl.devices))
       return impl.allreduce(mine, list(range(impl.ndims)), "MAX",
-                            record=False).one_slice[0]  # control, not model traffic
+                            record=False).tensor_list[0][0]  # control, not model traffic
     return agree
 
   @staticmethod

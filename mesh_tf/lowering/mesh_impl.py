@@ -463,18 +463,23 @@ class MeshImpl(abc.ABC):
     pieces = {}
     for pnum, s in enumerate(slices):
       pieces.setdefault(tuple(self.slice_begin(shape, pnum)), s)
+    return assemble_pieces(pieces, shape, sizes, device)
 
-    def assemble(axis, begin):
-      if axis == shape.ndims:
-        return pieces[tuple(begin)]
-      full = shape[axis].size
-      if sizes[axis] == full:
-        return assemble(axis + 1, begin + [0])
-      return tf.concat([assemble(axis + 1, begin + [b])
-                        for b in range(0, full, sizes[axis])], axis)
-    with tf.device(device or ""):
-      return assemble(0, [])
 
+def assemble_pieces(pieces, shape, sizes, device=None):
+  """The full tensor of mtf `shape` from {begin: piece} holding one piece of `sizes` at
+  every begin of the tiling."""
+
+  def assemble(axis, begin):
+    if axis == shape.ndims:
+      return pieces[tuple(begin)]
+    full = shape[axis].size
+    if sizes[axis] == full:
+      return assemble(axis + 1, begin + [0])
+    return tf.concat([assemble(axis + 1, begin + [b])
+                      for b in range(0, full, sizes[axis])], axis)
+  with tf.device(device or ""):
+    return assemble(0, [])
 
 
 def _not_a_backend(name):

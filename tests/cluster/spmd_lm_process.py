@@ -1,7 +1,8 @@
 """One process of a multi-client SPMD run of the tiny LM (mesh batch:2;model:4 over the
 processes), for tests/cluster/test_spmd_cluster.py.
 
-  python tests/cluster/spmd_lm_process.py CLUSTER TASK MODEL_DIR STEPS [TIMEOUT [MESH]]
+  python tests/cluster/spmd_lm_process.py CLUSTER TASK MODEL_DIR STEPS [TIMEOUT [MESH
+      [PROGRAM]]]
 
 Reads only its share of each batch, trains STEPS steps, has the chief save a checkpoint
 (MODEL_DIR/model.ckpt-STEPS) and prints one JSON line: losses and the rows it read. If
@@ -22,8 +23,9 @@ SIZES = dict(batch=8, length=8, vocab=32, d_model=16, heads=8, d_kv=4, d_ff=32,
              num_layers=1)
 
 
-def main(cluster, task, model_dir, steps, timeout=60.0, mesh=MESH):
-  replicas = multi_client.ReplicaSet(mesh, LAYOUT, cluster, task, timeout=timeout)
+def main(cluster, task, model_dir, steps, timeout=60.0, mesh=MESH, program="auto"):
+  replicas = multi_client.ReplicaSet(mesh, LAYOUT, cluster, task, timeout=timeout,
+                                     program=program)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mesh_tf.cluster import input_share, spmd_training  # pylint: disable=g-import-not-at-top
   from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
@@ -44,6 +46,7 @@ def main(cluster, task, model_dir, steps, timeout=60.0, mesh=MESH):
     if (step + 1) % 2 == 0:
       trainer.save(os.path.join(model_dir, "model.ckpt"), global_step=step + 1)
   print(json.dumps({"task": task, "start": start, "losses": losses, "rows": rows,
+                    "impl": type(replicas.impls[0]).__name__,
                     "primitives": primitives(replicas),
                     "random_init": random_init(replicas)}),
         flush=True)
@@ -69,8 +72,8 @@ class RandomInitModel:
 
 
 def random_init(replicas):
-  """Every local replica's full value of RandomInitModel's variable after SpmdTrainer
-  made the copies agree."""
+  """Every local replica's (or the one program's) full value of RandomInitModel's
+  variable after SpmdTrainer made the copies agree."""
   from mesh_tf.cluster import spmd_training  # pylint: disable=g-import-not-at-top
   trainer = spmd_training.SpmdTrainer(RandomInitModel(), replicas)
   values = replicas.run(lambda r, impl: trainer._gathers[r]()["w"])  # pylint: disable=protected-access
@@ -95,24 +98,24 @@ def apply_primitives(impl, x):
 
 
 def primitives(replicas):
-  """{name: [one result slice per local replica]} of apply_primitives."""
+  """{name: [one result slice per local processor]} of apply_primitives."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   def run(r, impl):
     @tf.function
     def fn():
-      x = impl.LaidOutTensor([tf.constant(primitive_input(impl.pnum))])
-      return {k: v.one_slice for k, v in apply_primitives(impl, x).items()}
-    return {k: v.numpy().tolist() for k, v in fn().items()}
+      x = impl.LaidOutTensor([tf.constant(primitive_input(p)) for p in impl.pnums])
+      return {k: v.tensor_list for k, v in apply_primitives(impl, x).items()}
+    return {k: [t.numpy().tolist() for t in v] for k, v in fn().items()}
   results = replicas.run(run)
-  return {k: [r[k] for r in results] for k in results[0]}
+  return {k: sum((r[k] for r in results), []) for k in results[0]}
 
 
 if __name__ == "__main__":
   from mesh_tf.cluster import spec  # pylint: disable=g-import-not-at-top
   try:
     main(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]),
-         *([float(a) for a in sys.argv[5:6]] + sys.argv[6:7]))
+         *([float(a) for a in sys.argv[5:6]] + sys.argv[6:8]))
   except spec.ClusterError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.stdout.flush()

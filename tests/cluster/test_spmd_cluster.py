@@ -23,7 +23,7 @@ STOP_TIMEOUT = 120  # seconds the survivor may take to stop after its peer dies
 
 
 def _start(addresses, model_dir, steps, log_dir, timeout=60.0,
-           mesh=spmd_lm_process.MESH):
+           mesh=spmd_lm_process.MESH, program="auto"):
   """The two processes of a run, with output to log_dir/task<i>.{out,err}."""
   procs = []
   for task in range(len(addresses)):
@@ -31,7 +31,7 @@ def _start(addresses, model_dir, steps, log_dir, timeout=60.0,
     err = open(os.path.join(str(log_dir), "task%d.err" % task), "w")
     procs.append(subprocess.Popen(
         [sys.executable, SCRIPT, ",".join(addresses), str(task), str(model_dir),
-         str(steps), str(timeout), mesh], cwd=cluster_helpers.REPO_ROOT,
+         str(steps), str(timeout), mesh, program], cwd=cluster_helpers.REPO_ROOT,
         env=cluster_helpers.env(), stdout=out, stderr=err))
     out.close()
     err.close()
@@ -64,9 +64,10 @@ def _placement_2x4():
                                ["/cpu:%d" % i for i in range(8)])
 
 
-def _check_primitives_and_initial_values(results):
+def _check_primitives_and_initial_values(results, programs):
   """Every collective primitive across the processes gives the placement backend's
-  slices, and the random initial values drawn by each replica were made equal."""
+  slices, and the random initial values drawn by each of the `programs` (replicas, or
+  one program per process) were made equal."""
   primitives = {k: sum((r["primitives"][k] for r in results), [])
                 for k in results[0]["primitives"]}
   impl = _placement_2x4()
@@ -76,7 +77,7 @@ def _check_primitives_and_initial_values(results):
     expected = [t.numpy() for t in laid_out.tensor_list]
     np.testing.assert_allclose(primitives[name], expected, err_msg=name)
   inits = np.array(sum((r["random_init"] for r in results), []))
-  assert inits.shape == (8, 4, 8) and np.std(inits[0]) > 0.01
+  assert inits.shape == (programs, 4, 8) and np.std(inits[0]) > 0.01
   np.testing.assert_array_equal(inits, np.broadcast_to(inits[0], inits.shape))
 
 
@@ -133,4 +134,27 @@ def test_killed_process_stops_the_other_and_restart_resumes_as_one_process(tmp_p
   for name, v in impl.variable_store.items():
     np.testing.assert_allclose(reader.get_tensor(name), v.read_full().numpy(), rtol=1e-5,
                                atol=1e-6, err_msg=name)
-  _check_primitives_and_initial_values(results)
+  # each process ran its 4 devices as one placement program
+  assert [r["impl"] for r in results] == ["ProcessPlacementMeshImpl"] * 2
+  _check_primitives_and_initial_values(results, programs=2)
+
+
+def test_one_replica_per_device_program_trains_alike(tmp_path):
+  """program='per_device' (one MultiClientMeshImpl per device, the only program for
+  meshes the processes do not split along whole leading axes): the same collectives and
+  initial values, a checkpoint that one process restores, and losses both tasks agree on."""
+  addresses = ["localhost:%d" % p for p in cluster_helpers.free_ports(2)]
+  procs = _start(addresses, tmp_path / "m", 2, tmp_path, program="per_device")
+  try:
+    results = _results(procs, tmp_path)
+  finally:
+    cluster_helpers.stop(procs)
+  assert [r["impl"] for r in results] == ["MultiClientMeshImpl"] * 2
+  _check_primitives_and_initial_values(results, programs=8)
+  impl = _placement_2x4()
+  _tiny_lm().make_train_step(impl)  # creates the variables the checkpoint restores
+  mtf.restore_checkpoint(str(tmp_path / "m" / "model.ckpt-2"), impl)
+  reader = tf.train.load_checkpoint(str(tmp_path / "m" / "model.ckpt-2"))
+  assert reader.get_tensor("global_step") == 2
+  assert results[0]["losses"] == results[1]["losses"] and len(results[0]["losses"]) == 2
+  assert np.isfinite(results[0]["losses"]).all()

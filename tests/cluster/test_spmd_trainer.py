@@ -24,12 +24,12 @@ PROFILE = ["step_metrics.profile_steps = (2, 3)", "step_metrics.peak_flops_per_s
 
 
 def _assert_step_metrics(outs, model_dir):
-  """Each peer's FLOPs line counts its 4 replicas' half of the model (every matmul of
+  """Each peer's FLOPs line counts its 4 processors' half of the model (every matmul of
   batch:2,model:4 is split 8 ways); progress lines carry MFU and memory; only the chief
   profiles steps 2-3 and writes the FLOPs and MFU scalars."""
   for out in outs:
     assert "%.4g FLOPs per step (matmuls, einsums and convolutions of the traced " \
-           "step; 4 replicas)" % (TINY_LM_FLOPS / 2) in out, out[-3000:]
+           "step; 4 processors in one program)" % (TINY_LM_FLOPS / 2) in out, out[-3000:]
     assert re.search(r"^step 4/4 \[#{20}\] loss \S+ lr \S+ \d+ tokens/s \| MFU "
                      r"\d+\.\d% \| (max RSS|peak mem) \d+ MB", out, re.M), out[-3000:]
     assert re.search(r"^predicted step: compute \d+% / communication \d+% \(cost "

@@ -126,8 +126,8 @@ def run_spmd(addresses_, task, run_fn):
       addresses_, task, device_type=device_type, timeout=collective_timeout,
       communication_hint=hint, distribution=distribution,
       startup_timeout=startup_timeout)
-  print("task %d of %d: %d replicas of mesh %s on %s%s; %s" % (
-      task, len(addresses_), len(replicas.impls), replicas.mesh_shape.to_string,
+  print("task %d of %d: %s of mesh %s on %s%s; %s" % (
+      task, len(addresses_), replicas.programs, replicas.mesh_shape.to_string,
       addresses_[task], ", steps through strategy.run of MultiWorkerMirroredStrategy"
       if replicas.strategy else "",
       spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)

@@ -113,11 +113,12 @@ def run_spmd_train(config, replicas):
                                      batch_size), c.eval_steps)
   with stop_signals.GracefulStop() as stop:  # from here a signal waits for a step's end
     step = saver.restore()
-    print("training %s on mesh %s, layout %s (MultiClientMeshImpl: task %d of %d, %d "
-          "replicas, rows [%d, %d) of each batch), to step %d"
+    print("training %s on mesh %s, layout %s (%s: task %d of %d, %s, rows [%d, %d) of "
+          "each batch), to step %d"
           % (type(graph.model).__name__, replicas.mesh_shape.to_string,
-             replicas.impls[0].layout_rules, replicas.task, len(replicas.addresses),
-             len(replicas.impls), rows[0], rows[1], train_steps), flush=True)
+             replicas.impls[0].layout_rules, type(replicas.impls[0]).__name__,
+             replicas.task, len(replicas.addresses), replicas.programs, rows[0], rows[1],
+             train_steps), flush=True)
     if step_loop.nothing_to_do(step, train_steps):
       return []
     iterator = iter(share_of_train_data(examples, batch_size, rows, step))

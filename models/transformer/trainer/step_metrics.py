@@ -294,7 +294,8 @@ class StepMetrics:
 
   def __init__(self, model_graph, mesh_impl, logdir=None, replica_impls=None):
     settings = options()
-    self.replicas = len(replica_impls) if replica_impls else 1
+    self.replicas = len(replica_impls) if replica_impls else 1  # traced programs
+    self.processors = sum(len(i.devices) for i in replica_impls) if replica_impls else None
     gpus = mesh_gpus(replica_impls or [mesh_impl])
     self.peak = settings["peak_flops_per_second"]
     source = "gin step_metrics.peak_flops_per_second"
@@ -321,7 +322,7 @@ class StepMetrics:
     """Prints (and keeps for TensorBoard) the cost model's split of one step."""
     try:
       # the processors this process's peak serves: the mesh (SPMD: its replicas)
-      rate = self.peak / (self.replicas if replica_impls else mesh_impl.shape.size)
+      rate = self.peak / (self.processors or mesh_impl.shape.size)
       compute, comm, profile = predicted_split(
           model_graph, mesh_impl.shape, mesh_impl.layout_rules, rate, bool(gpus))
       total = max(compute + comm, 1e-30)
@@ -355,10 +356,16 @@ class StepMetrics:
         return
       self.flops_per_step = flops * self.replicas
       print("%.4g FLOPs per step (matmuls, einsums and convolutions of the traced "
-            "step%s)" % (self.flops_per_step, "; %d replicas" % self.replicas
-                         if self.replicas > 1 else ""), flush=True)
+            "step%s)" % (self.flops_per_step, self._programs()), flush=True)
       for note in notes:
         print("MFU: %s" % note, flush=True)
+
+  def _programs(self):
+    """"; 4 replicas" (one traced program each), "; 4 processors in one program", or
+    nothing outside SPMD."""
+    if self.replicas > 1:
+      return "; %d replicas" % self.replicas
+    return "; %d processors in one program" % self.processors if self.processors else ""
 
   def close(self, step):
     """Stops a profile still running (the run ended or stopped at `step`)."""
