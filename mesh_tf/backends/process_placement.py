@@ -16,6 +16,7 @@ cross collectives of process p meet those of the others by their order.
 """
 import tensorflow as tf
 
+from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.backends import simd
 from mesh_tf.backends.placement import LaidOutTensor, LaidOutVariable, PlacementMeshImpl
 from mesh_tf.backends.simd_multi_client import DEFAULT_TIMEOUT, MultiClientMeshImpl
@@ -147,6 +148,33 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
     return self._peers[index]._allreduce(  # pylint: disable=protected-access
         simd.LaidOutTensor([t]), mesh_axes, "SUM").one_slice
 
+  def _reduced_across(self, lists, cross, reduction):
+    """[[reduction over the processes of slices[i]] for slices in lists]: where the
+    devices share memory, every distinct local slice (of every list) in ONE collective
+    (the processes' per-processor groups, stacked); elsewhere one per processor."""
+    n, m = len(self.devices), len(lists)
+    if not self.shares_memory:
+      results = [self._peers[i]._allreduce_packed(  # pylint: disable=protected-access
+          [simd.LaidOutTensor([l[i]]) for l in lists], cross) if reduction == "SUM" else
+                 [self._peers[i]._allreduce(  # pylint: disable=protected-access
+                     simd.LaidOutTensor([l[i]]), cross, reduction) for l in lists]
+                 for i in range(n)]
+      return [[results[i][j].one_slice for i in range(n)] for j in range(m)]
+    first = {}  # the first processor holding each distinct set of slices
+    key = [tuple(id(l[i]) for l in lists) for i in range(n)]
+    for i in range(n):
+      first.setdefault(key[i], i)
+    ordered = sorted(set(first.values()))
+    parts = [l[i] for i in ordered for l in lists]
+    with collectives.device_scope(self.devices[0]):
+      flat = tf.concat([tf.reshape(t, [-1]) for t in parts], 0)
+      reduced = self._peers[0]._allreduce(  # pylint: disable=protected-access
+          simd.LaidOutTensor([flat]), cross, reduction).one_slice
+      pieces = [tf.reshape(p, t.shape) for p, t in zip(
+          tf.split(reduced, [t.shape.num_elements() for t in parts]), parts)]
+    result_of = {i: pieces[k * m:(k + 1) * m] for k, i in enumerate(ordered)}
+    return [[result_of[first[key[i]]][j] for i in range(n)] for j in range(m)]
+
   # ---- primitives: local axes are placement's, cross axes go through the peers ----
   def _allreduce(self, x, mesh_axes, reduction_fn_string):
     local, cross = self._split(mesh_axes)
@@ -155,8 +183,8 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
     if not cross:
       return x
     reduction = canonical_reduction(reduction_fn_string)
-    return self._later(x, lambda: self._across(
-        x, lambda peer, s: peer._allreduce(s, cross, reduction)))  # pylint: disable=protected-access
+    return self._later(x, lambda: LaidOutTensor(
+        self._reduced_across([x.tensor_list], cross, reduction)[0]))
 
   def _allreduce_packed(self, xs, mesh_axes):
     local, cross = self._split(mesh_axes)
@@ -164,16 +192,8 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
       xs = [super(ProcessPlacementMeshImpl, self)._allreduce(x, local, "SUM") for x in xs]
     if not cross:
       return xs
-    lists = [x.tensor_list for x in xs]
-    outs, done = [[None] * len(self.devices) for _ in xs], {}
-    for i in range(len(self.devices)):
-      key = tuple(id(l[i]) for l in lists) if self.shares_memory else i
-      if key not in done:
-        done[key] = [r.one_slice for r in self._peers[i]._allreduce_packed(  # pylint: disable=protected-access
-            [simd.LaidOutTensor([l[i]]) for l in lists], cross)]
-      for out, r in zip(outs, done[key]):
-        out[i] = r
-    return [LaidOutTensor(o) for o in outs]
+    return [LaidOutTensor(o) for o in self._reduced_across(
+        [x.tensor_list for x in xs], cross, "SUM")]
 
   def _allconcat(self, x, mesh_axis, concat_axis):
     if mesh_axis in self.local_axes:

@@ -56,10 +56,13 @@ def einsum_plan(layout, input_shapes, output_shape):
 
 # ---- reductions ----
 def reduce_plan(layout, input_shape, output_shape, reduction):
-  """Local reduction, then an allreduce over the mesh axes of the reduced split dims."""
+  """Local reduction, then an allreduce over the mesh axes of the reduced split dims (a
+  SUM stays owed, as an einsum's: readers that add partial sums keep it owing, and a
+  backend that packs allreduces pays it with the others)."""
   axes = [a for d, a in zip(input_shape.dims, layout.tensor_layout(input_shape))
           if a is not None and d not in output_shape.dims]
-  return OpPlan([Operand(0, [])], [[Allreduce(tuple(axes), reduction)] if axes else []],
+  owed = reduction.upper() == "SUM"
+  return OpPlan([Operand(0, [])], [[Allreduce(tuple(axes), reduction, owed)] if axes else []],
                 float(layout.slice_size(input_shape)))
 
 

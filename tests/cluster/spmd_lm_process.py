@@ -92,7 +92,10 @@ def apply_primitives(impl, x):
   return {"allreduce_max_0": impl.allreduce(x, [0], "MAX"),
           "allreduce_sum_01": impl.allreduce(x, [0, 1], "SUM"),
           "allconcat_1_0": impl.allconcat(x, 1, 0),
+          "allconcat_0_1": impl.allconcat(x, 0, 1),
           "alltoall_1_1_0": impl.alltoall(x, 1, 1, 0),
+          "alltoall_0_1_0": impl.alltoall(x, 0, 1, 0),
+          "reduce_scatter_0_1": impl.reduce_scatter(x, 0, 1),
           "receive_1_shift": impl.receive(x, 1, [None, 0, 1, 2]),
           "receive_0_swap": impl.receive(x, 0, [1, 0])}
 

@@ -9,7 +9,8 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf import backends
-from mesh_tf.backends import simd_emulation, simd_multi_client, simd_runtime, simd_tpu
+from mesh_tf.backends import (process_placement, simd_emulation, simd_multi_client,
+                              simd_runtime, simd_tpu)
 from mesh_tf.lowering.mesh_impl import MeshImpl
 
 PRIMITIVES = {"slicewise", "_allreduce", "_allconcat", "_alltoall", "_receive",
@@ -29,6 +30,8 @@ FACTORIES = {
     "GSPMDMeshImpl": lambda: mtf.GSPMDMeshImpl(MESH, LAYOUT),
     "MultiClientMeshImpl": lambda: simd_multi_client.MultiClientMeshImpl(
         MESH, LAYOUT, pnum=0, device="/cpu:0"),
+    "ProcessPlacementMeshImpl": lambda: process_placement.ProcessPlacementMeshImpl(
+        MESH, LAYOUT, range(4), DEVICES[:4]),
 }
 
 

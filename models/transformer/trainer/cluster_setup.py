@@ -30,20 +30,21 @@ MODES = ("placement", "spmd")
 @gin.configurable(module="cluster_setup")
 def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
                    mode="placement", collective_timeout=60.0, communication_hint="auto",
-                   distribution=None, startup_timeout=300.0):
+                   distribution=None, startup_timeout=300.0, spmd_program="auto"):
   """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process), the
   device type the mesh uses on the workers, seconds to wait for each worker, the mode
   ("placement": one chief drives workers; "spmd": every process trains its own
   replicas), seconds within which an SPMD process notices a lost peer (0: never), the
   SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), the
   distribution (None; in SPMD mode "multi_worker_mirrored", one replica per process;
-  in one process "tpu", through TPUStrategy.run, untested here), and the seconds an
-  SPMD process waits for every peer to start."""
+  in one process "tpu", through TPUStrategy.run, untested here), the seconds an
+  SPMD process waits for every peer to start, and what an SPMD process runs
+  (multi_client.ReplicaSet's `program`: "auto", "per_process" or "per_device")."""
   if mode not in MODES:
     raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
                                    % (mode, ", ".join(MODES)))
   return (cluster, device_type, float(connect_timeout), mode, float(collective_timeout),
-          communication_hint, distribution, float(startup_timeout))
+          communication_hint, distribution, float(startup_timeout), spmd_program)
 
 
 def configure(cluster_flag=None):
@@ -120,12 +121,12 @@ def run_spmd(addresses_, task, run_fn):
                                    "eval and decode run in one process on the "
                                    "checkpoints")
   (_, device_type, _, _, collective_timeout, hint, distribution,
-   startup_timeout) = cluster_config()
+   startup_timeout, program) = cluster_config()
   replicas = _state["replicas"] = multi_client.ReplicaSet(
       _bound("utils.run.mesh_shape", ""), _bound("utils.run.layout_rules", ""),
       addresses_, task, device_type=device_type, timeout=collective_timeout,
       communication_hint=hint, distribution=distribution,
-      startup_timeout=startup_timeout)
+      startup_timeout=startup_timeout, program=program)
   print("task %d of %d: %s of mesh %s on %s%s; %s" % (
       task, len(addresses_), replicas.programs, replicas.mesh_shape.to_string,
       addresses_[task], ", steps through strategy.run of MultiWorkerMirroredStrategy"
