@@ -6,10 +6,9 @@ gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in three modes:
 - placement (single client): workers (mesh_tf.cluster.worker) hold the devices, one
   client process (this script with --client) connects, trains and reports;
 - spmd (multi client): every process (this script with --spmd_task) runs its own
-  devices (mesh_tf.cluster.multi_client), as ONE placement program where the processes
-  split the mesh along whole leading axes (2x4), else one replica per device (4x2);
-  they meet in TF collective ops; each reads only its share of the batch; task 0
-  reports;
+  devices (mesh_tf.cluster.multi_client) as ONE placement program (each process's
+  devices are a block of the mesh in every configuration here); they meet in TF
+  collective ops; each reads only its share of the batch; task 0 reports;
 - spmd_per_device: spmd with one replica per device in every configuration.
 
 Prints the median step time and the bytes per step that cross a process boundary

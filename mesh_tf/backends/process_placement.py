@@ -1,15 +1,18 @@
 """`ProcessPlacementMeshImpl`: one process's part of a multi-process (SPMD) mesh, run as
 ONE placement program over the process's own devices.
 
-Where the processes split the mesh along whole leading axes (processor p is device p % k
-of task p // k, and k is the product of the trailing mesh dims), every collective over
-the trailing ("local") axes stays in the process and is placement's (one AddN where the
-devices share memory), and values replicated over them are computed once. Only
-collectives over the leading ("cross") axes leave the process: one TF collective op per
-distinct local slice (`MultiClientMeshImpl`'s, so keys and rank order are the same as
-the one-replica-per-device mode). E.g. mesh batch:2;model:4 over two processes of four
-devices: the model-axis allreduces are in-memory sums, the gradients' batch-axis SUMs
-are packed CollectiveReduceV2s between the two processes.
+Processor p is device p % k of task p // k. Where a task's k processors are a block of
+the mesh (`process_split`: every coordinate on the axes after some axis `first`, and
+`inner` consecutive ones on `first`), a collective is cut in two: its part over the
+process's own coordinates ("local": `inner` of axis `first`, and the later axes) is
+placement's, in memory (one AddN where the devices share it), and values replicated
+over them are computed once; its part over the processes ("cross": the axes before
+`first`, and the blocks of axis `first`) is TF collective ops between the processes,
+over the *process mesh* (the mesh axes up to `first`, that one cut to its number of
+blocks), by one `MultiClientMeshImpl` per local device used only for its keys and rank
+order. E.g. mesh batch:2;model:4 over two processes of four devices: model-axis
+allreduces are in-memory sums, the gradients' batch-axis SUMs one CollectiveReduceV2;
+mesh batch:8 over two: a batch allreduce is an AddN of 4, then one collective.
 
 Every process must lower the same program in the same order (as in any SPMD mode): the
 cross collectives of process p meet those of the others by their order.
@@ -19,25 +22,35 @@ import tensorflow as tf
 from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.backends import simd
 from mesh_tf.backends.placement import LaidOutTensor, LaidOutVariable, PlacementMeshImpl
-from mesh_tf.backends.simd_multi_client import DEFAULT_TIMEOUT, MultiClientMeshImpl
+from mesh_tf.backends.simd_multi_client import (DEFAULT_TIMEOUT, GROUP_KEY_BASE,
+                                                MultiClientMeshImpl)
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import MeshImpl, assemble_pieces
 from mesh_tf.lowering.reductions import canonical_reduction
-from mesh_tf.shapes import Shape, convert_to_shape, processor_groups
+from mesh_tf.shapes import Dimension, Shape, convert_to_shape, processor_groups
 
 
-def local_mesh_axes(mesh_shape, pnums):
-  """The trailing mesh axes that the consecutive processors `pnums` span whole, or None
-  where they are not such a block (then each device must run its own replica)."""
+def process_split(mesh_shape, pnums):
+  """(first, inner) where the consecutive processors `pnums` of one process are every
+  processor with some coordinates on the mesh axes before `first`, `inner` consecutive
+  coordinates on axis `first` and any on the axes after it; None where they are not
+  such a block (then each device must run its own replica). E.g. batch:2;model:4:
+  processors 0-3 give (1, 4), processors 0-1 give (1, 2); batch:8, 0-3 give (0, 4)."""
   mesh_shape = convert_to_shape(mesh_shape)
   k, offset = len(pnums), pnums[0]
   if list(pnums) != list(range(offset, offset + k)) or offset % k:
     return None
-  first, count = mesh_shape.ndims, 1
-  while count < k and first > 0:
+  first, rest = mesh_shape.ndims, 1  # rest: processors per coordinate of axis `first`
+  while rest * (mesh_shape.dims[first - 1].size if first else 1) <= k and first > 0:
     first -= 1
-    count *= mesh_shape.dims[first].size
-  return list(range(first, mesh_shape.ndims)) if count == k else None
+    rest *= mesh_shape.dims[first].size
+  if rest == k:  # whole axes from `first` on
+    return first, mesh_shape.dims[first].size if first < mesh_shape.ndims else 1
+  first -= 1
+  size = mesh_shape.dims[first].size
+  if k % rest or size % (k // rest):
+    return None
+  return first, k // rest
 
 
 class ProcessLaidOutVariable(LaidOutVariable):
@@ -49,12 +62,12 @@ class ProcessLaidOutVariable(LaidOutVariable):
 
   def sync_copies(self):
     """Every process takes the first process's initial value (a masked SUM over the
-    cross axes): call it in every process at once."""
+    processes): call it in every process at once."""
     impl = self._mesh_impl
     with tf.device(impl.devices[0]):
       mine = (tf.zeros(self.shape.to_integer_list, self.slice_dtype)
               if self._initial_full is None else self._initial_full)
-      full = impl.reduce_across(mine, impl.cross_axes, 0)  # setup: not recorded
+      full = impl.sum_over_processes(mine)  # setup: not recorded
     slices = impl.local_slices(full, self.shape)
     return [v.assign(slices[p]) for p, v in self._distinct()]
 
@@ -71,13 +84,27 @@ class ProcessLaidOutVariable(LaidOutVariable):
     return tf.cast(full, self.master_dtype)
 
 
+class _ProcessPeer(MultiClientMeshImpl):
+  """Local device `index`'s member of the process mesh's groups: its group keys differ
+  from the other local devices' (each is a group of its own)."""
+
+  def __init__(self, process_mesh, task, device, index, timeout, communication_hint):
+    super().__init__(process_mesh, "", task, device, timeout=timeout,
+                     communication_hint=communication_hint)
+    self.index = index
+
+  def group_key(self, mesh_axes, group):
+    mask = sum(1 << a for a in set(mesh_axes))
+    return GROUP_KEY_BASE + ((self.index << self.ndims) + mask) * self.size + group[0]
+
+
 class ProcessPlacementMeshImpl(PlacementMeshImpl):
   """The processors `pnums` of a mesh spanning processes, placed on this process's
   `devices` (one each); see the module docstring.
 
   Args:
     shape, layout: the mesh and layout rules (the same in every process).
-    pnums: this process's processors: consecutive, a whole block of trailing axes.
+    pnums: this process's processors: consecutive, a block (see process_split).
     devices: their devices, e.g. "/job:worker/replica:0/task:1/device:CPU:2".
     timeout, communication_hint: as MultiClientMeshImpl's.
   """
@@ -91,19 +118,30 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
                communication_hint="auto"):
     self._local_pnums = list(pnums)
     super().__init__(shape, layout, devices)
-    self.local_axes = local_mesh_axes(self.shape, self._local_pnums)
-    if self.local_axes is None:
+    split = process_split(self.shape, self._local_pnums)
+    if split is None:
       raise LayoutError(
-          "processors %s of mesh %s are not a whole block of its trailing axes; run one "
-          "replica per device instead" % (self._local_pnums, self.shape.to_string))
+          "processors %s of mesh %s are not a block of it (all coordinates of the last "
+          "axes and consecutive ones of one axis); run one replica per device instead"
+          % (self._local_pnums, self.shape.to_string))
     self._pnums = self._local_pnums
-    self.cross_axes = [a for a in range(self.ndims) if a not in self.local_axes]
-    self._local_shape = Shape(self.shape.dims[self.ndims - len(self.local_axes):])
+    self._first, inner = split
+    dims = self.shape.dims
+    # the process's own coordinates, and the processes' mesh
+    self._local_shape = Shape(([Dimension(dims[self._first].name, inner)]
+                               if self._first < self.ndims else []) +
+                              dims[self._first + 1:])
+    outer = dims[self._first].size // inner if self._first < self.ndims else 1
+    process_mesh = Shape(dims[:self._first] + [Dimension(
+        dims[self._first].name if self._first < self.ndims else "process", outer)])
+    self.local_axes = [a for a in range(self._first, self.ndims)
+                       if a > self._first or inner > 1]
+    self.cross_axes = [a for a in range(min(self._first + 1, self.ndims))
+                       if a < self._first or outer > 1]
     self.timeout = float(timeout)
-    # one replica per local device, used only for its collectives across processes
-    self._peers = [MultiClientMeshImpl(self.shape, self.layout_rules, p, d, self._pnums,
-                                       timeout, communication_hint)
-                   for p, d in zip(self._pnums, self.devices)]
+    task = self._pnums[0] // len(self._pnums)
+    self._peers = [_ProcessPeer(process_mesh, task, d, i, timeout, communication_hint)
+                   for i, d in enumerate(self.devices)]
 
   def _check_devices(self, devices):
     if len(devices) != len(self._local_pnums):
@@ -122,16 +160,16 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
     return list(self._pnums)
 
   def _groups(self, mesh_axes):
-    first = self.local_axes[0] if self.local_axes else self.ndims
-    return processor_groups(self._local_shape, [a - first for a in mesh_axes])
+    return processor_groups(self._local_shape, [a - self._first for a in mesh_axes])
 
   def _split(self, mesh_axes):
+    """(local part, cross part) of mesh_axes (an axis may have both)."""
     return ([a for a in mesh_axes if a in self.local_axes],
-            [a for a in mesh_axes if a not in self.local_axes])
+            [a for a in mesh_axes if a in self.cross_axes])
 
   def _across(self, x, collective):
-    """collective(peer replica, slice) once per distinct local slice of x (the same in
-    every process: the processes' slices are alike in which of them are shared)."""
+    """collective(peer, slice) once per distinct local slice of x (the same in every
+    process: the processes' slices are alike in which of them are shared)."""
     out, done = [], {}
     for i, t in enumerate(x.tensor_list):
       key = id(t) if self.shares_memory else i
@@ -140,18 +178,15 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
       out.append(done[key])
     return LaidOutTensor(out)
 
-  def reduce_across(self, t, mesh_axes, index=0):
-    """SUM of tf.Tensor t over the cross axes mesh_axes, by local processor `index`'s
-    group (unrecorded)."""
-    if not mesh_axes:
-      return t
-    return self._peers[index]._allreduce(  # pylint: disable=protected-access
-        simd.LaidOutTensor([t]), mesh_axes, "SUM").one_slice
+  def sum_over_processes(self, t):
+    """SUM of tf.Tensor t over every process (unrecorded)."""
+    return self._peers[0]._allreduce(  # pylint: disable=protected-access
+        simd.LaidOutTensor([t]), list(range(self._peers[0].ndims)), "SUM").one_slice
 
   def _reduced_across(self, lists, cross, reduction):
     """[[reduction over the processes of slices[i]] for slices in lists]: where the
     devices share memory, every distinct local slice (of every list) in ONE collective
-    (the processes' per-processor groups, stacked); elsewhere one per processor."""
+    (local device i's groups, stacked); elsewhere one per device."""
     n, m = len(self.devices), len(lists)
     if not self.shares_memory:
       results = [self._peers[i]._allreduce_packed(  # pylint: disable=protected-access
@@ -160,7 +195,7 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
                      simd.LaidOutTensor([l[i]]), cross, reduction) for l in lists]
                  for i in range(n)]
       return [[results[i][j].one_slice for i in range(n)] for j in range(m)]
-    first = {}  # the first processor holding each distinct set of slices
+    first = {}  # the first device holding each distinct set of slices
     key = [tuple(id(l[i]) for l in lists) for i in range(n)]
     for i in range(n):
       first.setdefault(key[i], i)
@@ -175,7 +210,7 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
     result_of = {i: pieces[k * m:(k + 1) * m] for k, i in enumerate(ordered)}
     return [[result_of[first[key[i]]][j] for i in range(n)] for j in range(m)]
 
-  # ---- primitives: local axes are placement's, cross axes go through the peers ----
+  # ---- primitives: local parts are placement's, cross parts go through the peers ----
   def _allreduce(self, x, mesh_axes, reduction_fn_string):
     local, cross = self._split(mesh_axes)
     if local:
@@ -196,30 +231,54 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
         [x.tensor_list for x in xs], cross, "SUM")]
 
   def _allconcat(self, x, mesh_axis, concat_axis):
+    # the process's coordinates first: its block of the axis, then the blocks in order
     if mesh_axis in self.local_axes:
-      return super()._allconcat(x, mesh_axis, concat_axis)
+      x = super()._allconcat(x, mesh_axis, concat_axis)
+    if mesh_axis not in self.cross_axes:
+      return x
     return self._across(x, lambda peer, s: peer._allconcat(s, mesh_axis, concat_axis))  # pylint: disable=protected-access
 
   def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
-    if mesh_axis in self.local_axes:
+    local, cross = self._split([mesh_axis])
+    if not cross:
       return super()._alltoall(x, mesh_axis, split_axis, concat_axis)
-    return self._across(x, lambda peer, s: peer._alltoall(  # pylint: disable=protected-access
-        s, mesh_axis, split_axis, concat_axis))
+    if not local:
+      return self._across(x, lambda peer, s: peer._alltoall(  # pylint: disable=protected-access
+          s, mesh_axis, split_axis, concat_axis))
+    # an axis cut between the processes: gather it, keep this processor's piece
+    return self.allsplit(self._allconcat(x, mesh_axis, concat_axis), mesh_axis, split_axis)
 
   def _reduce_scatter(self, x, mesh_axis, split_axis):
-    if mesh_axis in self.local_axes:
+    if mesh_axis not in self.cross_axes:
       return super()._reduce_scatter(x, mesh_axis, split_axis)
     return MeshImpl._reduce_scatter(self, x, mesh_axis, split_axis)  # pylint: disable=protected-access
 
   def _receive(self, x, mesh_axis, source_pcoord):
-    if mesh_axis in self.local_axes:
+    local, cross = self._split([mesh_axis])
+    if not cross:
       return super()._receive(x, mesh_axis, source_pcoord)
-    return self._across(x, lambda peer, s: peer._receive(s, mesh_axis, source_pcoord))  # pylint: disable=protected-access
+    if not local:
+      return self._across(x, lambda peer, s: peer._receive(s, mesh_axis, source_pcoord))  # pylint: disable=protected-access
+    # an axis cut between the processes: gather it, pick the source's slice
+    stacked = self._allconcat(self.slicewise(lambda t: tf.expand_dims(t, 0), x),
+                              mesh_axis, 0)
+    sources = tf.constant([-1 if s is None else s for s in source_pcoord], tf.int32)
+
+    def pick(group, coord):
+      source = tf.gather(sources, coord)
+      taken = tf.gather(group, tf.maximum(source, 0))
+      return tf.where(source >= 0, taken, tf.zeros_like(taken))
+    return self.slicewise(pick, stacked, self.laid_out_pcoord(mesh_axis))
 
   # ---- full tensors ----
   def process_share(self, tensor_shape):
     """(begin, size): the box of a full tensor that this process's processors hold."""
-    return self._peers[0].process_share(tensor_shape)
+    tensor_shape = convert_to_shape(tensor_shape)
+    sizes = self.slice_shape(tensor_shape)
+    begins = [self.slice_begin(tensor_shape, p) for p in self._pnums]
+    lo = [min(b[i] for b in begins) for i in range(len(sizes))]
+    hi = [max(b[i] for b in begins) + s for i, s in enumerate(sizes)]
+    return lo, [h - l for h, l in zip(hi, lo)]
 
   def import_tf_tensor(self, x, tf_x):
     """Slices of tf_x, the full tensor or this process's share of it."""
@@ -240,8 +299,9 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
     return self._per_slice(x.shape, cut)
 
   def gather_full(self, slices, tensor_shape):
-    """The full tensor from this process's slices: allconcats over the cross axes
-    (unrecorded: a collective, so every process calls it at once), then assembled."""
+    """The full tensor from this process's slices: allconcats over the axes that cross
+    processes (unrecorded: a collective, so every process calls it at once), then
+    assembled."""
     shape = convert_to_shape(tensor_shape)
     layout = list(self.tensor_layout(shape))
     x = LaidOutTensor(slices)

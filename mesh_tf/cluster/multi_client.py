@@ -18,7 +18,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import tensorflow_server_pb2
 from tensorflow.python.eager import context
 
-from mesh_tf.backends.process_placement import ProcessPlacementMeshImpl, local_mesh_axes
+from mesh_tf.backends.process_placement import ProcessPlacementMeshImpl, process_split
 from mesh_tf.backends.simd_multi_client import DEFAULT_TIMEOUT, MultiClientMeshImpl
 from mesh_tf.cluster import faults, peer_monitor, spec
 from mesh_tf.shapes import convert_to_shape
@@ -157,14 +157,14 @@ def _runs_per_process(program, mesh_shape, pnums, device_type, distribution):
   """Whether the process runs its devices as one program (see ReplicaSet's `program`)."""
   if program not in PROGRAMS:
     raise spec.ClusterError("program %r: choose one of %s" % (program, ", ".join(PROGRAMS)))
-  fits = local_mesh_axes(mesh_shape, pnums) is not None
+  fits = process_split(mesh_shape, pnums) is not None
   if program == "per_process":
     if not fits or distribution is not None:
       raise spec.ClusterError(
-          "program 'per_process' needs the processes to split mesh %s along whole "
-          "leading axes (processors %s are not a block of its trailing axes)%s; use "
-          "'per_device'" % (mesh_shape.to_string, pnums, "" if distribution is None
-                            else " and no distribution"))
+          "program 'per_process' needs each process to hold a block of mesh %s "
+          "(processors %s are not one)%s; use 'per_device'"
+          % (mesh_shape.to_string, pnums, "" if distribution is None
+             else " and no distribution"))
     return True
   return (program == "auto" and fits and len(pnums) > 1 and distribution is None
           and device_type.upper() == "CPU")
@@ -188,9 +188,10 @@ class ReplicaSet:
       "multi_worker_mirrored": the step runs through `strategy.run` of a
       tf.distribute.MultiWorkerMirroredStrategy (one replica per process).
     program: "per_process" (the process's devices run ONE placement program, see
-      mesh_tf.backends.process_placement; needs the processes to split the mesh along
-      whole leading axes), "per_device" (one replica per device) or "auto" (per process
-      where it applies, on CPUs, without a distribution; else per device).
+      mesh_tf.backends.process_placement; needs each process's processors to be a
+      block of the mesh, `process_split`), "per_device" (one replica per device) or
+      "auto" (per process where it applies, on CPUs, without a distribution; else per
+      device).
   """
 
   def __init__(self, mesh_shape, layout, cluster, task, device_type="CPU",

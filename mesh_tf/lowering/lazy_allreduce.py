@@ -1,6 +1,7 @@
 """Deferred SUM allreduces, so that partial sums are added before they are reduced.
 
-An einsum that contracts a split dim records a LazyAllreduceSum of its partial sums;
+An einsum that contracts a split dim, or a reduce_sum over one, records a
+LazyAllreduceSum of its partial sums;
 `add_n` of lazy values with the same mesh axes sums them locally and stays lazy (one
 collective instead of several); any other reader forces the allreduce (once) through
 `Lowering.tensors`.

@@ -38,6 +38,9 @@ class Lowering:
     self.feeds = dict(feeds or {})
     self.tensors = lazy_allreduce.LaidOutTensors()
     self._owed_sums = []  # (mtf Tensor, LazyAllreduceSum) where the backend packs them
+    # mtf Tensors the caller will export after lowering what it asked for (their owed
+    # sums will be paid too, so they may join a packed collective)
+    self.exported_later = set()
     self.operations = {}
     self._lowered = set()
     self._readers_of, self._readers_count = None, 0  # {mtf Tensor: ops reading it}
@@ -176,7 +179,8 @@ class Lowering:
   def _pack_partners(self, lazy):
     """The other owed sums that will be paid anyway and can go in lazy's collective:
     unpaid, packable with it, and read by an op still to be lowered that pays them (not
-    one that keeps them owed, as add_n or a reduce-scattering reshape may)."""
+    one that keeps them owed, as add_n or a reduce-scattering reshape may), or
+    exported later."""
     partners = []
     for x, other in self._owed_sums:
       if (other is lazy or other.forced or not lazy_allreduce.packable(lazy, other) or
@@ -184,7 +188,8 @@ class Lowering:
         continue
       self._has_unlowered_reader(x)  # builds the readers map
       readers = [op for op in self._readers_of.get(x, ()) if op not in self._lowered]
-      if readers and not any(getattr(op, "reads_owed_sums", False) for op in readers):
+      if x in self.exported_later or (readers and not any(
+          getattr(op, "reads_owed_sums", False) for op in readers)):
         partners.append(other)
     self._owed_sums = [(x, s) for x, s in self._owed_sums if not s.forced]
     return partners

@@ -9,6 +9,7 @@ def lower_train_step(lowering, loss, update_ops, skip_nonfinite=False):
   so a NaN/Inf step leaves every variable and optimizer slot as it was.
   """
   update_inputs = [op.operation if hasattr(op, "operation") else op for op in update_ops]
+  lowering.exported_later.add(loss)  # its sum may go with the gradients' (one collective)
   if not skip_nonfinite:
     # the loss and everything the updates need first, in graph order, so placement's
     # deferred copies form one segment (slice_segments.py), not one per weight (the

@@ -88,7 +88,8 @@ def primitive_input(pnum):
 
 
 def apply_primitives(impl, x):
-  """{name: laid-out result} of each collective primitive applied to x (mesh [2,4])."""
+  """{name: laid-out result} of each collective primitive applied to x (a 2-d mesh)."""
+  rows, cols = impl.shape.to_integer_list
   return {"allreduce_max_0": impl.allreduce(x, [0], "MAX"),
           "allreduce_sum_01": impl.allreduce(x, [0, 1], "SUM"),
           "allconcat_1_0": impl.allconcat(x, 1, 0),
@@ -96,8 +97,8 @@ def apply_primitives(impl, x):
           "alltoall_1_1_0": impl.alltoall(x, 1, 1, 0),
           "alltoall_0_1_0": impl.alltoall(x, 0, 1, 0),
           "reduce_scatter_0_1": impl.reduce_scatter(x, 0, 1),
-          "receive_1_shift": impl.receive(x, 1, [None, 0, 1, 2]),
-          "receive_0_swap": impl.receive(x, 0, [1, 0])}
+          "receive_1_shift": impl.receive(x, 1, [None] + list(range(cols - 1))),
+          "receive_0_reverse": impl.receive(x, 0, list(reversed(range(rows))))}
 
 
 def primitives(replicas):

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf import cluster
-from mesh_tf.backends.process_placement import ProcessPlacementMeshImpl, local_mesh_axes
+from mesh_tf.backends.process_placement import ProcessPlacementMeshImpl, process_split
 from mesh_tf.cluster import input_share, multi_client
 from models import train_steps
 from models.tiny_lm import config as lm_config
@@ -26,42 +26,45 @@ def _process(task, mesh=MESH):
                                   ["/cpu:%d" % i for i in range(k)])
 
 
-@pytest.mark.parametrize("mesh,pnums,axes", [
-    (MESH, [0, 1, 2, 3], [1]),
-    (MESH, [4, 5, 6, 7], [1]),
-    ("a:2;b:2;c:2", [4, 5, 6, 7], [1, 2]),
-    (MESH, [5], []),
-    (MESH, list(range(8)), [0, 1]),
-    (MESH, [0, 1], None),  # 4 processes: the model groups are cut in two
-    ("batch:8", [0, 1, 2, 3], None),  # a process holds part of an axis
+@pytest.mark.parametrize("mesh,pnums,split", [
+    (MESH, [0, 1, 2, 3], (1, 4)),  # model whole
+    (MESH, [4, 5, 6, 7], (1, 4)),
+    ("a:2;b:2;c:2", [4, 5, 6, 7], (1, 2)),
+    (MESH, [5], (2, 1)),  # one device: nothing local
+    (MESH, list(range(8)), (0, 2)),  # one process: everything local
+    (MESH, [2, 3], (1, 2)),  # 4 processes: the model groups are cut in two
+    ("batch:8", [4, 5, 6, 7], (0, 4)),  # half of batch
+    ("a:4;b:3", list(range(6)), (0, 2)),
     (MESH, [2, 3, 4, 5], None),  # not a block
+    ("a:3;b:4", list(range(6)), None),  # 6 is not a whole number of b's rows
+    ("a:2;b:3", [0, 1], None),  # 2 does not divide b
 ])
-def test_local_mesh_axes_are_whole_trailing_axes(mesh, pnums, axes):
-  assert local_mesh_axes(mesh, pnums) == axes
+def test_a_process_holds_a_block_of_the_mesh(mesh, pnums, split):
+  assert process_split(mesh, pnums) == split
 
 
 def test_replica_set_runs_a_process_as_one_program_where_the_mesh_allows():
   runs = multi_client._runs_per_process  # pylint: disable=protected-access
   shape = mtf.convert_to_shape(MESH)
   assert runs("auto", shape, [0, 1, 2, 3], "CPU", None)
-  assert not runs("auto", shape, [0, 1], "CPU", None)  # 4 processes of 2
+  assert runs("auto", shape, [0, 1], "CPU", None)  # 4 processes of 2
   assert not runs("auto", shape, [0, 1, 2, 3], "GPU", None)  # untested on GPUs
   assert not runs("auto", shape, [3], "CPU", None)  # one device: a replica is as good
   assert not runs("per_device", shape, [0, 1, 2, 3], "CPU", None)
   assert runs("per_process", shape, [0, 1, 2, 3], "GPU", None)
-  with pytest.raises(cluster.ClusterError, match="program 'per_process' needs the "
-                     "processes to split mesh batch:2;model:4 along whole leading axes "
-                     r"\(processors \[0, 1\] .*use 'per_device'"):
-    runs("per_process", shape, [0, 1], "CPU", None)
+  with pytest.raises(cluster.ClusterError, match="program 'per_process' needs each "
+                     "process to hold a block of mesh batch:2;model:4 "
+                     r"\(processors \[2, 3, 4, 5\] are not one\); use 'per_device'"):
+    runs("per_process", shape, [2, 3, 4, 5], "CPU", None)
   with pytest.raises(cluster.ClusterError, match="program 'each': choose one of auto, "
                      "per_process, per_device"):
     multi_client.ReplicaSet(MESH, LAYOUT, "a:1,b:2", 0, program="each")
 
 
 def test_errors_name_the_processors_and_the_devices():
-  with pytest.raises(mtf.LayoutError, match=r"processors \[0, 1\] of mesh batch:2;model:4 "
-                     "are not a whole block of its trailing axes"):
-    ProcessPlacementMeshImpl(MESH, LAYOUT, [0, 1], ["/cpu:0", "/cpu:1"])
+  with pytest.raises(mtf.LayoutError, match=r"processors \[2, 3, 4, 5\] of mesh "
+                     "batch:2;model:4 are not a block of it"):
+    ProcessPlacementMeshImpl(MESH, LAYOUT, [2, 3, 4, 5], ["/cpu:%d" % i for i in range(4)])
   with pytest.raises(mtf.LayoutError, match=r"processors \[0, 1, 2, 3\] of mesh "
                      "batch:2;model:4 need one device each, but 2 devices were given"):
     ProcessPlacementMeshImpl(MESH, LAYOUT, range(4), ["/cpu:0", "/cpu:1"])
@@ -97,7 +100,7 @@ def test_processor_numbers_and_coordinates_are_the_meshs():
 
 def _traced_step(impl):
   """(graph, Lowering) of a 1-layer tiny LM's train step traced on impl, fed its
-  process's rows."""
+  process's rows (the tiny LM's batch is 8)."""
   model = lm.TinyLmModel(lm_config.TinyLmConfig(num_layers=1, heads=8))
   batch = lm_config.synthetic_batch(model.config)
   rows = input_share.batch_rows(impl, "batch:%d;length:%d" % (model.config.batch,
@@ -113,15 +116,26 @@ def _traced_step(impl):
   return step.get_concrete_function(*feeds).graph, lowerings[-1]
 
 
-def test_only_the_batch_axis_leaves_the_process_packed_in_two_collectives():
-  """The model-axis collectives are in-memory sums; every gradient SUM over `batch`
-  (einsums' and reductions' owed sums) goes in ONE CollectiveReduceV2 for the 4 local
-  processors, and the loss in one more. The accounting is the per-device replicas'."""
-  graph, lowering = _traced_step(_process(1))
+@pytest.mark.parametrize("mesh,layout,pnums,collectives", [
+    (MESH, LAYOUT, range(4, 8), 1),
+    ("batch:8", "batch:batch", range(4, 8), 1),  # half of the batch axis per process
+    (MESH, LAYOUT, [6, 7], None),  # 4 processes: model-axis sums cross too
+])
+def test_only_the_cross_parts_leave_the_process(mesh, layout, pnums, collectives):
+  """Collectives over the process's own coordinates are in-memory sums; every gradient
+  SUM over the processes (einsums' and reductions' owed sums) and the loss's go in ONE
+  CollectiveReduceV2 for all local processors. The accounting is the per-device
+  replicas'."""
+  impl = ProcessPlacementMeshImpl(mesh, layout, pnums,
+                                  ["/cpu:%d" % i for i in range(len(pnums))])
+  graph, lowering = _traced_step(impl)
   ops = collections.Counter(o.type for o in graph.get_operations())
-  assert ops["CollectiveReduceV2"] == 2
+  if collectives is not None:
+    assert ops["CollectiveReduceV2"] == collectives
+  else:  # the forward's model-axis sums leave the process too
+    assert ops["CollectiveReduceV2"] > 1
   assert not any("Collective" in t for t in ops if t != "CollectiveReduceV2")
-  replica = multi_client.MultiClientMeshImpl(MESH, LAYOUT, 5, "/cpu:1", range(4, 8))
+  replica = multi_client.MultiClientMeshImpl(mesh, layout, pnums[-1], "/cpu:0", pnums)
   _, replica_lowering = _traced_step(replica)
   key = lambda r: (r.kind, r.mesh_axes, r.group_size, r.slice_bytes)
   assert (sorted(map(key, lowering.comm_records)) ==

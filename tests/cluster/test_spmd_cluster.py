@@ -59,18 +59,18 @@ def _batch():
   return tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
 
 
-def _placement_2x4():
-  return mtf.PlacementMeshImpl(spmd_lm_process.MESH, spmd_lm_process.LAYOUT,
+def _placement_2x4(mesh=spmd_lm_process.MESH):
+  return mtf.PlacementMeshImpl(mesh, spmd_lm_process.LAYOUT,
                                ["/cpu:%d" % i for i in range(8)])
 
 
-def _check_primitives_and_initial_values(results, programs):
+def _check_primitives_and_initial_values(results, programs, mesh=spmd_lm_process.MESH):
   """Every collective primitive across the processes gives the placement backend's
   slices, and the random initial values drawn by each of the `programs` (replicas, or
   one program per process) were made equal."""
   primitives = {k: sum((r["primitives"][k] for r in results), [])
                 for k in results[0]["primitives"]}
-  impl = _placement_2x4()
+  impl = _placement_2x4(mesh)
   x = impl.LaidOutTensor([tf.constant(spmd_lm_process.primitive_input(p))
                           for p in range(8)])
   for name, laid_out in spmd_lm_process.apply_primitives(impl, x).items():
@@ -139,9 +139,33 @@ def test_killed_process_stops_the_other_and_restart_resumes_as_one_process(tmp_p
   _check_primitives_and_initial_values(results, programs=2)
 
 
+def test_processes_holding_part_of_a_mesh_axis_run_one_program_each(tmp_path):
+  """Mesh batch:4;model:2 over 2 processes: each holds 2 of the 4 batch coordinates, so
+  a batch-axis sum is an in-memory sum of 2, then one collective between the processes.
+  The primitives give the placement backend's slices, and 2 steps from a checkpoint give
+  the losses of one process on the same mesh."""
+  mesh = "batch:4;model:2"
+  addresses = ["localhost:%d" % p for p in cluster_helpers.free_ports(2)]
+  procs = _start(addresses, tmp_path / "m", 4, tmp_path, mesh=mesh)
+  try:
+    results = _results(procs, tmp_path)
+  finally:
+    cluster_helpers.stop(procs)
+  assert [r["impl"] for r in results] == ["ProcessPlacementMeshImpl"] * 2
+  assert [r["rows"] for r in results] == [[0, 4], [4, 8]]
+  _check_primitives_and_initial_values(results, programs=2, mesh=mesh)
+  impl = _placement_2x4(mesh)
+  step = _tiny_lm().make_train_step(impl)
+  mtf.restore_checkpoint(str(tmp_path / "m" / "model.ckpt-2"), impl)
+  inputs, targets = _batch()
+  single = [float(step(inputs, targets)) for _ in range(2)]
+  for r in results:
+    np.testing.assert_allclose(r["losses"][2:], single, rtol=1e-5)
+
+
 def test_one_replica_per_device_program_trains_alike(tmp_path):
-  """program='per_device' (one MultiClientMeshImpl per device, the only program for
-  meshes the processes do not split along whole leading axes): the same collectives and
+  """program='per_device' (one MultiClientMeshImpl per device, the only program where a
+  process's processors are not a block of the mesh): the same collectives and
   initial values, a checkpoint that one process restores, and losses both tasks agree on."""
   addresses = ["localhost:%d" % p for p in cluster_helpers.free_ports(2)]
   procs = _start(addresses, tmp_path / "m", 2, tmp_path, program="per_device")

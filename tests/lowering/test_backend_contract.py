@@ -32,6 +32,9 @@ FACTORIES = {
         MESH, LAYOUT, pnum=0, device="/cpu:0"),
     "ProcessPlacementMeshImpl": lambda: process_placement.ProcessPlacementMeshImpl(
         MESH, LAYOUT, range(4), DEVICES[:4]),
+    # the cross-process member of ProcessPlacementMeshImpl's local device 1
+    "_ProcessPeer": lambda: process_placement._ProcessPeer(  # pylint: disable=protected-access
+        "process:2", 0, "/cpu:1", 1, 60.0, "auto"),
 }
 
 
