@@ -22,9 +22,11 @@ allocator's statistics and reports the peak of a third. Columns:
 `--processes=2` adds the memory per device group where it is real: the same steps as 2
 multi-client SPMD processes (mesh_tf.cluster.multi_client, as `cluster_config.mode =
 'spmd'` trains) of 4 virtual CPUs each, one row per process with its own allocator's
-peak of one step. There each device is a replica (MultiClientMeshImpl) with its own
-slice variables and its own step function: nothing is shared between the 4 devices of a
-process, not even a replicated weight. So the prediction for a process of k devices is
+peak of one step, each device a replica (`program="per_device"`: MultiClientMeshImpl)
+with its own slice variables and its own step function: nothing is shared between the
+4 devices of a process, not even a replicated weight. (The trainer's default on CPUs,
+one placement program per process, shares as the single-process backends do; these
+rows measure the per-device program.) So the prediction for a process of k devices is
 k x predict_memory's per-device figures (variables k x (weight_bytes + slot_bytes),
 exactly; peak k x peak_bytes, which has every replica at its peak at once), not the
 process_* figures, which price the sharing of the single-process backends.
@@ -233,7 +235,8 @@ def run_spmd_worker(spec):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.threading.set_inter_op_parallelism_threads(spec["inter_op_threads"])
   replicas = multi_client.ReplicaSet(spec["mesh_shape"], spec["rules"], spec["cluster"],
-                                     spec["task"])  # before TF makes its devices
+                                     spec["task"],  # before TF makes its devices
+                                     program="per_device")
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mesh_tf.cluster import input_share  # pylint: disable=g-import-not-at-top

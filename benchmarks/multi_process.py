@@ -1,5 +1,5 @@
-"""A Transformer LM on mesh batch:2;model:4 spread over processes on this host (loopback
-gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in three modes:
+"""A Transformer LM on mesh batch:2;model:4 (or --mesh) spread over processes on this
+host (loopback gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in these modes:
 
 - local: one process, no cluster, the mesh over its 8 virtual CPUs (the baseline:
   what leaving one process is compared with);
@@ -16,6 +16,7 @@ Prints the median step time and the bytes per step that cross a process boundary
 must agree).
 
   python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small|peer]
+      [--mesh batch:8 --layout batch:batch]
       [--modes local,placement,spmd] [--configs 1x8,2x4,4x2]
 
 All processes of a configuration are killed before the next one starts. In placement
@@ -57,6 +58,16 @@ common.define_flag(flags.DEFINE_string, "spmd_program", "auto",
 
 MESH = "batch:2;model:4"
 LAYOUT = "batch:batch;d_ff:model;heads:model;vocab:model"
+common.define_flag(flags.DEFINE_string, "mesh", MESH,
+                   "Mesh shape (8 processors), e.g. batch:8 for pure data parallelism.")
+common.define_flag(flags.DEFINE_string, "layout", LAYOUT, "Layout rules.")
+
+
+def _shared_args():
+  """The flags every subprocess of a configuration is given."""
+  return ["--size=" + FLAGS.size, "--steps=%d" % FLAGS.steps,
+          "--repeats=%d" % FLAGS.repeats, "--mesh=" + FLAGS.mesh,
+          "--layout=" + FLAGS.layout]
 
 
 def run_client(cluster_arg):
@@ -66,17 +77,17 @@ def run_client(cluster_arg):
   from mesh_tf import cluster  # pylint: disable=g-import-not-at-top
   from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
   from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
-  devices = cluster.connect(cluster_arg, MESH)
+  devices = cluster.connect(cluster_arg, FLAGS.mesh)
   c = config.TinyLmConfig(**dict(common.LM_SIZES[FLAGS.size], heads=8))
   batch = config.synthetic_batch(c)
   inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
   tf.random.set_seed(0)
   model = mtf_model.TinyLmModel(c)
-  impl = mtf.PlacementMeshImpl(MESH, LAYOUT, devices)
+  impl = mtf.PlacementMeshImpl(FLAGS.mesh, FLAGS.layout, devices)
   step = model.make_train_step(impl)
   losses = [float(step(inputs, targets)) for _ in range(2)]  # traces once, records
   crossing = communication.bytes_crossing_processes(
-      impl.comm_log, MESH, cluster.processes_of_devices(devices))
+      impl.comm_log, FLAGS.mesh, cluster.processes_of_devices(devices))
   seconds = common.time_alternating({"step": lambda: step(inputs, targets)},
                                     FLAGS.steps, FLAGS.repeats)["step"]
   print(json.dumps({"seconds": seconds, "losses": losses,
@@ -95,7 +106,7 @@ def run_local():
   inputs, targets = tf.constant(batch[:, :-1]), tf.constant(batch[:, 1:])
   tf.random.set_seed(0)
   model = mtf_model.TinyLmModel(c)
-  impl = mtf.PlacementMeshImpl(MESH, LAYOUT, ["/cpu:%d" % i for i in range(8)])
+  impl = mtf.PlacementMeshImpl(FLAGS.mesh, FLAGS.layout, ["/cpu:%d" % i for i in range(8)])
   step = model.make_train_step(impl)
   losses = [float(step(inputs, targets)) for _ in range(2)]
   seconds = common.time_alternating({"step": lambda: step(inputs, targets)},
@@ -109,8 +120,8 @@ def run_local_config(processes, per_process):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = common.subprocess_env()
   out = subprocess.run(
-      [sys.executable, "-m", "benchmarks.multi_process", "--local", "--size=" + FLAGS.size,
-       "--steps=%d" % FLAGS.steps, "--repeats=%d" % FLAGS.repeats], cwd=root, env=env,
+      [sys.executable, "-m", "benchmarks.multi_process", "--local"] + _shared_args(),
+      cwd=root, env=env,
       capture_output=True, text=True, timeout=900, check=False)
   if out.returncode:
     raise RuntimeError("one-process run failed:\n%s" % out.stderr[-3000:])
@@ -120,7 +131,7 @@ def run_local_config(processes, per_process):
 def run_spmd_task(cluster_arg, task):
   """One process of an spmd run: trains with the others; task 0 prints one JSON line."""
   from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
-  replicas = multi_client.ReplicaSet(MESH, LAYOUT, cluster_arg, task,
+  replicas = multi_client.ReplicaSet(FLAGS.mesh, FLAGS.layout, cluster_arg, task,
                                      program=FLAGS.spmd_program)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
@@ -136,7 +147,7 @@ def run_spmd_task(cluster_arg, task):
   losses = [trainer.step(inputs, targets) for _ in range(2)]
   k = len(replicas.pnums)
   crossing = communication.bytes_crossing_processes(
-      replicas.impls[0].comm_log, MESH, [p // k for p in range(k * len(
+      replicas.impls[0].comm_log, FLAGS.mesh, [p // k for p in range(k * len(
           replicas.addresses))])
   seconds = common.time_alternating(
       {"step": lambda: tf.constant(trainer.step(inputs, targets))}, FLAGS.steps,
@@ -158,10 +169,9 @@ def run_spmd_config(processes, per_process, program="auto"):
     for task in range(processes):
       procs.append(subprocess.Popen(
           [sys.executable, "-m", "benchmarks.multi_process", "--spmd_cluster=" +
-           cluster_arg, "--spmd_task=%d" % task, "--size=" + FLAGS.size,
-           "--steps=%d" % FLAGS.steps, "--repeats=%d" % FLAGS.repeats,
-           "--spmd_program=" + program], cwd=root,
-          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+           cluster_arg, "--spmd_task=%d" % task, "--spmd_program=" + program] +
+          _shared_args(), cwd=root, env=env, stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE, text=True))
     outputs = [p.communicate(timeout=900) for p in procs]
   finally:
     local.stop(procs)
@@ -179,10 +189,9 @@ def run_config(processes, per_process):
   env = common.subprocess_env()
   with local.local_workers(processes, per_process, env=env, cwd=root) as (addresses, _):
     client = subprocess.run(
-        [sys.executable, "-m", "benchmarks.multi_process", "--client=" + ",".join(addresses),
-         "--size=" + FLAGS.size, "--steps=%d" % FLAGS.steps,
-         "--repeats=%d" % FLAGS.repeats], cwd=root, env=env, capture_output=True,
-        text=True, timeout=900, check=False)
+        [sys.executable, "-m", "benchmarks.multi_process",
+         "--client=" + ",".join(addresses)] + _shared_args(), cwd=root, env=env,
+        capture_output=True, text=True, timeout=900, check=False)
   if client.returncode:
     raise RuntimeError("client of %dx%d failed:\n%s"
                        % (processes, per_process, client.stderr[-3000:]))
@@ -210,7 +219,7 @@ def main(_):
   base = results[first]
   print(common.machine_line())
   print("LM %s on mesh %s, layout %s; %d steps x %d repeats, median per step"
-        % (dict(common.LM_SIZES[FLAGS.size], heads=8), MESH, LAYOUT, FLAGS.steps,
+        % (dict(common.LM_SIZES[FLAGS.size], heads=8), FLAGS.mesh, FLAGS.layout, FLAGS.steps,
            FLAGS.repeats))
   rows = [["mode processes x devices", "ms/step", "vs %s" % first,
            "cross-process B/step", "max B/process", "loss after 2 steps"]]
