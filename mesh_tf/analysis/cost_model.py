@@ -13,6 +13,7 @@ from mesh_tf.analysis import communication
 from mesh_tf.ops import elementwise as elementwise_ops
 from mesh_tf.ops import gather as gather_ops
 from mesh_tf.ops.einsum import EinsumOperation
+from mesh_tf.ops.reduce import ReduceOperation
 from mesh_tf.ops.variables import Variable
 from mesh_tf.shapes.mesh_layout import MeshLayout
 
@@ -33,7 +34,7 @@ class CostEstimate(collections.namedtuple("CostEstimate", [
 
 # Ops whose output may owe an allreduce, paid when first read (lazy_allreduce).
 LAZY_ALLREDUCE_OPS = (EinsumOperation, gather_ops.GatherOperation,
-                      gather_ops.GatherGradOperation)
+                      gather_ops.GatherGradOperation, ReduceOperation)
 
 
 def plan_cost(layout, op, owed_axes=None):

@@ -59,7 +59,7 @@ class StepTimeModel:
     self._fetches = list(fetches or ())
     ops = self.operations = (cost_model.operations_needed(graph, self._fetches)
                              if self._fetches else list(graph.operations))
-    # tensors that may owe an allreduce: einsum, gather and add_n outputs
+    # tensors that may owe an allreduce: einsum, gather, reduce and add_n outputs
     lazy = {y for op in ops
             if isinstance(op, cost_model.LAZY_ALLREDUCE_OPS + (elementwise_ops.AddNOperation,))
             for y in op.outputs}

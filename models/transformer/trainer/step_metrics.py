@@ -228,12 +228,16 @@ class Memory:
                    "the line shows the process's max RSS" % tf.__version__)
 
   def measure(self):
-    """(text for the progress line, {scalar name: value})."""
-    if not self.supported:
+    """(text for the progress line, {scalar name: value}): the devices' peak, or the
+    process's max RSS where they keep no statistics or counted nothing (the peak stays 0
+    where the kernels allocate outside TF's allocator, as oneDNN's did on an AMD host)."""
+    peak = 0
+    if self.supported:
+      peak = max(tf.config.experimental.get_memory_info(d)["peak"] for d in self.devices)
+    if not peak:
       rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
       rss *= 1 if sys.platform == "darwin" else 1024  # Linux reports KiB
       return "max RSS %.0f MB" % (rss / _MB), {"max_rss_bytes": rss}
-    peak = max(tf.config.experimental.get_memory_info(d)["peak"] for d in self.devices)
     where = "/dev" if self.devices != ["CPU:0"] else " (CPU, all devices)"
     return "peak mem %.0f MB%s" % (peak / _MB, where), {"peak_memory_bytes": peak}
 
