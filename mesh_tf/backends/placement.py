@@ -238,6 +238,7 @@ class PlacementMeshImpl(MeshImpl):
     # key of a processor's value starts with its domain (its own pnum off a CPU).
     self._domains = [d if d is not None else ("device", p) for p, d in
                      enumerate(collectives.memory_domains(tuple(self._devices)))]
+    self._spans_processes = len({d for d in self._domains if d[0] != "device"}) > 1
     self._slice_keys = {}  # {Shape: slice_key of each processor}
 
   LaidOutTensor = LaidOutTensor
@@ -379,6 +380,29 @@ class PlacementMeshImpl(MeshImpl):
     out = LaidOutTensor([None] * len(self._devices), slice_shape=x.slice_shape)
     out._pending = _DeferredCollective(graph, make, out)  # pylint: disable=protected-access
     return out
+
+  @property
+  def packs_allreduces(self):
+    """Whether owed SUMs are paid together: where the mesh spans processes (a cluster),
+    whose copies between them are each a gRPC round trip."""
+    return self._spans_processes
+
+  def _allreduce_packed(self, xs, mesh_axes):
+    """One allreduce of every processor's slices of xs, concatenated."""
+    if len(xs) == 1:
+      return [self._allreduce(xs[0], mesh_axes, "SUM")]
+    lists = [x.tensor_list for x in xs]
+    shapes = [t.shape for t in (l[0] for l in lists)]
+    flat = self._once_per(
+        lambda p: (self._domains[p],) + tuple(id(l[p]) for l in lists),
+        lambda p: tf.concat([tf.reshape(l[p], [-1]) for l in lists], 0))
+    summed = self._allreduce(flat, mesh_axes, "SUM").tensor_list
+    pieces = self._once_per(
+        lambda p: (self._domains[p], id(summed[p])),
+        lambda p: tuple(tf.reshape(t, s) for t, s in zip(
+            tf.split(summed[p], [s.num_elements() for s in shapes]), shapes)))
+    return [LaidOutTensor([parts[j] for parts in pieces.tensor_list])
+            for j in range(len(xs))]
 
   def _allconcat(self, x, mesh_axis, concat_axis):
     return self._per_group(x, [mesh_axis], lambda xs, ds: collectives.allconcat(

@@ -143,3 +143,22 @@ def test_replicas_share_a_slice_within_one_process_never_across_processes():
   gpus = mtf.PlacementMeshImpl("rows:2;cols:2", "x:rows", [
       "/job:worker/replica:0/task:0/device:GPU:%d" % i for i in range(4)])
   assert len({gpus.slice_key(shape, p) for p in range(4)}) == 4  # GPUs share nothing
+
+
+def test_owed_sums_are_packed_where_the_mesh_spans_processes():
+  """A placement cluster pays owed SUMs in one allreduce of the concatenated slices (each
+  copy between processes is a gRPC round trip); the results are the separate ones'."""
+  two_tasks = ["/job:worker/replica:0/task:%d/device:CPU:%d" % (p // 4, p % 4)
+               for p in range(8)]
+  assert mtf.PlacementMeshImpl("rows:2;cols:4", "", two_tasks).packs_allreduces
+  assert not _impl("").packs_allreduces  # one process: an AddN per sum is as cheap
+  impl = _impl("batch:rows")
+  rng = np.random.RandomState(0)
+  xs = [impl.LaidOutTensor([tf.constant(rng.randn(*shape), tf.float32) for _ in range(8)])
+        for shape in ([2, 3], [5], [])]
+  for axes in ([0], [1], [0, 1]):
+    packed = impl._allreduce_packed(xs, axes)  # pylint: disable=protected-access
+    for x, p in zip(xs, packed):
+      separate = impl.allreduce(x, axes, "SUM").tensor_list
+      for a, b in zip(p.tensor_list, separate):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
