@@ -44,6 +44,7 @@ def test_variable_and_slot_bytes_per_device_equal_the_prediction(toy, backend, l
     assert p.weight_bytes < single.weight_bytes / 2
 
 
+@pytest.mark.alone  # other processes on the cores change the executor's order, so the peak
 @pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16"])
 def test_measured_peak_of_a_train_step_within_15_percent_of_the_prediction(toy, bf16):
   graph = memory.build_lm(TOY, bf16=True) if bf16 else toy
