@@ -26,7 +26,8 @@ PIP_FLAGS ?= --quiet
 # tests/conftest.py (24 min 51 s, with two other test runs sharing the cores); the same
 # code idle at 16:38: 16 min 40 s, 32.2 CPU-minutes. 2026-12-05 18:39, idle, after the
 # line-count cut of issue 33: 16 min 13 s, 31.4 CPU-minutes (CI took 21 min 28 s at
-# stop 45).
+# stop 45). 2026-12-05 21:40, idle, on another host (AMD EPYC, 2 cores): 7 min 41 s,
+# 14.4 CPU-minutes, all three passes.
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder -m "not alone" tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
