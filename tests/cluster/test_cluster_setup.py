@@ -72,6 +72,11 @@ def test_spmd_mode_is_checked_before_anything_starts():
                      "placement, spmd"):
     cluster_setup.run_in_role(None, lambda: "ran")
   gin.clear_config()
+  gin.parse_config("cluster_setup.cluster_config.spmd_program = 'per_host'")
+  with pytest.raises(cluster.ClusterError, match="spmd_program = 'per_host'; choose one "
+                     "of auto, per_process, per_device"):
+    cluster_setup.run_in_role(None, lambda: "ran")
+  gin.clear_config()
   gin.parse_config("cluster_setup.cluster_config.mode = 'spmd'")
   with pytest.raises(cluster.ClusterError, match="needs the cluster: set TF_CONFIG"):
     cluster_setup.run_in_role(None, lambda: "ran")

@@ -59,6 +59,8 @@ def test_replica_set_runs_a_process_as_one_program_where_the_mesh_allows():
   with pytest.raises(cluster.ClusterError, match="program 'each': choose one of auto, "
                      "per_process, per_device"):
     multi_client.ReplicaSet(MESH, LAYOUT, "a:1,b:2", 0, program="each")
+  from models.transformer.trainer import cluster_setup  # pylint: disable=g-import-not-at-top
+  assert cluster_setup.SPMD_PROGRAMS == multi_client.PROGRAMS  # the gin check's list
 
 
 def test_errors_name_the_processors_and_the_devices():

@@ -25,6 +25,7 @@ JOB_WORKER = spec.JOB  # the TF_CONFIG task type of a worker
 _state = {"addresses": None, "device_type": "CPU", "timeout": 10.0, "replicas": None,
           "strategy": None}
 MODES = ("placement", "spmd")
+SPMD_PROGRAMS = ("auto", "per_process", "per_device")  # multi_client.PROGRAMS
 
 
 @gin.configurable(module="cluster_setup")
@@ -43,6 +44,9 @@ def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
   if mode not in MODES:
     raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
                                    % (mode, ", ".join(MODES)))
+  if spmd_program not in SPMD_PROGRAMS:
+    raise cluster_lib.ClusterError("cluster_config.spmd_program = %r; choose one of %s"
+                                   % (spmd_program, ", ".join(SPMD_PROGRAMS)))
   return (cluster, device_type, float(connect_timeout), mode, float(collective_timeout),
           communication_hint, distribution, float(startup_timeout), spmd_program)
 
