@@ -28,6 +28,20 @@ def backend_mesh_impl(backend, mesh_shape, layout):
                             ["/cpu:%d" % i for i in range(n)] if n > 1 else [""])
 
 
+def traced_train_step(model, impl, feeds):
+  """(graph, Lowering) of the train step of model (models/train_steps' protocol) traced
+  once in a tf.function on impl with feeds; the variables are made eagerly first."""
+  from models import train_steps  # pylint: disable=g-import-not-at-top
+  lowerings = []
+
+  @tf.function
+  def step(*args):
+    lowerings.append(model.lowering(impl, *args))
+    return train_steps.lower_train_step(lowerings[-1], model.loss, model.update_ops)
+  model.lowering(impl)
+  return step.get_concrete_function(*feeds).graph, lowerings[-1]
+
+
 def counts_added(counter, run):
   """{key: how much run() added to collections.Counter counter}, nonzero ones only."""
   before = dict(counter)

@@ -10,7 +10,7 @@ from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.backends import slice_replay
 from mesh_tf.backends import slice_segments
 from mesh_tf.errors import LayoutError
-from mesh_tf.lowering import direct_ops, laid_out_tensor
+from mesh_tf.lowering import direct_ops, laid_out_tensor, lazy_allreduce
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl, graph_cached
 from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.shapes import pnum_to_processor_coordinates, processor_coordinates_to_pnum
@@ -236,9 +236,9 @@ class PlacementMeshImpl(MeshImpl):
     self._shares_memory = collectives.shares_host_memory(self._devices)
     # Processors whose devices share a process's memory reuse one another's tensors: the
     # key of a processor's value starts with its domain (its own pnum off a CPU).
-    self._domains = [d if d is not None else ("device", p) for p, d in
-                     enumerate(collectives.memory_domains(tuple(self._devices)))]
-    self._spans_processes = len({d for d in self._domains if d[0] != "device"}) > 1
+    domains = collectives.memory_domains(tuple(self._devices))
+    self._domains = [d if d is not None else ("device", p) for p, d in enumerate(domains)]
+    self._spans_processes = len(set(domains) - {None}) > 1
     self._slice_keys = {}  # {Shape: slice_key of each processor}
 
   LaidOutTensor = LaidOutTensor
@@ -392,15 +392,13 @@ class PlacementMeshImpl(MeshImpl):
     if len(xs) == 1:
       return [self._allreduce(xs[0], mesh_axes, "SUM")]
     lists = [x.tensor_list for x in xs]
-    shapes = [t.shape for t in (l[0] for l in lists)]
     flat = self._once_per(
         lambda p: (self._domains[p],) + tuple(id(l[p]) for l in lists),
-        lambda p: tf.concat([tf.reshape(l[p], [-1]) for l in lists], 0))
+        lambda p: lazy_allreduce.packed([l[p] for l in lists]))
     summed = self._allreduce(flat, mesh_axes, "SUM").tensor_list
     pieces = self._once_per(
         lambda p: (self._domains[p], id(summed[p])),
-        lambda p: tuple(tf.reshape(t, s) for t, s in zip(
-            tf.split(summed[p], [s.num_elements() for s in shapes]), shapes)))
+        lambda p: lazy_allreduce.unpacked(summed[p], [l[0] for l in lists]))
     return [LaidOutTensor([parts[j] for parts in pieces.tensor_list])
             for j in range(len(xs))]
 

@@ -23,8 +23,10 @@ from mesh_tf.backends import placement_collectives as collectives
 from mesh_tf.backends import simd
 from mesh_tf.backends.placement import LaidOutTensor, LaidOutVariable, PlacementMeshImpl
 from mesh_tf.backends.simd_multi_client import (DEFAULT_TIMEOUT, GROUP_KEY_BASE,
-                                                MultiClientMeshImpl)
+                                                MultiClientMeshImpl, process_box,
+                                                share_begin)
 from mesh_tf.errors import LayoutError
+from mesh_tf.lowering import lazy_allreduce
 from mesh_tf.lowering.mesh_impl import MeshImpl, assemble_pieces
 from mesh_tf.lowering.reductions import canonical_reduction
 from mesh_tf.shapes import Dimension, Shape, convert_to_shape, processor_groups
@@ -189,12 +191,14 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
     (local device i's groups, stacked); elsewhere one per device."""
     n, m = len(self.devices), len(lists)
     if not self.shares_memory:
-      results = [self._peers[i]._allreduce_packed(  # pylint: disable=protected-access
-          [simd.LaidOutTensor([l[i]]) for l in lists], cross) if reduction == "SUM" else
-                 [self._peers[i]._allreduce(  # pylint: disable=protected-access
-                     simd.LaidOutTensor([l[i]]), cross, reduction) for l in lists]
-                 for i in range(n)]
-      return [[results[i][j].one_slice for i in range(n)] for j in range(m)]
+      out = [[None] * n for _ in lists]
+      for i, peer in enumerate(self._peers):
+        slices = [simd.LaidOutTensor([l[i]]) for l in lists]
+        reduced = (peer._allreduce_packed(slices, cross) if reduction == "SUM" else  # pylint: disable=protected-access
+                   [peer._allreduce(s, cross, reduction) for s in slices])  # pylint: disable=protected-access
+        for j, r in enumerate(reduced):
+          out[j][i] = r.one_slice
+      return out
     first = {}  # the first device holding each distinct set of slices
     key = [tuple(id(l[i]) for l in lists) for i in range(n)]
     for i in range(n):
@@ -202,11 +206,9 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
     ordered = sorted(set(first.values()))
     parts = [l[i] for i in ordered for l in lists]
     with collectives.device_scope(self.devices[0]):
-      flat = tf.concat([tf.reshape(t, [-1]) for t in parts], 0)
       reduced = self._peers[0]._allreduce(  # pylint: disable=protected-access
-          simd.LaidOutTensor([flat]), cross, reduction).one_slice
-      pieces = [tf.reshape(p, t.shape) for p, t in zip(
-          tf.split(reduced, [t.shape.num_elements() for t in parts]), parts)]
+          simd.LaidOutTensor([lazy_allreduce.packed(parts)]), cross, reduction).one_slice
+      pieces = lazy_allreduce.unpacked(reduced, parts)
     result_of = {i: pieces[k * m:(k + 1) * m] for k, i in enumerate(ordered)}
     return [[result_of[first[key[i]]][j] for i in range(n)] for j in range(m)]
 
@@ -273,28 +275,18 @@ class ProcessPlacementMeshImpl(PlacementMeshImpl):
   # ---- full tensors ----
   def process_share(self, tensor_shape):
     """(begin, size): the box of a full tensor that this process's processors hold."""
-    tensor_shape = convert_to_shape(tensor_shape)
-    sizes = self.slice_shape(tensor_shape)
-    begins = [self.slice_begin(tensor_shape, p) for p in self._pnums]
-    lo = [min(b[i] for b in begins) for i in range(len(sizes))]
-    hi = [max(b[i] for b in begins) + s for i, s in enumerate(sizes)]
-    return lo, [h - l for h, l in zip(hi, lo)]
+    return process_box(self, tensor_shape, self._pnums)
 
   def import_tf_tensor(self, x, tf_x):
     """Slices of tf_x, the full tensor or this process's share of it."""
     tf_x = tf.convert_to_tensor(tf_x)
     if tf_x.shape.as_list() == x.shape.to_integer_list:
       return super().import_tf_tensor(x, tf_x)
-    share_begin, share_size = self.process_share(x.shape)
-    if tf_x.shape.as_list() != share_size:
-      raise LayoutError("input %s of shape %s is neither the full tensor %s nor this "
-                        "process's share %s" % (x.name, tf_x.shape.as_list(),
-                                                x.shape.to_integer_list, share_size),
-                        tensor=x.name)
+    offset = share_begin(self, x, tf_x, self._pnums)
     sizes = self.slice_shape(x.shape)
 
     def cut(i):
-      begin = [b - s for b, s in zip(self.slice_begin(x.shape, self._pnums[i]), share_begin)]
+      begin = [b - o for b, o in zip(self.slice_begin(x.shape, self._pnums[i]), offset)]
       return tf.slice(tf_x, begin, sizes)
     return self._per_slice(x.shape, cut)
 

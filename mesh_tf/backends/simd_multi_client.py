@@ -20,12 +20,36 @@ import tensorflow as tf
 from mesh_tf.backends.simd import LaidOutTensor
 from mesh_tf.errors import LayoutError
 from mesh_tf.lowering.mesh_impl import LaidOutVariableBase, MeshImpl
-from mesh_tf.lowering import reductions
+from mesh_tf.lowering import lazy_allreduce, reductions
 from mesh_tf.shapes import convert_to_shape, pnum_to_processor_coordinates
 
 # Group keys start here, clear of those tf.distribute's own collectives count from 1.
 GROUP_KEY_BASE = 1 << 20
 DEFAULT_TIMEOUT = 60.0  # seconds a collective waits for its peers before failing
+
+
+def process_box(mesh_impl, tensor_shape, pnums):
+  """(begin, size): the box of a full tensor that processors `pnums` hold."""
+  tensor_shape = convert_to_shape(tensor_shape)
+  sizes = mesh_impl.slice_shape(tensor_shape)
+  begins = [mesh_impl.slice_begin(tensor_shape, p) for p in pnums]
+  lo = [min(b[i] for b in begins) for i in range(len(sizes))]
+  hi = [max(b[i] for b in begins) + s for i, s in enumerate(sizes)]
+  return lo, [h - l for h, l in zip(hi, lo)]
+
+
+def share_begin(mesh_impl, x, tf_x, pnums):
+  """Where tf_x, the full value of mtf Tensor x or the share of processors `pnums`,
+  begins in the full tensor; a LayoutError naming x where it is neither."""
+  full = x.shape.to_integer_list
+  if tf_x.shape.as_list() == full:
+    return [0] * len(full)
+  begin, size = process_box(mesh_impl, x.shape, pnums)
+  if tf_x.shape.as_list() != size:
+    raise LayoutError("input %s of shape %s is neither the full tensor %s nor this "
+                      "process's share %s" % (x.name, tf_x.shape.as_list(), full, size),
+                      tensor=x.name)
+  return begin
 
 
 class ReplicaLaidOutVariable(LaidOutVariableBase):
@@ -207,12 +231,11 @@ class MultiClientMeshImpl(MeshImpl):
       return [self._allreduce(x, mesh_axes, "SUM") for x in xs]
     slices = [x.one_slice for x in xs]
     with tf.device(self.device):
-      flat = tf.concat([tf.reshape(t, [-1]) for t in slices], 0)
       summed = tf.raw_ops.CollectiveReduceV2(
-          input=flat, merge_op=reductions.collective_merge_op("SUM"), final_op="Id",
+          input=lazy_allreduce.packed(slices),
+          merge_op=reductions.collective_merge_op("SUM"), final_op="Id",
           **self._collective_args(mesh_axes, group))
-      pieces = tf.split(summed, [t.shape.num_elements() for t in slices])
-      return [LaidOutTensor([tf.reshape(p, t.shape)]) for p, t in zip(pieces, slices)]
+      return [LaidOutTensor([p]) for p in lazy_allreduce.unpacked(summed, slices)]
 
   def _allconcat(self, x, mesh_axis, concat_axis):
     pieces = self._gather(x.one_slice, [mesh_axis], self.group_of([mesh_axis]))
@@ -265,25 +288,13 @@ class MultiClientMeshImpl(MeshImpl):
 
   def process_share(self, tensor_shape):
     """(begin, size): the box of a full tensor that this process's replicas read."""
-    tensor_shape = convert_to_shape(tensor_shape)
-    sizes = self.slice_shape(tensor_shape)
-    begins = [self.slice_begin(tensor_shape, p) for p in self.process_pnums]
-    lo = [min(b[i] for b in begins) for i in range(len(sizes))]
-    hi = [max(b[i] for b in begins) + s for i, s in enumerate(sizes)]
-    return lo, [h - l for h, l in zip(hi, lo)]
+    return process_box(self, tensor_shape, self.process_pnums)
 
   def import_tf_tensor(self, x, tf_x):
     """This replica's slice of tf_x, the full tensor or this process's share of it."""
     tf_x = tf.convert_to_tensor(tf_x)
-    full = x.shape.to_integer_list
-    begin = self.slice_begin(x.shape, self.pnum)
-    if tf_x.shape.as_list() != full:
-      share_begin, share_size = self.process_share(x.shape)
-      if tf_x.shape.as_list() != share_size:
-        raise LayoutError("input %s of shape %s is neither the full tensor %s nor this "
-                          "process's share %s" % (x.name, tf_x.shape.as_list(), full,
-                                                  share_size), tensor=x.name)
-      begin = [b - s for b, s in zip(begin, share_begin)]
+    offset = share_begin(self, x, tf_x, self.process_pnums)
+    begin = [b - o for b, o in zip(self.slice_begin(x.shape, self.pnum), offset)]
     return LaidOutTensor([self._cut(tf_x, x.shape, begin)])
 
   def gather_full(self, t, tensor_shape):

@@ -227,7 +227,7 @@ class ReplicaSet:
                     for p, d in zip(self.pnums, self.devices)]
 
   @property
-  def programs(self):
+  def program_summary(self):
     """What this process runs, in words: "4 replicas" or "processors 0-3 as one
     program"."""
     if self.per_process:

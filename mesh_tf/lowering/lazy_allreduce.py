@@ -6,6 +6,8 @@ LazyAllreduceSum of its partial sums;
 collective instead of several); any other reader forces the allreduce (once) through
 `Lowering.tensors`.
 """
+import tensorflow as tf
+
 
 
 class LazyAllreduceSum:
@@ -71,6 +73,17 @@ def _force_packed(sums):
                                        [x.op_name for x in sums])
   for x, result in zip(sums, results):
     x._paid(result)  # pylint: disable=protected-access
+
+
+def packed(tensors):
+  """One flat tensor of the tensors' elements, in order: a packed collective's input."""
+  return tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+
+
+def unpacked(flat, like):
+  """Inverse of packed: tensors shaped as those of `like`, cut from flat."""
+  pieces = tf.split(flat, [t.shape.num_elements() for t in like])
+  return [tf.reshape(p, t.shape) for p, t in zip(pieces, like)]
 
 
 def packable(x, y):

@@ -1,13 +1,12 @@
 """Bytes per process that cross the process boundary: what the placement backend emits
 equals the cost model's prediction, for meshes split over 2 and 4 processes."""
 import pytest
-import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf import analysis
 from mesh_tf import cluster
 from mesh_tf.analysis import communication
-from models import train_steps
+from tests import mtf_testing
 from models.mlp import model as mlp
 from models.tiny_lm import config as lm_config
 from models.tiny_lm import mtf_model as lm
@@ -33,15 +32,7 @@ def _tiny_lm():
 
 def _emitted_records(model, impl, feeds):
   """The CollectiveRecords the backend logged while tracing one train step."""
-  lowerings = []
-
-  @tf.function
-  def step(*args):
-    lowerings.append(model.lowering(impl, *args))
-    return train_steps.lower_train_step(lowerings[-1], model.loss, model.update_ops)
-  model.lowering(impl)
-  step.get_concrete_function(*feeds)
-  return lowerings[-1].comm_records
+  return mtf_testing.traced_train_step(model, impl, feeds)[1].comm_records
 
 
 CASES = [(layout, _mlp) for layout in LAYOUTS] + [("dp+mp", _tiny_lm), ("mp+dp", _tiny_lm)]

@@ -12,7 +12,7 @@ import mesh_tf as mtf
 from mesh_tf import cluster
 from mesh_tf.backends.process_placement import ProcessPlacementMeshImpl, process_split
 from mesh_tf.cluster import input_share, multi_client
-from models import train_steps
+from tests import mtf_testing
 from models.tiny_lm import config as lm_config
 from models.tiny_lm import mtf_model as lm
 
@@ -108,14 +108,7 @@ def _traced_step(impl):
   rows = input_share.batch_rows(impl, "batch:%d;length:%d" % (model.config.batch,
                                                              model.config.length))
   feeds = (batch[rows[0]:rows[1], :-1], batch[rows[0]:rows[1], 1:])
-  lowerings = []
-
-  @tf.function
-  def step(*args):
-    lowerings.append(model.lowering(impl, *args))
-    return train_steps.lower_train_step(lowerings[-1], model.loss, model.update_ops)
-  model.lowering(impl)
-  return step.get_concrete_function(*feeds).graph, lowerings[-1]
+  return mtf_testing.traced_train_step(model, impl, feeds)
 
 
 @pytest.mark.parametrize("mesh,layout,pnums,collectives", [

@@ -10,7 +10,7 @@ from mesh_tf import cluster
 from mesh_tf.analysis import communication
 from mesh_tf.backends.simd_multi_client import MultiClientMeshImpl
 from mesh_tf.cluster import input_share
-from models import train_steps
+from tests import mtf_testing
 from models.tiny_lm import config as lm_config
 from models.tiny_lm import mtf_model as lm
 
@@ -63,16 +63,7 @@ def test_dataset_shares_of_the_processes_assemble_the_global_batches():
     input_share.share_of_dataset(examples, 8, (4, 9))
 
 
-def _trace(model, impl, feeds):
-  """(graph, Lowering) of model's train step traced on impl."""
-  lowerings = []
-
-  @tf.function
-  def step(*args):
-    lowerings.append(model.lowering(impl, *args))
-    return train_steps.lower_train_step(lowerings[-1], model.loss, model.update_ops)
-  model.lowering(impl)
-  return step.get_concrete_function(*feeds).graph, lowerings[-1]
+_trace = mtf_testing.traced_train_step
 
 
 def _records(model, impl, feeds):

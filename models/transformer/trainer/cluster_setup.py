@@ -18,14 +18,14 @@ import contextlib
 import gin
 
 from mesh_tf import cluster as cluster_lib
-from mesh_tf.cluster import spec
+from mesh_tf.cluster import multi_client, spec
 
 JOB_WORKER = spec.JOB  # the TF_CONFIG task type of a worker
 # Set by configure(): the worker addresses of this run, or None for one process.
 _state = {"addresses": None, "device_type": "CPU", "timeout": 10.0, "replicas": None,
           "strategy": None}
 MODES = ("placement", "spmd")
-SPMD_PROGRAMS = ("auto", "per_process", "per_device")  # multi_client.PROGRAMS
+SPMD_PROGRAMS = multi_client.PROGRAMS
 
 
 @gin.configurable(module="cluster_setup")
@@ -115,7 +115,6 @@ def claims_model_dir():
 def run_spmd(addresses_, task, run_fn):
   """Every process of an SPMD run: makes its replicas (before TF makes its devices),
   then runs run_fn (utils.run, which trains them through spmd_train_loop)."""
-  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
   if not addresses_:
     raise cluster_lib.ClusterError(
         "cluster_config.mode = 'spmd' needs the cluster: set TF_CONFIG (task type "
@@ -132,7 +131,7 @@ def run_spmd(addresses_, task, run_fn):
       communication_hint=hint, distribution=distribution,
       startup_timeout=startup_timeout, program=program)
   print("task %d of %d: %s of mesh %s on %s%s; %s" % (
-      task, len(addresses_), replicas.programs, replicas.mesh_shape.to_string,
+      task, len(addresses_), replicas.program_summary, replicas.mesh_shape.to_string,
       addresses_[task], ", steps through strategy.run of MultiWorkerMirroredStrategy"
       if replicas.strategy else "",
       spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)

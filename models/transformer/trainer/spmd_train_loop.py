@@ -117,7 +117,7 @@ def run_spmd_train(config, replicas):
           "each batch), to step %d"
           % (type(graph.model).__name__, replicas.mesh_shape.to_string,
              replicas.impls[0].layout_rules, type(replicas.impls[0]).__name__,
-             replicas.task, len(replicas.addresses), replicas.programs, rows[0], rows[1],
+             replicas.task, len(replicas.addresses), replicas.program_summary, rows[0], rows[1],
              train_steps), flush=True)
     if step_loop.nothing_to_do(step, train_steps):
       return []
