@@ -17,7 +17,11 @@ must agree).
 
   python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small|peer]
       [--mesh batch:8 --layout batch:batch]
-      [--modes local,placement,spmd] [--configs 1x8,2x4,4x2]
+      [--modes local,placement,spmd] [--configs 1x8,2x4,4x2] [--threads auto,0]
+
+Each cluster process sizes its TensorFlow thread pools to its share of this host's
+cores (`--threads=auto`, mesh_tf.cluster.host_threads); `--threads=auto,0` adds rows
+with TensorFlow's own sizing (every process as many threads as the host has cores).
 
 All processes of a configuration are killed before the next one starts. In placement
 mode the client is a separate process in every configuration, so 1 x 8 pays the same
@@ -55,6 +59,12 @@ common.define_flag(flags.DEFINE_integer, "spmd_task", None,
                    "Internal: this process's task in --spmd_cluster.")
 common.define_flag(flags.DEFINE_string, "spmd_program", "auto",
                    "Internal: the ReplicaSet program of an spmd run.")
+common.define_flag(flags.DEFINE_list, "threads", ["auto"],
+                   "Thread pool sizes of the cluster processes to measure, one row "
+                   "each: auto (each process's share of this host's cores, the "
+                   "default of mesh_tf.cluster.host_threads), a number, 0 (TF's own).")
+common.define_flag(flags.DEFINE_string, "process_threads", "auto",
+                   "Internal: the thread pool size of this cluster process.")
 
 MESH = "batch:2;model:4"
 LAYOUT = "batch:batch;d_ff:model;heads:model;vocab:model"
@@ -114,9 +124,9 @@ def run_local():
   print(json.dumps({"seconds": seconds, "losses": losses, "crossing": [0]}))
 
 
-def run_local_config(processes, per_process):
+def run_local_config(processes, per_process, threads):
   """The one-process baseline, in a fresh process like every other row."""
-  del processes, per_process
+  del processes, per_process, threads
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = common.subprocess_env()
   out = subprocess.run(
@@ -132,7 +142,8 @@ def run_spmd_task(cluster_arg, task):
   """One process of an spmd run: trains with the others; task 0 prints one JSON line."""
   from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
   replicas = multi_client.ReplicaSet(FLAGS.mesh, FLAGS.layout, cluster_arg, task,
-                                     program=FLAGS.spmd_program)
+                                     program=FLAGS.spmd_program,
+                                     threads=_threads(FLAGS.process_threads))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
   from mesh_tf.cluster import input_share, spmd_training  # pylint: disable=g-import-not-at-top
@@ -157,7 +168,12 @@ def run_spmd_task(cluster_arg, task):
                       "crossing": [crossing[t] for t in sorted(crossing)]}), flush=True)
 
 
-def run_spmd_config(processes, per_process, program="auto"):
+def _threads(value):
+  """A --threads value as ReplicaSet takes it."""
+  return value if value == "auto" else int(value)
+
+
+def run_spmd_config(processes, per_process, threads, program="auto"):
   """Starts the processes of one spmd configuration; returns task 0's results."""
   from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
   del per_process  # each process takes mesh size / processes devices
@@ -169,7 +185,8 @@ def run_spmd_config(processes, per_process, program="auto"):
     for task in range(processes):
       procs.append(subprocess.Popen(
           [sys.executable, "-m", "benchmarks.multi_process", "--spmd_cluster=" +
-           cluster_arg, "--spmd_task=%d" % task, "--spmd_program=" + program] +
+           cluster_arg, "--spmd_task=%d" % task, "--spmd_program=" + program,
+           "--process_threads=" + threads] +
           _shared_args(), cwd=root, env=env, stdout=subprocess.PIPE,
           stderr=subprocess.PIPE, text=True))
     outputs = [p.communicate(timeout=900) for p in procs]
@@ -182,12 +199,13 @@ def run_spmd_config(processes, per_process, program="auto"):
   return json.loads([l for l in outputs[0][0].splitlines() if l.startswith("{")][-1])
 
 
-def run_config(processes, per_process):
+def run_config(processes, per_process, threads):
   """Starts the workers and a client for one configuration; returns its results."""
   from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = common.subprocess_env()
-  with local.local_workers(processes, per_process, env=env, cwd=root) as (addresses, _):
+  with local.local_workers(processes, per_process, env=env, cwd=root,
+                           threads=threads) as (addresses, _):
     client = subprocess.run(
         [sys.executable, "-m", "benchmarks.multi_process",
          "--client=" + ",".join(addresses)] + _shared_args(), cwd=root, env=env,
@@ -209,12 +227,16 @@ def main(_):
     run_local()
     return
   runners = {"local": run_local_config, "placement": run_config, "spmd": run_spmd_config,
-             "spmd_per_device": lambda p, k: run_spmd_config(p, k, "per_device")}
+             "spmd_per_device": lambda p, k, t: run_spmd_config(p, k, t, "per_device")}
   results = {}
   for mode in FLAGS.modes:
     for name in (["1x8"] if mode == "local" else FLAGS.configs):
       processes, per_process = (int(s) for s in name.split("x"))
-      results["%s %s" % (mode, name)] = runners[mode](processes, per_process)
+      for threads in (["auto"] if mode == "local" else FLAGS.threads):
+        row = "%s %s" % (mode, name)
+        if mode != "local" and len(FLAGS.threads) > 1:
+          row += " threads=%s" % threads
+        results[row] = runners[mode](processes, per_process, threads)
   first = next(iter(results))
   base = results[first]
   print(common.machine_line())

@@ -3,15 +3,20 @@ import contextlib
 
 import tensorflow as tf
 
+from mesh_tf import cpu_threads
 from mesh_tf.errors import LayoutError
 
 
-def configure_virtual_cpus(n):
+def configure_virtual_cpus(n, size_thread_pools=True):
   """Splits the host CPU into n logical devices and returns their names ("/cpu:i").
 
   TensorFlow fixes its devices when it initializes, so call this before any op runs.
   Raises LayoutError if TF was already initialized with a different device count.
+  With size_thread_pools, n > 1 devices share the cores: each op gets cores // n
+  threads (at least 1), unless the user sized TF's pools (mesh_tf.cpu_threads).
   """
+  if size_thread_pools and n > 1:
+    cpu_threads.apply(cpu_threads.pool_sizes(cpu_threads.host_cores(), n))
   cpus = tf.config.list_physical_devices("CPU")
   try:
     tf.config.set_logical_device_configuration(

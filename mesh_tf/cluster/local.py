@@ -26,9 +26,10 @@ def free_ports(n):
       s.close()
 
 
-def start_worker(addresses, task, virtual_cpus, log_dir=None, env=None, cwd=None):
+def start_worker(addresses, task, virtual_cpus, log_dir=None, env=None, cwd=None,
+                 threads="auto"):
   """Popen of `python -m mesh_tf.cluster.worker` for task (output appended to
-  log_dir/worker<task>.txt, or discarded)."""
+  log_dir/worker<task>.txt, or discarded); threads is its --threads."""
   log = subprocess.DEVNULL
   if log_dir is not None:
     log = open(os.path.join(str(log_dir), "worker%d.txt" % task), "a")
@@ -36,7 +37,7 @@ def start_worker(addresses, task, virtual_cpus, log_dir=None, env=None, cwd=None
     return subprocess.Popen(
         [sys.executable, "-m", "mesh_tf.cluster.worker",
          "--cluster=" + ",".join(addresses), "--task=%d" % task,
-         "--virtual_cpus=%d" % virtual_cpus],
+         "--virtual_cpus=%d" % virtual_cpus, "--threads=%s" % threads],
         cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
   finally:
     if log is not subprocess.DEVNULL:
@@ -69,14 +70,16 @@ def stop(procs):
 
 
 @contextlib.contextmanager
-def local_workers(num_tasks, virtual_cpus, log_dir=None, env=None, cwd=None):
-  """Starts num_tasks workers on free loopback ports; yields (addresses, procs), a
-  list the caller may change (e.g. restart a worker); kills them all on exit."""
+def local_workers(num_tasks, virtual_cpus, log_dir=None, env=None, cwd=None,
+                  threads="auto"):
+  """Starts num_tasks workers on free loopback ports, each with --threads=threads;
+  yields (addresses, procs), a list the caller may change (e.g. restart a worker);
+  kills them all on exit."""
   addresses = ["localhost:%d" % p for p in free_ports(num_tasks)]
   procs = []
   try:
     for t in range(num_tasks):
-      procs.append(start_worker(addresses, t, virtual_cpus, log_dir, env, cwd))
+      procs.append(start_worker(addresses, t, virtual_cpus, log_dir, env, cwd, threads))
     wait_listening(addresses, procs)
     yield addresses, procs
   finally:

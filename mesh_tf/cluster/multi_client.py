@@ -18,9 +18,10 @@ import tensorflow as tf
 from tensorflow.core.protobuf import tensorflow_server_pb2
 from tensorflow.python.eager import context
 
+from mesh_tf import cpu_threads
 from mesh_tf.backends.process_placement import ProcessPlacementMeshImpl, process_split
 from mesh_tf.backends.simd_multi_client import DEFAULT_TIMEOUT, MultiClientMeshImpl
-from mesh_tf.cluster import faults, peer_monitor, spec
+from mesh_tf.cluster import faults, host_threads, peer_monitor, spec
 from mesh_tf.shapes import convert_to_shape
 
 # A replica thread may take this long beyond the collective timeout before it is
@@ -192,11 +193,14 @@ class ReplicaSet:
       block of the mesh, `process_split`), "per_device" (one replica per device) or
       "auto" (per process where it applies, on CPUs, without a distribution; else per
       device).
+    threads: the cores this process's TensorFlow thread pools are sized for: "auto"
+      (its share of the host's cores, mesh_tf.cluster.host_threads), a number, or 0
+      (TensorFlow's own sizing).
   """
 
   def __init__(self, mesh_shape, layout, cluster, task, device_type="CPU",
                timeout=DEFAULT_TIMEOUT, communication_hint="auto", distribution=None,
-               startup_timeout=300.0, program="auto"):
+               startup_timeout=300.0, program="auto", threads=host_threads.AUTO):
     self.addresses = spec.parse_addresses(cluster)
     self.task = task
     self.mesh_shape = convert_to_shape(mesh_shape)
@@ -208,6 +212,9 @@ class ReplicaSet:
       raise spec.ClusterError("distribution %r: choose None or 'multi_worker_mirrored'"
                               % (distribution,))
     self.strategy = None
+    self.threads = cpu_threads.apply(host_threads.share(
+        self.addresses, task, threads, len(self.pnums) if device_type.upper() == "CPU"
+        else 0))
     if distribution is None:
       self.devices = enable_collectives(self.addresses, task, len(self.pnums),
                                         device_type)
@@ -233,6 +240,13 @@ class ReplicaSet:
     if self.per_process:
       return "processors %d-%d as one program" % (self.pnums[0], self.pnums[-1])
     return "%d replicas" % len(self.impls)
+
+  @property
+  def threads_summary(self):
+    """The thread pools' sizes in words when this process set them ("; 1 thread per
+    op, 1 ops at once (2 processes share this host's 2 cores)"), else "".
+    """
+    return host_threads.describe(self.threads, self.addresses, self.task)
 
   @property
   def is_chief(self):

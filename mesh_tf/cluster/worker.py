@@ -21,13 +21,16 @@ flags.DEFINE_string("cluster", None, "Comma-separated worker addresses host:port
 flags.DEFINE_integer("task", None, "This worker's index in --cluster (default: "
                      "TF_CONFIG's task index).")
 flags.DEFINE_integer("virtual_cpus", 1, "CPU devices this worker offers.")
+flags.DEFINE_string("threads", "auto", "Cores this worker's TensorFlow thread pools "
+                    "are sized for: 'auto' (this host's cores shared among the "
+                    "--cluster workers on it), a number, or 0 (TensorFlow's own).")
 
 
 def main(argv):
   del argv
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   from mesh_tf.cluster import server as server_lib  # pylint: disable=g-import-not-at-top
-  from mesh_tf.cluster import spec  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import host_threads, spec  # pylint: disable=g-import-not-at-top
   try:
     if FLAGS.cluster:
       addresses, task = spec.parse_addresses(FLAGS.cluster), FLAGS.task
@@ -42,13 +45,16 @@ def main(argv):
       task = index if FLAGS.task is None else FLAGS.task
     if task is None:
       raise spec.ClusterError("give --task=N, this worker's index in --cluster")
-    server = server_lib.make_server(addresses, task, FLAGS.virtual_cpus)
+    threads = host_threads.worker_pools(addresses, task,
+                                        host_threads.from_flag(FLAGS.threads),
+                                        FLAGS.virtual_cpus)
+    server = server_lib.make_server(addresses, task, FLAGS.virtual_cpus, threads=threads)
   except ValueError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.exit(1)
-  print("worker %d of %d serving %s with %d CPU devices; %s"
+  print("worker %d of %d serving %s with %d CPU devices%s; %s"
         % (task, len(addresses), addresses[task], FLAGS.virtual_cpus,
-           spec.TRUST_NOTE % addresses[task].rpartition(":")[2]), flush=True)
+           host_threads.describe(threads, addresses, task), spec.TRUST_NOTE % addresses[task].rpartition(":")[2]), flush=True)
   server.join()
 
 

@@ -47,6 +47,9 @@ def main(cluster, task, model_dir, steps, timeout=60.0, mesh=MESH, program="auto
       trainer.save(os.path.join(model_dir, "model.ckpt"), global_step=step + 1)
   print(json.dumps({"task": task, "start": start, "losses": losses, "rows": rows,
                     "impl": type(replicas.impls[0]).__name__,
+                    "threads": replicas.threads and list(replicas.threads),
+                    "pools": [tf.config.threading.get_intra_op_parallelism_threads(),
+                              tf.config.threading.get_inter_op_parallelism_threads()],
                     "primitives": primitives(replicas),
                     "random_init": random_init(replicas)}),
         flush=True)

@@ -77,6 +77,11 @@ def test_spmd_mode_is_checked_before_anything_starts():
                      "of auto, per_process, per_device"):
     cluster_setup.run_in_role(None, lambda: "ran")
   gin.clear_config()
+  gin.parse_config("cluster_setup.cluster_config.threads_per_process = 'many'")
+  with pytest.raises(cluster.ClusterError, match="'many' .cluster_config.threads_per_"
+                     "process, --threads.: give 'auto', a number of cores, or 0"):
+    cluster_setup.run_in_role(None, lambda: "ran")
+  gin.clear_config()
   gin.parse_config("cluster_setup.cluster_config.mode = 'spmd'")
   with pytest.raises(cluster.ClusterError, match="needs the cluster: set TF_CONFIG"):
     cluster_setup.run_in_role(None, lambda: "ran")

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import cluster_helpers
 import mesh_tf as mtf
+from mesh_tf.cluster import host_threads
 from models.tiny_lm import config, mtf_model
 
 SCRIPT = os.path.join("tests", "cluster", "spmd_lm_process.py")
@@ -23,8 +24,9 @@ STOP_TIMEOUT = 120  # seconds the survivor may take to stop after its peer dies
 
 
 def _start(addresses, model_dir, steps, log_dir, timeout=60.0,
-           mesh=spmd_lm_process.MESH, program="auto"):
+           mesh=spmd_lm_process.MESH, program="auto", env=None):
   """The two processes of a run, with output to log_dir/task<i>.{out,err}."""
+  env = env or cluster_helpers.env()
   procs = []
   for task in range(len(addresses)):
     out = open(os.path.join(str(log_dir), "task%d.out" % task), "w")
@@ -32,7 +34,7 @@ def _start(addresses, model_dir, steps, log_dir, timeout=60.0,
     procs.append(subprocess.Popen(
         [sys.executable, SCRIPT, ",".join(addresses), str(task), str(model_dir),
          str(steps), str(timeout), mesh, program], cwd=cluster_helpers.REPO_ROOT,
-        env=cluster_helpers.env(), stdout=out, stderr=err))
+        env=env, stdout=out, stderr=err))
     out.close()
     err.close()
   return procs
@@ -143,15 +145,22 @@ def test_processes_holding_part_of_a_mesh_axis_run_one_program_each(tmp_path):
   """Mesh batch:4;model:2 over 2 processes: each holds 2 of the 4 batch coordinates, so
   a batch-axis sum is an in-memory sum of 2, then one collective between the processes.
   The primitives give the placement backend's slices, and 2 steps from a checkpoint give
-  the losses of one process on the same mesh."""
+  the losses of one process on the same mesh. The processes size their own thread
+  pools here (the suite's TF_NUM_INTRAOP_THREADS removed): each gets its share of the
+  host's cores, as host_threads computes it."""
   mesh = "batch:4;model:2"
   addresses = ["localhost:%d" % p for p in cluster_helpers.free_ports(2)]
-  procs = _start(addresses, tmp_path / "m", 4, tmp_path, mesh=mesh)
+  own_sizing = {k: v for k, v in cluster_helpers.env().items()
+                if k != "TF_NUM_INTRAOP_THREADS"}
+  procs = _start(addresses, tmp_path / "m", 4, tmp_path, mesh=mesh, env=own_sizing)
   try:
     results = _results(procs, tmp_path)
   finally:
     cluster_helpers.stop(procs)
   assert [r["impl"] for r in results] == ["ProcessPlacementMeshImpl"] * 2
+  for task, r in enumerate(results):
+    expected = list(host_threads.share(addresses, task, "auto", 4))
+    assert r["threads"] == r["pools"] == expected, r
   assert [r["rows"] for r in results] == [[0, 4], [4, 8]]
   _check_primitives_and_initial_values(results, programs=2, mesh=mesh)
   impl = _placement_2x4(mesh)
@@ -174,6 +183,8 @@ def test_one_replica_per_device_program_trains_alike(tmp_path):
   finally:
     cluster_helpers.stop(procs)
   assert [r["impl"] for r in results] == ["MultiClientMeshImpl"] * 2
+  # the suite's TF_NUM_INTRAOP_THREADS is the user's choice: kept, nothing resized
+  assert [(r["threads"], r["pools"]) for r in results] == [(None, [0, 0])] * 2
   _check_primitives_and_initial_values(results, programs=8)
   impl = _placement_2x4()
   _tiny_lm().make_train_step(impl)  # creates the variables the checkpoint restores

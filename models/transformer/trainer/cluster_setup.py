@@ -18,7 +18,7 @@ import contextlib
 import gin
 
 from mesh_tf import cluster as cluster_lib
-from mesh_tf.cluster import multi_client, spec
+from mesh_tf.cluster import host_threads, multi_client, spec
 
 JOB_WORKER = spec.JOB  # the TF_CONFIG task type of a worker
 # Set by configure(): the worker addresses of this run, or None for one process.
@@ -31,7 +31,8 @@ SPMD_PROGRAMS = multi_client.PROGRAMS
 @gin.configurable(module="cluster_setup")
 def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
                    mode="placement", collective_timeout=60.0, communication_hint="auto",
-                   distribution=None, startup_timeout=300.0, spmd_program="auto"):
+                   distribution=None, startup_timeout=300.0, spmd_program="auto",
+                   threads_per_process="auto"):
   """gin: the cluster (worker addresses "h:p,h:p"; None: TF_CONFIG or one process), the
   device type the mesh uses on the workers, seconds to wait for each worker, the mode
   ("placement": one chief drives workers; "spmd": every process trains its own
@@ -39,16 +40,21 @@ def cluster_config(cluster=None, device_type="CPU", connect_timeout=10.0,
   SPMD collectives' implementation ("auto", "ring", or "nccl" on GPUs), the
   distribution (None; in SPMD mode "multi_worker_mirrored", one replica per process;
   in one process "tpu", through TPUStrategy.run, untested here), the seconds an
-  SPMD process waits for every peer to start, and what an SPMD process runs
-  (multi_client.ReplicaSet's `program`: "auto", "per_process" or "per_device")."""
+  SPMD process waits for every peer to start, what an SPMD process runs
+  (multi_client.ReplicaSet's `program`: "auto", "per_process" or "per_device"), and the
+  size of each process's TensorFlow thread pools ("auto": its share of the host's cores
+  when several processes of the cluster share a host; a number; 0: TensorFlow's own;
+  see mesh_tf.cluster.host_threads)."""
   if mode not in MODES:
     raise cluster_lib.ClusterError("cluster_config.mode = %r; choose one of %s"
                                    % (mode, ", ".join(MODES)))
   if spmd_program not in SPMD_PROGRAMS:
     raise cluster_lib.ClusterError("cluster_config.spmd_program = %r; choose one of %s"
                                    % (spmd_program, ", ".join(SPMD_PROGRAMS)))
+  host_threads.checked(threads_per_process)
   return (cluster, device_type, float(connect_timeout), mode, float(collective_timeout),
-          communication_hint, distribution, float(startup_timeout), spmd_program)
+          communication_hint, distribution, float(startup_timeout), spmd_program,
+          threads_per_process)
 
 
 def configure(cluster_flag=None):
@@ -79,10 +85,12 @@ def serve(addresses_, task, mesh_shape):
     raise cluster_lib.ClusterError(
         "mesh %s of %d processors cannot be split evenly over %d workers"
         % (mtf.convert_to_shape(mesh_shape).to_string, size, len(addresses_)))
-  server = server_lib.make_server(addresses_, task, size // len(addresses_))
-  print("worker %d of %d serving %s with %d CPU devices; %s"
+  threads = host_threads.worker_pools(addresses_, task, cluster_config()[9],
+                                      size // len(addresses_))
+  server = server_lib.make_server(addresses_, task, size // len(addresses_), threads=threads)
+  print("worker %d of %d serving %s with %d CPU devices%s; %s"
         % (task, len(addresses_), addresses_[task], size // len(addresses_),
-           spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
+           host_threads.describe(threads, addresses_, task), spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
   server.join()
 
 
@@ -124,15 +132,15 @@ def run_spmd(addresses_, task, run_fn):
                                    "eval and decode run in one process on the "
                                    "checkpoints")
   (_, device_type, _, _, collective_timeout, hint, distribution,
-   startup_timeout, program) = cluster_config()
+   startup_timeout, program, threads) = cluster_config()
   replicas = _state["replicas"] = multi_client.ReplicaSet(
       _bound("utils.run.mesh_shape", ""), _bound("utils.run.layout_rules", ""),
       addresses_, task, device_type=device_type, timeout=collective_timeout,
       communication_hint=hint, distribution=distribution,
-      startup_timeout=startup_timeout, program=program)
-  print("task %d of %d: %s of mesh %s on %s%s; %s" % (
+      startup_timeout=startup_timeout, program=program, threads=threads)
+  print("task %d of %d: %s of mesh %s on %s%s%s; %s" % (
       task, len(addresses_), replicas.program_summary, replicas.mesh_shape.to_string,
-      addresses_[task], ", steps through strategy.run of MultiWorkerMirroredStrategy"
+      addresses_[task], replicas.threads_summary, ", steps through strategy.run of MultiWorkerMirroredStrategy"
       if replicas.strategy else "",
       spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
   try:
