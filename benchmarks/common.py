@@ -58,10 +58,14 @@ def subprocess_env(**extra):
   return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path, **extra)
 
 
-def set_up_virtual_cpus(n):
-  """Splits the CPU into n logical devices; must run before TensorFlow runs any op."""
+def set_up_virtual_cpus(n, size_thread_pools=False):
+  """Splits the CPU into n logical devices; must run before TensorFlow runs any op.
+
+  TF's own pool sizes by default, unlike the trainer: most benchmarks time one device
+  and 8 in the same process, and the trainer's one thread per op for 8 devices
+  (size_thread_pools, mesh_tf.cpu_threads) would run the one-device rows on one core."""
   from mesh_tf import utils  # pylint: disable=g-import-not-at-top
-  return utils.configure_virtual_cpus(n)
+  return utils.configure_virtual_cpus(n, size_thread_pools)
 
 
 def time_alternating(fns, steps, repeats):

@@ -60,9 +60,9 @@ common.define_flag(flags.DEFINE_integer, "spmd_task", None,
 common.define_flag(flags.DEFINE_string, "spmd_program", "auto",
                    "Internal: the ReplicaSet program of an spmd run.")
 common.define_flag(flags.DEFINE_list, "threads", ["auto"],
-                   "Thread pool sizes of the cluster processes to measure, one row "
-                   "each: auto (each process's share of this host's cores, the "
-                   "default of mesh_tf.cluster.host_threads), a number, 0 (TF's own).")
+                   "Thread pool sizes to measure, one row each: auto (each process's "
+                   "share of this host's cores, mesh_tf.cluster.host_threads and "
+                   "cpu_threads), a number of cores (cluster rows), 0 (TF's own).")
 common.define_flag(flags.DEFINE_string, "process_threads", "auto",
                    "Internal: the thread pool size of this cluster process.")
 
@@ -107,7 +107,7 @@ def run_client(cluster_arg):
 def run_local():
   """One process, no cluster: the mesh over 8 virtual CPUs of this process (the
   baseline every other row is a ratio to); prints one JSON line."""
-  common.set_up_virtual_cpus(8)
+  common.set_up_virtual_cpus(8, size_thread_pools=FLAGS.process_threads != "0")
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   from models.tiny_lm import config, mtf_model  # pylint: disable=g-import-not-at-top
@@ -125,12 +125,14 @@ def run_local():
 
 
 def run_local_config(processes, per_process, threads):
-  """The one-process baseline, in a fresh process like every other row."""
-  del processes, per_process, threads
+  """The one-process baseline, in a fresh process like every other row (threads "0":
+  TF's own pool sizes instead of mesh_tf.cpu_threads's)."""
+  del processes, per_process
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = common.subprocess_env()
   out = subprocess.run(
-      [sys.executable, "-m", "benchmarks.multi_process", "--local"] + _shared_args(),
+      [sys.executable, "-m", "benchmarks.multi_process", "--local",
+       "--process_threads=" + threads] + _shared_args(),
       cwd=root, env=env,
       capture_output=True, text=True, timeout=900, check=False)
   if out.returncode:
@@ -232,9 +234,9 @@ def main(_):
   for mode in FLAGS.modes:
     for name in (["1x8"] if mode == "local" else FLAGS.configs):
       processes, per_process = (int(s) for s in name.split("x"))
-      for threads in (["auto"] if mode == "local" else FLAGS.threads):
+      for threads in FLAGS.threads:
         row = "%s %s" % (mode, name)
-        if mode != "local" and len(FLAGS.threads) > 1:
+        if len(FLAGS.threads) > 1:
           row += " threads=%s" % threads
         results[row] = runners[mode](processes, per_process, threads)
   first = next(iter(results))

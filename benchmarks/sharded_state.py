@@ -18,7 +18,7 @@ import collections
 
 from mesh_tf import utils
 
-utils.configure_virtual_cpus(8)
+utils.configure_virtual_cpus(8, size_thread_pools=False)
 
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position

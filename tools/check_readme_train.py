@@ -6,7 +6,7 @@
 The README's block after "prints the same numbers" lists eval lines and decodes of the
 seeded run, and its trainer section the FLOPs per step `make train` counts; every one of
 them must appear in the output. Exits 1 naming the lines missing.
-Run by hand before a release (about 4 minutes on 2 cores), not by the test suite.
+Run by hand before a release (about a minute on 2 cores), not by the test suite.
 """
 import os
 import re
