@@ -2,6 +2,7 @@
 
 Only what they print is checked, never how fast anything was.
 """
+import os
 import subprocess
 import sys
 
@@ -92,3 +93,20 @@ def test_sharded_state_prints_bytes_per_device_divided_by_the_dp_degree():
     assert full[3] == full[4] and split[3] == split[4], out  # bytes == prediction
     assert int(full[3]) == 2 * int(split[3]), out  # batch:2 splits the state in two
     assert float(split[7]) < 1e-5, out  # the same losses
+
+
+def test_multi_process_prints_a_row_per_thread_sizing_with_equal_losses():
+  """Two SPMD processes against one, with the processes sizing their thread pools
+  (the suite's TF_NUM_INTRAOP_THREADS removed) and with TF's own sizing."""
+  env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
+  result = subprocess.run(
+      [sys.executable, "-m", "benchmarks.multi_process", "--size=tiny", "--configs=2x4",
+       "--modes=local,spmd", "--threads=auto,0", "--steps=1", "--repeats=1"],
+      capture_output=True, text=True, timeout=600, env=env)
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = {" ".join(line.split()[:3]): line.split()
+          for line in result.stdout.splitlines() if line.startswith(("local ", "spmd "))}
+  assert sorted(rows) == ["local 1x8 threads=0", "local 1x8 threads=auto",
+                          "spmd 2x4 threads=0", "spmd 2x4 threads=auto"], result.stdout
+  assert len({row[-1] for row in rows.values()}) == 1, result.stdout  # one loss
+  assert rows["spmd 2x4 threads=auto"][-3] == rows["spmd 2x4 threads=0"][-3] != "0"
