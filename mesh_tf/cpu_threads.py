@@ -68,5 +68,5 @@ def describe(sizes):
   """The sizes in words: "1 thread per op, 2 ops at once", or "" for None."""
   if sizes is None:
     return ""
-  return "%d thread%s per op, %d ops at once" % (sizes[0], "" if sizes[0] == 1 else "s",
-                                                 sizes[1])
+  return "%d thread%s per op, %d op%s at once" % (
+      sizes[0], "" if sizes[0] == 1 else "s", sizes[1], "" if sizes[1] == 1 else "s")

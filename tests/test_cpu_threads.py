@@ -37,6 +37,7 @@ def test_pool_sizes():
   assert cpu_threads.pool_sizes(16, 0) == (16, 16)  # no CPU devices (GPUs)
   assert cpu_threads.pool_sizes(0, 3) == (1, 1)
   assert cpu_threads.describe((1, 2)) == "1 thread per op, 2 ops at once"
+  assert cpu_threads.describe((2, 1)) == "2 threads per op, 1 op at once"
   assert cpu_threads.describe(None) == ""
 
 

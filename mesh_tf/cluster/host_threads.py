@@ -72,7 +72,7 @@ def worker_pools(addresses, task, threads=AUTO, cpu_devices=1):
 
 
 def describe(sizes, addresses, task):
-  """The words for a progress line: "; 1 thread per op, 1 ops at once (2 processes
+  """The words for a progress line: "; 1 thread per op, 1 op at once (2 processes
   share this host's 2 cores)", or "" when TensorFlow's sizing is kept."""
   if sizes is None:
     return ""

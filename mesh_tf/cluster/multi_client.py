@@ -244,7 +244,7 @@ class ReplicaSet:
   @property
   def threads_summary(self):
     """The thread pools' sizes in words when this process set them ("; 1 thread per
-    op, 1 ops at once (2 processes share this host's 2 cores)"), else "".
+    op, 1 op at once (2 processes share this host's 2 cores)"), else "".
     """
     return host_threads.describe(self.threads, self.addresses, self.task)
 
