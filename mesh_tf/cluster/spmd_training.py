@@ -23,6 +23,26 @@ class _FullValue:
     return self.value
 
 
+def _max_over_processes(impl, value):
+  """The largest of every processor's scalar `value` (control, not model traffic: not
+  recorded in the communication log)."""
+  mine = impl.LaidOutTensor([tf.reshape(value, [1])] * len(impl.devices))
+  return impl.allreduce(mine, list(range(impl.ndims)), "MAX",
+                        record=False).tensor_list[0][0]
+
+
+class _StepFunction:
+  """A replica's step tf.function, whose first argument is the stop value; what
+  step_metrics and tests read: get_concrete_function(*batch) is the trace the steps
+  run."""
+
+  def __init__(self, function):
+    self.function = function
+
+  def get_concrete_function(self, *batch):
+    return self.function.get_concrete_function(tf.constant(0.0), *batch)
+
+
 class SpmdTrainer:
   """Train steps, checkpoints and restores of one model on a ReplicaSet.
 
@@ -60,19 +80,17 @@ class SpmdTrainer:
     model, skip_nonfinite = self.model, self.skip_nonfinite
 
     @tf.function
-    def step(*batch):
+    def step(stop, *batch):
+      # the processes' stop requests: first of the step's collectives, so it completes
+      # while the step computes (nothing in the step waits on it)
+      agreed = _max_over_processes(impl, stop)
       return lower_train_step(model.lowering(impl, *batch), model.loss, model.update_ops,
-                              skip_nonfinite)
-    return step
+                              skip_nonfinite), agreed
+    return _StepFunction(step)
 
   @staticmethod
   def _make_agree(impl):
-    @tf.function
-    def agree(value):
-      mine = impl.LaidOutTensor([tf.reshape(value, [1])] * len(impl.devices))
-      return impl.allreduce(mine, list(range(impl.ndims)), "MAX",
-                            record=False).tensor_list[0][0]  # control, not model traffic
-    return agree
+    return tf.function(lambda value: _max_over_processes(impl, value))
 
   @staticmethod
   def _make_sync(impl):
@@ -94,8 +112,14 @@ class SpmdTrainer:
 
     `batch` is the full batch or this process's share of it (see input_share).
     """
-    losses = self.replicas.run(lambda r, impl: self._steps[r](*batch))
-    return float(losses[0])
+    return self.step_and_agree(0, *batch)[0]
+
+  def step_and_agree(self, value, *batch):
+    """step(*batch), and the largest of every process's `value` (a small int, e.g. a
+    stop request) agreed within the same call: (loss, agreed value)."""
+    value = tf.constant(value, tf.float32)
+    results = self.replicas.run(lambda r, impl: self._steps[r].function(value, *batch))
+    return float(results[0][0]), int(round(float(results[0][1])))
 
   def agree_max(self, value):
     """The largest of every process's `value` (a small int, e.g. a stop request): a

@@ -181,13 +181,17 @@ class _SpmdRunner(step_loop.Runner):
     self.optimizer = optimizer
     self.model_dir = saver.model_dir
     self.is_chief = trainer.replicas.is_chief
+    self._requested = 0  # this process's stop request, agreed in the next step
+    self._agreed = 0  # the request every process agreed on in the last step
 
   def next_batch(self, iterator, step):
     return run_setup.next_batch(iterator, "train")
 
   def step(self, batch, want_rate):
     rate = float(train_loop.current_learning_rate(self.optimizer)) if want_rate else None
-    loss = self.trainer.step(batch)  # the rate above is the one this step uses
+    # the rate above is the one this step uses; the step also agrees on the stop
+    # requests made before it (one collective call per step, not two)
+    loss, self._agreed = self.trainer.step_and_agree(self._requested, batch)
     self.saver.global_step.assign_add(1)
     return loss, rate
 
@@ -209,4 +213,8 @@ class _SpmdRunner(step_loop.Runner):
     return self.trainer._steps[0]  # pylint: disable=protected-access
 
   def agree_stop(self, signum):
-    return self.trainer.agree_max(signum)
+    """The stop every process agreed on in the step just run; `signum` (a request
+    made during that step, or before the next) goes into the next step's agreement,
+    so all processes still stop after the same step."""
+    self._requested = signum
+    return self._agreed
