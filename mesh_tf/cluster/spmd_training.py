@@ -61,12 +61,14 @@ class SpmdTrainer:
     self.replicas = replicas
     self.skip_nonfinite = skip_nonfinite
     self._steps = []
+    self._agreeing_steps = []
     self._gathers = []
     self._agrees = []
     syncs = []
     for impl in replicas.impls:
       model.lowering(impl)  # creates this replica's variables, eagerly
       self._steps.append(self._make_step(impl))
+      self._agreeing_steps.append(self._make_step(impl, agree=True))
       self._gathers.append(self._make_gather(impl))
       self._agrees.append(self._make_agree(impl))
       syncs.append(self._make_sync(impl))
@@ -76,16 +78,23 @@ class SpmdTrainer:
       for v in impl.variable_store.values():
         v.forget_initial_value()
 
-  def _make_step(self, impl):
+  def _make_step(self, impl, agree=False):
+    """The replica's step tf.function (traced at its first call); with agree, it takes
+    a stop value first and returns (loss, the processes' largest stop value)."""
     model, skip_nonfinite = self.model, self.skip_nonfinite
+
+    def lowered(*batch):
+      return lower_train_step(model.lowering(impl, *batch), model.loss, model.update_ops,
+                              skip_nonfinite)
+    if not agree:
+      return tf.function(lowered)
 
     @tf.function
     def step(stop, *batch):
-      # the processes' stop requests: first of the step's collectives, so it completes
-      # while the step computes (nothing in the step waits on it)
+      # the stop requests: the first of the step's collectives, so it completes while
+      # the step computes (nothing in the step waits on it)
       agreed = _max_over_processes(impl, stop)
-      return lower_train_step(model.lowering(impl, *batch), model.loss, model.update_ops,
-                              skip_nonfinite), agreed
+      return lowered(*batch), agreed
     return _StepFunction(step)
 
   @staticmethod
@@ -112,14 +121,22 @@ class SpmdTrainer:
 
     `batch` is the full batch or this process's share of it (see input_share).
     """
-    return self.step_and_agree(0, *batch)[0]
+    losses = self.replicas.run(lambda r, impl: self._steps[r](*batch))
+    return float(losses[0])
 
   def step_and_agree(self, value, *batch):
     """step(*batch), and the largest of every process's `value` (a small int, e.g. a
-    stop request) agreed within the same call: (loss, agreed value)."""
+    stop request) agreed within the same call: (loss, agreed value). Its own trace:
+    a loop that calls it every step pays one call, not step's and agree_max's."""
     value = tf.constant(value, tf.float32)
-    results = self.replicas.run(lambda r, impl: self._steps[r].function(value, *batch))
+    results = self.replicas.run(
+        lambda r, impl: self._agreeing_steps[r].function(value, *batch))
     return float(results[0][0]), int(round(float(results[0][1])))
+
+  def traced_step(self, agreeing=False):
+    """Replica 0's step function (of step_and_agree with agreeing), whose
+    get_concrete_function(*batch) is the trace the steps run."""
+    return (self._agreeing_steps if agreeing else self._steps)[0]
 
   def agree_max(self, value):
     """The largest of every process's `value` (a small int, e.g. a stop request): a

@@ -45,7 +45,10 @@ def main(cluster, task, model_dir, steps, timeout=60.0, mesh=MESH, program="auto
     print("step %d loss %.6f" % (step + 1, losses[-1]), flush=True)
     if (step + 1) % 2 == 0:
       trainer.save(os.path.join(model_dir, "model.ckpt"), global_step=step + 1)
+  # one more step (after the last checkpoint) that also agrees on a per-task value
+  _, agreed = trainer.step_and_agree(10 + task, inputs, targets)
   print(json.dumps({"task": task, "start": start, "losses": losses, "rows": rows,
+                    "agreed": agreed,
                     "impl": type(replicas.impls[0]).__name__,
                     "threads": replicas.threads and list(replicas.threads),
                     "pools": [tf.config.threading.get_intra_op_parallelism_threads(),

@@ -69,7 +69,9 @@ def _placement_2x4(mesh=spmd_lm_process.MESH):
 def _check_primitives_and_initial_values(results, programs, mesh=spmd_lm_process.MESH):
   """Every collective primitive across the processes gives the placement backend's
   slices, and the random initial values drawn by each of the `programs` (replicas, or
-  one program per process) were made equal."""
+  one program per process) were made equal, and step_and_agree gave every process the
+  largest task's value."""
+  assert [r["agreed"] for r in results] == [10 + len(results) - 1] * len(results)
   primitives = {k: sum((r["primitives"][k] for r in results), [])
                 for k in results[0]["primitives"]}
   impl = _placement_2x4(mesh)

@@ -210,7 +210,7 @@ class _SpmdRunner(step_loop.Runner):
                                     self.model_dir if self.is_chief else None, impls)
 
   def traced_step(self):
-    return self.trainer._steps[0]  # pylint: disable=protected-access
+    return self.trainer.traced_step(agreeing=True)
 
   def agree_stop(self, signum):
     """The stop every process agreed on in the step just run; `signum` (a request
