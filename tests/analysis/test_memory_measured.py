@@ -49,10 +49,15 @@ def test_variable_and_slot_bytes_per_device_equal_the_prediction(toy, backend, l
 def test_measured_peak_of_a_train_step_within_15_percent_of_the_prediction(toy, bf16):
   graph = memory.build_lm(TOY, bf16=True) if bf16 else toy
   p = memory.predict(graph, "dp+mp")
-  m = memory.measure(TOY, "simd", "dp+mp", timeout=300, warmup=1, bf16=bf16)
+  # the executor's order, and so the peak, differs from run to run (float32 alone:
+  # 0.99-1.20 of the prediction over 13 runs, most within 0.10): the median of 3 runs
+  runs = sorted((memory.measure(TOY, "simd", "dp+mp", timeout=300, warmup=1, bf16=bf16)
+                 for _ in range(3)), key=lambda m: m["peak"])
+  m = runs[1]
   # the step's tensors are most of the peak, so the agreement tests the liveness model
   assert p.process_activation_bytes > 2 * (p.process_weight_bytes + p.process_slot_bytes)
-  assert abs(m["peak"] / p.process_peak_bytes - 1) < 0.15, (m, p)
+  assert abs(m["peak"] / p.process_peak_bytes - 1) < 0.15, (
+      [r["peak"] / p.process_peak_bytes for r in runs], p)
   if bf16:  # without the kernels' float32 copies the prediction is 20-30% low
     low = analysis.predict_memory(graph.graph, *memory.LAYOUTS["dp+mp"],
                                   fetches=memory.fetches(graph), kernel_upcast=False)
