@@ -6,8 +6,8 @@ from mesh_tf.cluster import host_threads, spec
 
 def make_server(addresses, task, virtual_cpus=1, start=True, threads=None):
   """A tf.distribute.Server for task `task` of `addresses`, with virtual_cpus CPUs and
-  thread pools of `threads` threads each (None: TensorFlow's own sizing; see
-  host_threads.share)."""
+  threads = (intra-op, inter-op) pool sizes (None: TensorFlow's own; see
+  host_threads.worker_pools)."""
   if not 0 <= task < len(addresses):
     raise spec.ClusterError("--task=%d is not an index of the %d workers %s"
                             % (task, len(addresses), ",".join(addresses)), task=task)

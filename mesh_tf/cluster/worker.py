@@ -54,7 +54,8 @@ def main(argv):
     sys.exit(1)
   print("worker %d of %d serving %s with %d CPU devices%s; %s"
         % (task, len(addresses), addresses[task], FLAGS.virtual_cpus,
-           host_threads.describe(threads, addresses, task), spec.TRUST_NOTE % addresses[task].rpartition(":")[2]), flush=True)
+           host_threads.describe(threads, addresses, task),
+           spec.TRUST_NOTE % addresses[task].rpartition(":")[2]), flush=True)
   server.join()
 
 

@@ -85,12 +85,13 @@ def serve(addresses_, task, mesh_shape):
     raise cluster_lib.ClusterError(
         "mesh %s of %d processors cannot be split evenly over %d workers"
         % (mtf.convert_to_shape(mesh_shape).to_string, size, len(addresses_)))
-  threads = host_threads.worker_pools(addresses_, task, cluster_config()[9],
-                                      size // len(addresses_))
-  server = server_lib.make_server(addresses_, task, size // len(addresses_), threads=threads)
+  per_task = size // len(addresses_)
+  threads = host_threads.worker_pools(addresses_, task, cluster_config()[9], per_task)
+  server = server_lib.make_server(addresses_, task, per_task, threads=threads)
   print("worker %d of %d serving %s with %d CPU devices%s; %s"
-        % (task, len(addresses_), addresses_[task], size // len(addresses_),
-           host_threads.describe(threads, addresses_, task), spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
+        % (task, len(addresses_), addresses_[task], per_task,
+           host_threads.describe(threads, addresses_, task),
+           spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
   server.join()
 
 
@@ -140,7 +141,8 @@ def run_spmd(addresses_, task, run_fn):
       startup_timeout=startup_timeout, program=program, threads=threads)
   print("task %d of %d: %s of mesh %s on %s%s%s; %s" % (
       task, len(addresses_), replicas.program_summary, replicas.mesh_shape.to_string,
-      addresses_[task], replicas.threads_summary, ", steps through strategy.run of MultiWorkerMirroredStrategy"
+      addresses_[task], replicas.threads_summary,
+      ", steps through strategy.run of MultiWorkerMirroredStrategy"
       if replicas.strategy else "",
       spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
   try:
