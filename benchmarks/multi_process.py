@@ -142,10 +142,11 @@ def run_local_config(processes, per_process, threads):
 
 def run_spmd_task(cluster_arg, task):
   """One process of an spmd run: trains with the others; task 0 prints one JSON line."""
-  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import host_threads, multi_client  # pylint: disable=g-import-not-at-top
   replicas = multi_client.ReplicaSet(FLAGS.mesh, FLAGS.layout, cluster_arg, task,
                                      program=FLAGS.spmd_program,
-                                     threads=_threads(FLAGS.process_threads))
+                                     threads=host_threads.from_flag(
+                                         FLAGS.process_threads))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from mesh_tf.analysis import communication  # pylint: disable=g-import-not-at-top
   from mesh_tf.cluster import input_share, spmd_training  # pylint: disable=g-import-not-at-top
@@ -168,11 +169,6 @@ def run_spmd_task(cluster_arg, task):
   if replicas.is_chief:
     print(json.dumps({"seconds": seconds, "losses": losses,
                       "crossing": [crossing[t] for t in sorted(crossing)]}), flush=True)
-
-
-def _threads(value):
-  """A --threads value as ReplicaSet takes it."""
-  return value if value == "auto" else int(value)
 
 
 def run_spmd_config(processes, per_process, threads, program="auto"):

@@ -42,6 +42,14 @@ def traced_train_step(model, impl, feeds):
   return step.get_concrete_function(*feeds).graph, lowerings[-1]
 
 
+def batch_to_import():
+  """(an [8, 8] int batch, its mtf Shape batch x length, a stand-in mtf Tensor of that
+  shape named "inputs"): what the process-share import tests feed import_tf_tensor."""
+  shape = mtf.Shape([mtf.Dimension("batch", 8), mtf.Dimension("length", 8)])
+  holder = type("T", (), {"shape": shape, "name": "inputs"})()
+  return tf.reshape(tf.range(64), [8, 8]), shape, holder
+
+
 def counts_added(counter, run):
   """{key: how much run() added to collections.Counter counter}, nonzero ones only."""
   before = dict(counter)

@@ -17,3 +17,16 @@ def make_server(addresses, task, virtual_cpus=1, start=True, threads=None):
       tf.compat.v1.ConfigProto(device_count={"CPU": int(virtual_cpus)}), threads)
   return tf.distribute.Server(spec.cluster_spec(addresses), job_name=spec.JOB,
                               task_index=task, config=config, start=start)
+
+
+def serve(addresses, task, virtual_cpus, threads=host_threads.AUTO):
+  """Runs task `task` of `addresses` as a worker with virtual_cpus CPU devices, its pools
+  sized by host_threads.worker_pools(threads); prints its start-up line, then serves
+  until the process is killed."""
+  sizes = host_threads.worker_pools(addresses, task, threads, virtual_cpus)
+  server = make_server(addresses, task, virtual_cpus, threads=sizes)
+  print("worker %d of %d serving %s with %d CPU devices%s; %s"
+        % (task, len(addresses), addresses[task], virtual_cpus,
+           host_threads.describe(sizes, addresses, task),
+           spec.TRUST_NOTE % addresses[task].rpartition(":")[2]), flush=True)
+  server.join()

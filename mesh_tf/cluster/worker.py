@@ -45,18 +45,11 @@ def main(argv):
       task = index if FLAGS.task is None else FLAGS.task
     if task is None:
       raise spec.ClusterError("give --task=N, this worker's index in --cluster")
-    threads = host_threads.worker_pools(addresses, task,
-                                        host_threads.from_flag(FLAGS.threads),
-                                        FLAGS.virtual_cpus)
-    server = server_lib.make_server(addresses, task, FLAGS.virtual_cpus, threads=threads)
+    server_lib.serve(addresses, task, FLAGS.virtual_cpus,
+                     host_threads.from_flag(FLAGS.threads))
   except ValueError as e:
     sys.stderr.write("error: %s\n" % e)
     sys.exit(1)
-  print("worker %d of %d serving %s with %d CPU devices%s; %s"
-        % (task, len(addresses), addresses[task], FLAGS.virtual_cpus,
-           host_threads.describe(threads, addresses, task),
-           spec.TRUST_NOTE % addresses[task].rpartition(":")[2]), flush=True)
-  server.join()
 
 
 if __name__ == "__main__":

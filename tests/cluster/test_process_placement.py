@@ -73,9 +73,7 @@ def test_errors_name_the_processors_and_the_devices():
 
 
 def test_each_process_imports_its_share_as_the_full_batch_would():
-  batch = tf.reshape(tf.range(64), [8, 8])
-  shape = mtf.Shape([mtf.Dimension("batch", 8), mtf.Dimension("length", 8)])
-  holder = type("T", (), {"shape": shape, "name": "inputs"})()
+  batch, shape, holder = mtf_testing.batch_to_import()
   for task in range(2):
     impl = _process(task)
     begin, end = input_share.batch_rows(impl, shape)

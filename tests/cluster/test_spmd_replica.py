@@ -36,9 +36,7 @@ def test_group_keys_are_distinct_and_agreed_by_every_member():
 
 
 def test_each_process_imports_its_share_as_the_full_batch_would():
-  batch = tf.reshape(tf.range(64), [8, 8])
-  shape = mtf.Shape([mtf.Dimension("batch", 8), mtf.Dimension("length", 8)])
-  holder = type("T", (), {"shape": shape, "name": "inputs"})()
+  batch, shape, holder = mtf_testing.batch_to_import()
   for pnum in range(8):
     impl = _replica(pnum)
     begin, end = input_share.batch_rows(impl, shape)

@@ -85,14 +85,7 @@ def serve(addresses_, task, mesh_shape):
     raise cluster_lib.ClusterError(
         "mesh %s of %d processors cannot be split evenly over %d workers"
         % (mtf.convert_to_shape(mesh_shape).to_string, size, len(addresses_)))
-  per_task = size // len(addresses_)
-  threads = host_threads.worker_pools(addresses_, task, cluster_config()[9], per_task)
-  server = server_lib.make_server(addresses_, task, per_task, threads=threads)
-  print("worker %d of %d serving %s with %d CPU devices%s; %s"
-        % (task, len(addresses_), addresses_[task], per_task,
-           host_threads.describe(threads, addresses_, task),
-           spec.TRUST_NOTE % addresses_[task].rpartition(":")[2]), flush=True)
-  server.join()
+  server_lib.serve(addresses_, task, size // len(addresses_), cluster_config()[9])
 
 
 def mesh_devices(mesh_shape, backend):
