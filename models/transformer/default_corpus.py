@@ -52,6 +52,32 @@ def _chunks_with_eos(tokens, max_tokens):
   return tf.concat([pieces, tf.fill([pieces.nrows(), 1], EOS_ID)], axis=1)
 
 
+def _pieces_with_eos(ids, max_tokens):
+  """_chunks_with_eos of a Python list of ids: pieces of at most max_tokens, each
+  followed by EOS."""
+  return [list(ids[i:i + max_tokens]) + [EOS_ID] for i in range(0, len(ids), max_tokens)]
+
+
+def paragraphs_in_order(dataset_split, validation_fraction=0.05, shuffle_seed=1):
+  """The paragraphs of a split in the order its dataset reads them: train shuffled
+  once with shuffle_seed (None keeps corpus order), validation in corpus order."""
+  paragraphs = default_corpus_split(dataset_split, validation_fraction)
+  if shuffle_seed is not None and not dataset_lib.is_eval_split(dataset_split):
+    random.Random(shuffle_seed).shuffle(paragraphs)
+  return paragraphs
+
+
+def pieces_dataset(paragraphs, vocabulary, length):
+  """A streaming dataset of {"targets": ids} pieces of the paragraphs: each at most
+  length - 1 ids, followed by EOS."""
+  texts = tf.data.Dataset.from_tensor_slices(tf.constant(paragraphs))
+
+  def to_pieces(text):
+    ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
+    return tf.data.Dataset.from_tensor_slices(_chunks_with_eos(ids, length - 1))
+  return texts.flat_map(to_pieces).map(lambda ids: {"targets": ids})
+
+
 @gin.configurable(module="dataset")
 def default_corpus_dataset(sequence_length, vocabulary, dataset_split, pack=True,
                            validation_fraction=0.05, shuffle_seed=1):
@@ -59,18 +85,16 @@ def default_corpus_dataset(sequence_length, vocabulary, dataset_split, pack=True
 
   Paragraphs longer than a row are cut into consecutive pieces (each EOS-terminated),
   so no text is lost. The train paragraphs are shuffled once with shuffle_seed (None
-  keeps corpus order); validation keeps corpus order.
+  keeps corpus order); validation keeps corpus order. Packed rows are made once, in
+  memory (packing.pack_in_memory: the rows pack_dataset would stream).
   """
-  paragraphs = default_corpus_split(dataset_split, validation_fraction)
-  if shuffle_seed is not None and not dataset_lib.is_eval_split(dataset_split):
-    random.Random(shuffle_seed).shuffle(paragraphs)
+  paragraphs = paragraphs_in_order(dataset_split, validation_fraction, shuffle_seed)
   length = packing.lengths_per_key(sequence_length, ["targets"])["targets"]
   vocab = dataset_lib.targets_vocabulary(vocabulary)
-  texts = tf.data.Dataset.from_tensor_slices(tf.constant(paragraphs))
-
-  def to_pieces(text):
-    ids = tf.cast(vocab.encode_tf(text), tf.int32)
-    return tf.data.Dataset.from_tensor_slices(_chunks_with_eos(ids, length - 1))
-
-  examples = texts.flat_map(to_pieces).map(lambda ids: {"targets": ids})
-  return packing.pack_or_pad(examples, length, pack=pack)
+  if pack:
+    return packing.pack_in_memory(
+        [{"targets": piece} for text in paragraphs
+         for piece in _pieces_with_eos(vocab.encode(text), length - 1)],
+        length, {"targets": tf.int32})
+  return packing.pack_or_pad(pieces_dataset(paragraphs, vocab, length), length,
+                             pack=False)

@@ -2,9 +2,12 @@
 
 `pack_dataset` packs examples into rows greedily and in order (an example joins the
 current row when every packed feature fits in the room left), as a streaming `tf.data`
-scan without custom ops.
+scan without custom ops. `pack_in_memory` packs examples held in memory by the same
+rule, once, in NumPy: the scan's per-example ops cost about 0.3 ms of CPU per row, which
+a small model's train step pays every step (and every process of an SPMD run).
 """
 import gin
+import numpy as np
 import tensorflow as tf
 
 from mesh_tf import errors
@@ -161,6 +164,52 @@ def pack_dataset(dataset, length, keys=None, use_custom_ops=False):
   def set_shapes(row):
     return {name: tf.ensure_shape(v, [row_lengths[name]]) for name, v in row.items()}
   return packed.map(set_shapes)
+
+
+def pack_in_memory(examples, length, dtypes):
+  """pack_dataset's rows, as a tf.data.Dataset, of examples held in memory.
+
+  examples: a list of {key: 1-D integer sequence} (every key of `dtypes`); length: int
+  or {key: n}; dtypes: {key: the tf dtype of its values}.
+  """
+  keys = list(dtypes)
+  lengths = lengths_per_key(length, keys)
+  rows = {name: [] for k in keys for name in (k, k + "_segmentation", k + "_position")}
+  row, used, segments = None, None, 0
+
+  def emit():
+    for k in keys:
+      for name, values in zip((k, k + "_segmentation", k + "_position"), row[k]):
+        rows[name].append(values)
+
+  for example in examples:
+    pieces = {k: np.asarray(example[k]).reshape([-1])[:lengths[k]] for k in keys}
+    if not any(p.size for p in pieces.values()):
+      continue  # empty in every key: dropped
+    fits = segments > 0 and all(used[k] + pieces[k].size <= lengths[k] for k in keys)
+    if not fits:
+      if segments:
+        emit()
+      row = {k: [np.zeros([lengths[k]], np.int64) for _ in range(3)] for k in keys}
+      used, segments = {k: 0 for k in keys}, 0
+    segments += 1
+    for k in keys:
+      begin, end = used[k], used[k] + pieces[k].size
+      values, segmentation, position = row[k]
+      values[begin:end] = pieces[k]
+      segmentation[begin:end] = segments
+      position[begin:end] = np.arange(pieces[k].size)
+      used[k] = end
+  if segments:
+    emit()
+  columns = {}
+  for k in keys:
+    for name, dtype in ((k, dtypes[k]), (k + "_segmentation", tf.int32),
+                        (k + "_position", tf.int32)):
+      stacked = (np.stack(rows[name]) if rows[name]
+                 else np.zeros([0, lengths[k]], np.int64))
+      columns[name] = tf.constant(stacked, dtype)
+  return tf.data.Dataset.from_tensor_slices(columns)
 
 
 def pack_or_pad(dataset, length, pack=True, feature_keys=None, ensure_eos=False):

@@ -8,6 +8,7 @@ counts once per call, cond and case their dearest branch, a while loop its body 
 an SPMD process's replica graph counts once per replica of that process.
 """
 from concurrent import futures
+import os
 import resource
 import sys
 import time
@@ -221,6 +222,13 @@ def mesh_gpus(mesh_impls):
       [d.name for d in tf.config.list_logical_devices("GPU")[:1]])
 
 
+def _cpu_allocator_counts_all():
+  """Whether TF_CPU_ALLOCATOR_USE_BFC is set: only then do the CPU allocator's
+  statistics count every tensor (without it they may count a few, e.g. an in-memory
+  dataset's, but not the step's, which oneDNN allocates)."""
+  return os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").strip().lower() in ("1", "true")
+
+
 class Memory:
   """Peak allocator bytes per device, or the process's max RSS where devices keep no
   statistics (CPU in TF 2.21 without TF_CPU_ALLOCATOR_USE_BFC=true)."""
@@ -228,16 +236,18 @@ class Memory:
   def __init__(self, gpus):
     self.devices = gpus or ["CPU:0"]
     self.note = None
-    try:
-      for d in self.devices:
-        tf.config.experimental.reset_memory_stats(d)
-      self.supported = True
-      if not gpus:
-        self.note = ("peak mem: one CPU allocator serves every CPU device, so the line "
-                     "shows its peak (all devices)")
-    except (ValueError, tf.errors.OpError):
-      self.supported = False
-      self.note = ("peak mem: CPU devices keep no allocator statistics in TF %s (set "
+    self.supported = bool(gpus) or _cpu_allocator_counts_all()
+    if self.supported:
+      try:
+        for d in self.devices:
+          tf.config.experimental.reset_memory_stats(d)
+      except (ValueError, tf.errors.OpError):
+        self.supported = False
+    if self.supported and not gpus:
+      self.note = ("peak mem: one CPU allocator serves every CPU device, so the line "
+                   "shows its peak (all devices)")
+    elif not self.supported:
+      self.note = ("peak mem: CPU devices keep no full allocator statistics in TF %s (set "
                    "TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts for them); "
                    "the line shows the process's max RSS" % tf.__version__)
 

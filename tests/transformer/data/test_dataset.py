@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import mesh_tf as mtf
 from models.transformer import dataset
+from models.transformer import packing
 from models.transformer import vocabulary
 
 BYTES = vocabulary.ByteVocabulary()
@@ -75,6 +76,27 @@ def test_pack_dataset_matches_python_packer(seed):
     kept = sorted(t for ex in examples for t in ex[key][:lengths[key]])
     packed = sorted(t for row in got for t in row[key] if t != 0)
     assert kept == packed
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_pack_in_memory_gives_the_streaming_packers_rows(seed):
+  rng = np.random.RandomState(seed)
+  lengths = {"inputs": 12, "targets": 9}
+  examples = [{"inputs": rng.randint(2, 50, size=rng.randint(0, 15)).astype(np.int32),
+               "targets": rng.randint(2, 50, size=rng.randint(0, 11)).astype(np.int64)}
+              for _ in range(40)]
+  dtypes = {"inputs": tf.int32, "targets": tf.int64}
+  got = list(packing.pack_in_memory(examples, lengths, dtypes).as_numpy_iterator())
+  streamed = list(dataset.pack_dataset(_dataset_of(examples, dtypes), lengths)
+                  .as_numpy_iterator())
+  assert len(got) == len(streamed) == len(_python_pack(examples, lengths)) > 5
+  for g, w in zip(got, streamed):
+    assert sorted(g) == sorted(w)
+    for name in w:
+      np.testing.assert_array_equal(g[name], w[name], err_msg=name)
+      assert g[name].dtype == w[name].dtype, name
+  empty = packing.pack_in_memory([], 8, {"targets": tf.int32})
+  assert empty.element_spec["targets"].shape == [8] and not list(empty)
 
 
 def test_pack_dataset_streams_an_unlimited_dataset():

@@ -6,6 +6,7 @@ import pytest
 
 import mesh_tf as mtf
 from models.transformer import default_corpus
+from models.transformer import packing
 from models.transformer import vocabulary
 
 BYTES = vocabulary.ByteVocabulary()
@@ -63,6 +64,30 @@ def test_train_dataset_is_deterministic_and_padded_variant_works():
       {"targets": 32}, BYTES, "train", pack=False).as_numpy_iterator())
   assert sorted(padded) == ["targets"] and padded["targets"].shape == (32,)
   assert 1 in padded["targets"]
+
+
+@pytest.mark.parametrize("split,length,paragraphs", [("validation", 64, None),
+                                                     ("train", 64, 300),
+                                                     ("train", 17, 100)])
+def test_rows_packed_in_memory_are_the_streaming_packers(split, length, paragraphs):
+  """The dataset packs once in NumPy; the tf.data packer over the same pieces streams
+  the same rows (on a prefix of the paragraphs, all but the prefix's last row)."""
+  ds = default_corpus.default_corpus_dataset(length, BYTES, split)
+  texts = default_corpus.paragraphs_in_order(split)[:paragraphs]
+  streamed = list(packing.pack_dataset(
+      default_corpus.pieces_dataset(texts, BYTES, length), length).as_numpy_iterator())
+  if paragraphs is not None:
+    streamed = streamed[:-1]
+  got = list(ds.take(len(streamed)).as_numpy_iterator())
+  assert len(got) == len(streamed) > 30
+  for g, w in zip(got, streamed):
+    assert sorted(g) == sorted(w) == ["targets", "targets_position",
+                                      "targets_segmentation"]
+    for name in w:
+      np.testing.assert_array_equal(g[name], w[name], err_msg=name)
+      assert g[name].dtype == w[name].dtype == np.int32, name
+  if paragraphs is None:  # the whole split: no row more or less
+    assert int(ds.cardinality()) == len(streamed)
 
 
 def test_bad_split_is_refused():

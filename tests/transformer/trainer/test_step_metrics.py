@@ -4,6 +4,7 @@ import glob
 import os
 import re
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -189,6 +190,24 @@ def test_simd_and_gspmd_count_the_whole_model_once(backend, tmp_path, capsys,
   assert out.count("warning: tf.profiler could not start") == 1, out[-3000:]
   scalars = summaries.read_scalars(str(model_dir))
   assert scalars["flops_per_step"][-1] == (4, TINY_LM_FLOPS)
+
+
+def test_cpu_memory_is_max_rss_unless_the_allocator_counts_every_tensor(monkeypatch):
+  """Without TF_CPU_ALLOCATOR_USE_BFC the CPU allocator counts some tensors (an
+  in-memory dataset's) but not oneDNN's: its peak would understate the step."""
+  monkeypatch.delenv("TF_CPU_ALLOCATOR_USE_BFC", raising=False)
+  memory = step_metrics.Memory([])
+  tf.constant(np.ones([512, 1024], np.int32))  # counted by the allocator
+  text, scalars = memory.measure()
+  assert not memory.supported and "TF_CPU_ALLOCATOR_USE_BFC" in memory.note
+  assert re.match(r"^max RSS \d+ MB$", text) and "max_rss_bytes" in scalars
+  monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "true")
+  try:
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    keeps_statistics = True
+  except (ValueError, tf.errors.OpError):
+    keeps_statistics = False
+  assert step_metrics.Memory([]).supported == keeps_statistics
 
 
 def test_memory_on_cpu_is_the_allocator_peak_or_the_labelled_max_rss():
