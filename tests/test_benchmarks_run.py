@@ -3,6 +3,7 @@
 Only what they print is checked, never how fast anything was.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -110,3 +111,21 @@ def test_multi_process_prints_a_row_per_thread_sizing_with_equal_losses():
                           "spmd 2x4 threads=0", "spmd 2x4 threads=auto"], result.stdout
   assert len({row[-1] for row in rows.values()}) == 1, result.stdout  # one loss
   assert rows["spmd 2x4 threads=auto"][-3] == rows["spmd 2x4 threads=0"][-3] != "0"
+
+
+def test_collective_latency_prints_every_row_with_its_extra_time():
+  """Two processes check their sums (the run fails otherwise) and time each row."""
+  result = subprocess.run(
+      [sys.executable, "-m", "benchmarks.collective_latency", "--calls=2", "--repeats=1",
+       "--matmuls=1", "--floats=3"], capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-3000:]
+  rows = {}
+  for line in result.stdout.splitlines():
+    cells = re.split(r"\s{2,}", line.strip())  # the table's columns
+    if cells[0] in ("call", "1 reduce", "2 chained", "2 side by side", "compute",
+                    "compute + 1 reduce"):
+      rows[cells[0]] = cells[1:]
+  assert len(rows) == 6, result.stdout
+  assert all(float(r[0]) > 0 for r in rows.values())
+  assert rows["1 reduce"][2] == "call" and rows["compute + 1 reduce"][2] == "compute"
+  assert "3 float(s)" in result.stdout
