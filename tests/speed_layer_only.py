@@ -13,6 +13,8 @@ SPEED_LAYER_TESTS = (
     # the replay keeps replicated values compact and fuses an allreduce into an einsum
     "tests/backends/simd/test_simd_compact.py::test_slicewise_broadcasts_extents_like_numpy",
     "tests/backends/simd/test_simd_compact.py::test_allreduce_of_an_einsum_contracts_inside",
+    # at 512 cores the layer's vectorizer writes a transpose as one reshape
+    "tests/backends/simd/test_simd_lm_scaling.py::test_lm_step_at_512_cores_writes_some",
     # the op-count bounds are what the layer saves
     "tests/backends/test_op_counts.py::test_placement_one_device_op_count_is_bounded",
     "tests/backends/test_op_counts.py::test_simd_op_count_is_bounded_and_independent_of",

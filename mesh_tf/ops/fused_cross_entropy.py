@@ -58,7 +58,10 @@ class OneHotCrossEntropyOperation(Operation):
     begin = impl.laid_out_slice_begin(self.inputs[0].shape)
     run = lambda v, m: plan_interpreter.run_steps(impl, v, m.shape, m.steps)
     top = run(impl.slicewise(lambda t: tf.reduce_max(t, -1), logits), plan.middle[0])
-    top = impl.slicewise(lambda m: tf.where(tf.math.is_finite(m), m, tf.zeros_like(m)), top)
+    # scalar zeros: tf.zeros_like is one Const up to 1,000 elements and a Fill above,
+    # which would make the program depend on the slice size (the mesh)
+    top = impl.slicewise(
+        lambda m: tf.where(tf.math.is_finite(m), m, tf.zeros([], m.dtype)), top)
     total = run(impl.slicewise(lambda t, m: tf.reduce_sum(tf.exp(t - _column(m)), -1),
                                logits, top), plan.middle[1])
     size = self.vocab_dim.size
@@ -68,7 +71,7 @@ class OneHotCrossEntropyOperation(Operation):
       here = _inside(local, t.shape[-1])
       rank = i.shape.rank  # a static, non-negative axis: the SIMD replay vectorizes it
       picked = tf.gather(t, tf.where(here, local, 0), axis=rank, batch_dims=rank)
-      return tf.where(here, picked, tf.zeros_like(picked))
+      return tf.where(here, picked, tf.zeros([], picked.dtype))
     target = run(impl.slicewise(local_pick, logits, ids, begin), plan.middle[2])
 
     def finish(t, i, b, m, s, picked):
