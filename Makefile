@@ -69,7 +69,8 @@ train: $(STAMP_TRAIN)
 # layer off (mesh_tf/lowering/speed_layer.py): the plain path must stay correct on its own.
 # SPEED_LAYER_OFF_TESTS= (empty) leaves that run out.
 SPEED_LAYER_OFF_TESTS ?= tests/lowering tests/backends/test_conformance.py \
-  tests/backends/placement/test_placement_collectives.py
+  tests/backends/placement/test_placement_collectives.py \
+  tests/backends/simd/test_simd_lm_scaling.py
 # PYTHONDONTWRITEBYTECODE= (empty: unset for Python) lets the test processes cache their
 # bytecode: where the environment sets it (as this machine's does), each of the suite's
 # hundreds of processes otherwise recompiles this repository's modules, and each pytest
