@@ -84,8 +84,8 @@ def run_task(cluster_arg, task):
   from mesh_tf.cluster import host_threads, multi_client  # pylint: disable=g-import-not-at-top
   from mesh_tf import cpu_threads  # pylint: disable=g-import-not-at-top
   addresses = cluster_arg.split(",")
-  sizes = host_threads.share(addresses, task, "auto", cpu_devices=1)
-  cpu_threads.apply(sizes)  # unless the user sized the pools
+  # the process's share of the cores, unless the user sized the pools
+  sizes = cpu_threads.apply(host_threads.share(addresses, task, "auto", cpu_devices=1))
   device = multi_client.enable_collectives(addresses, task, 1)[0]
   multi_client.wait_for_peers(addresses, task, timeout=120)
   fns, expected = _functions(device, len(addresses), FLAGS.floats, FLAGS.matmuls)
@@ -130,7 +130,7 @@ def main(_):
   print("%d processes on loopback, 1 virtual CPU each, thread pools %s; collectives of %d "
         "float(s); %d calls x %d repeats, median" % (
             FLAGS.processes, "(intra, inter) = (%d, %d)" % tuple(result["threads"])
-            if result["threads"] else "TF's own", FLAGS.floats, FLAGS.calls,
+            if result["threads"] else "as TF or the user sized them", FLAGS.floats, FLAGS.calls,
             FLAGS.repeats))
   rows = [["row", "ms/call", "extra ms", "over"]]
   for name, s in seconds.items():
