@@ -11,9 +11,9 @@ host (loopback gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in these modes:
   collective ops; each reads only its share of the batch; task 0 reports;
 - spmd_per_device: spmd with one replica per device in every configuration.
 
-Prints the median step time and the bytes per step that cross a process boundary
-(communication accounting), each as a ratio to the first row, and the losses (which
-must agree).
+Prints the median step time (and its ratio to the first row), the CPU time per step of
+all the row's processes (local and spmd), the bytes per step that cross a process
+boundary (communication accounting), and the losses (which must agree).
 
   python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small|peer]
       [--mesh batch:8 --layout batch:batch]
@@ -31,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from absl import app
 from absl import flags
@@ -80,6 +81,15 @@ def _shared_args():
           "--layout=" + FLAGS.layout]
 
 
+def _timed(step):
+  """(median seconds per step, this process's CPU seconds per step, all its threads) of
+  step() timed by common.time_alternating."""
+  cpu = time.process_time()
+  seconds = common.time_alternating({"step": step}, FLAGS.steps, FLAGS.repeats)["step"]
+  calls = FLAGS.steps * FLAGS.repeats + 1  # time_alternating's warm-up call included
+  return seconds, (time.process_time() - cpu) / calls
+
+
 def run_client(cluster_arg):
   """Connects, times the train step, and prints one JSON line of results."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -100,7 +110,8 @@ def run_client(cluster_arg):
       impl.comm_log, FLAGS.mesh, cluster.processes_of_devices(devices))
   seconds = common.time_alternating({"step": lambda: step(inputs, targets)},
                                     FLAGS.steps, FLAGS.repeats)["step"]
-  print(json.dumps({"seconds": seconds, "losses": losses,
+  # the workers' CPU is not seen from here
+  print(json.dumps({"seconds": seconds, "losses": losses, "cpu": None,
                     "crossing": [crossing[t] for t in sorted(crossing)]}))
 
 
@@ -119,9 +130,9 @@ def run_local():
   impl = mtf.PlacementMeshImpl(FLAGS.mesh, FLAGS.layout, ["/cpu:%d" % i for i in range(8)])
   step = model.make_train_step(impl)
   losses = [float(step(inputs, targets)) for _ in range(2)]
-  seconds = common.time_alternating({"step": lambda: step(inputs, targets)},
-                                    FLAGS.steps, FLAGS.repeats)["step"]
-  print(json.dumps({"seconds": seconds, "losses": losses, "crossing": [0]}))
+  seconds, cpu = _timed(lambda: step(inputs, targets))
+  print(json.dumps({"seconds": seconds, "losses": losses, "cpu": [cpu],
+                    "crossing": [0]}))
 
 
 def run_local_config(processes, per_process, threads):
@@ -163,12 +174,11 @@ def run_spmd_task(cluster_arg, task):
   crossing = communication.bytes_crossing_processes(
       replicas.impls[0].comm_log, FLAGS.mesh, [p // k for p in range(k * len(
           replicas.addresses))])
-  seconds = common.time_alternating(
-      {"step": lambda: tf.constant(trainer.step(inputs, targets))}, FLAGS.steps,
-      FLAGS.repeats)["step"]
-  if replicas.is_chief:
-    print(json.dumps({"seconds": seconds, "losses": losses,
-                      "crossing": [crossing[t] for t in sorted(crossing)]}), flush=True)
+  seconds, cpu = _timed(lambda: tf.constant(trainer.step(inputs, targets)))
+  # every task prints its CPU; task 0 the rest
+  print(json.dumps({"cpu": cpu} if not replicas.is_chief else {
+      "seconds": seconds, "losses": losses, "cpu": cpu,
+      "crossing": [crossing[t] for t in sorted(crossing)]}), flush=True)
 
 
 def run_spmd_config(processes, per_process, threads, program="auto"):
@@ -194,7 +204,9 @@ def run_spmd_config(processes, per_process, threads, program="auto"):
     if p.returncode:
       raise RuntimeError("spmd %dx%d failed:\n%s" % (processes, 8 // processes,
                                                        err[-3000:]))
-  return json.loads([l for l in outputs[0][0].splitlines() if l.startswith("{")][-1])
+  results = [json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+             for out, _ in outputs]
+  return dict(results[0], cpu=[r["cpu"] for r in results])
 
 
 def run_config(processes, per_process, threads):
@@ -241,14 +253,17 @@ def main(_):
   print("LM %s on mesh %s, layout %s; %d steps x %d repeats, median per step"
         % (dict(common.LM_SIZES[FLAGS.size], heads=8), FLAGS.mesh, FLAGS.layout, FLAGS.steps,
            FLAGS.repeats))
-  rows = [["mode processes x devices", "ms/step", "vs %s" % first,
+  rows = [["mode processes x devices", "ms/step", "vs %s" % first, "CPU ms/step",
            "cross-process B/step", "max B/process", "loss after 2 steps"]]
   for name, r in results.items():
     rows.append([name, "%.1f" % (1e3 * r["seconds"]),
                  "%.2f" % (r["seconds"] / base["seconds"]),
+                 "n/a" if r["cpu"] is None else "%.1f" % (1e3 * sum(r["cpu"])),
                  "%.0f" % sum(r["crossing"]), "%.0f" % max(r["crossing"]),
                  "%.6f" % r["losses"][-1]])
   common.print_table(rows)
+  print("CPU ms/step: the CPU time of every process of the row (all threads) over its "
+        "timed steps; n/a for placement, whose workers' CPU the client does not see.")
   print("cross-process bytes: communication.bytes_crossing_processes of the collectives "
         "the backend emitted (placement: the client's ring copies; spmd: one program's "
         "TF collective ops, every program emits the same), with processors laid "

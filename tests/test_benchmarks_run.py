@@ -111,6 +111,7 @@ def test_multi_process_prints_a_row_per_thread_sizing_with_equal_losses():
                           "spmd 2x4 threads=0", "spmd 2x4 threads=auto"], result.stdout
   assert len({row[-1] for row in rows.values()}) == 1, result.stdout  # one loss
   assert rows["spmd 2x4 threads=auto"][-3] == rows["spmd 2x4 threads=0"][-3] != "0"
+  assert all(float(row[-4]) > 0 for row in rows.values())  # CPU ms per step
 
 
 def test_collective_latency_prints_every_row_with_its_extra_time():
