@@ -12,7 +12,7 @@ host (loopback gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in these modes:
 - spmd_per_device: spmd with one replica per device in every configuration.
 
 Prints the median step time (and its ratio to the first row), the CPU time per step of
-all the row's processes (local and spmd), the bytes per step that cross a process
+all the row's processes (placement: the client and its workers), the bytes per step that cross a process
 boundary (communication accounting), and the losses (which must agree).
 
   python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small|peer]
@@ -54,6 +54,8 @@ common.define_flag(flags.DEFINE_bool, "local", False,
                    "Internal: run the one-process baseline.")
 common.define_flag(flags.DEFINE_string, "client", None,
                    "Internal: run as the client of this cluster.")
+common.define_flag(flags.DEFINE_list, "worker_pids", [],
+                   "Internal: the client's workers on this host, whose CPU it reads.")
 common.define_flag(flags.DEFINE_string, "spmd_cluster", None,
                    "Internal: the processes of an spmd run.")
 common.define_flag(flags.DEFINE_integer, "spmd_task", None,
@@ -79,6 +81,13 @@ def _shared_args():
   return ["--size=" + FLAGS.size, "--steps=%d" % FLAGS.steps,
           "--repeats=%d" % FLAGS.repeats, "--mesh=" + FLAGS.mesh,
           "--layout=" + FLAGS.layout]
+
+
+def _cpu_seconds(pid):
+  """CPU seconds (all threads) process pid has used, from /proc (Linux)."""
+  with open("/proc/%d/stat" % pid) as f:
+    fields = f.read().rpartition(")")[2].split()
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _timed(step):
@@ -108,10 +117,12 @@ def run_client(cluster_arg):
   losses = [float(step(inputs, targets)) for _ in range(2)]  # traces once, records
   crossing = communication.bytes_crossing_processes(
       impl.comm_log, FLAGS.mesh, cluster.processes_of_devices(devices))
-  seconds = common.time_alternating({"step": lambda: step(inputs, targets)},
-                                    FLAGS.steps, FLAGS.repeats)["step"]
-  # the workers' CPU is not seen from here
-  print(json.dumps({"seconds": seconds, "losses": losses, "cpu": None,
+  pids = [int(p) for p in FLAGS.worker_pids]
+  before = [_cpu_seconds(p) for p in pids]
+  seconds, cpu = _timed(lambda: step(inputs, targets))
+  calls = FLAGS.steps * FLAGS.repeats + 1
+  workers = [(_cpu_seconds(p) - b) / calls for p, b in zip(pids, before)]
+  print(json.dumps({"seconds": seconds, "losses": losses, "cpu": [cpu] + workers,
                     "crossing": [crossing[t] for t in sorted(crossing)]}))
 
 
@@ -215,10 +226,12 @@ def run_config(processes, per_process, threads):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = common.subprocess_env()
   with local.local_workers(processes, per_process, env=env, cwd=root,
-                           threads=threads) as (addresses, _):
+                           threads=threads) as (addresses, workers):
     client = subprocess.run(
         [sys.executable, "-m", "benchmarks.multi_process",
-         "--client=" + ",".join(addresses)] + _shared_args(), cwd=root, env=env,
+         "--client=" + ",".join(addresses),
+         "--worker_pids=" + ",".join(str(w.pid) for w in workers)] + _shared_args(),
+        cwd=root, env=env,
         capture_output=True, text=True, timeout=900, check=False)
   if client.returncode:
     raise RuntimeError("client of %dx%d failed:\n%s"
@@ -258,12 +271,12 @@ def main(_):
   for name, r in results.items():
     rows.append([name, "%.1f" % (1e3 * r["seconds"]),
                  "%.2f" % (r["seconds"] / base["seconds"]),
-                 "n/a" if r["cpu"] is None else "%.1f" % (1e3 * sum(r["cpu"])),
+                 "%.1f" % (1e3 * sum(r["cpu"])),
                  "%.0f" % sum(r["crossing"]), "%.0f" % max(r["crossing"]),
                  "%.6f" % r["losses"][-1]])
   common.print_table(rows)
-  print("CPU ms/step: the CPU time of every process of the row (all threads) over its "
-        "timed steps; n/a for placement, whose workers' CPU the client does not see.")
+  print("CPU ms/step: the CPU time of every process of the row (all threads; placement: "
+        "the client and its workers) over its timed steps.")
   print("cross-process bytes: communication.bytes_crossing_processes of the collectives "
         "the backend emitted (placement: the client's ring copies; spmd: one program's "
         "TF collective ops, every program emits the same), with processors laid "
