@@ -97,17 +97,20 @@ def test_sharded_state_prints_bytes_per_device_divided_by_the_dp_degree():
 
 
 def test_multi_process_prints_a_row_per_thread_sizing_with_equal_losses():
-  """Two SPMD processes against one, with the processes sizing their thread pools
-  (the suite's TF_NUM_INTRAOP_THREADS removed) and with TF's own sizing."""
+  """Two SPMD processes and a placement cluster against one process, with the processes
+  sizing their thread pools (the suite's TF_NUM_INTRAOP_THREADS removed) and with TF's
+  own sizing; every row with the CPU time of its processes."""
   env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
   result = subprocess.run(
       [sys.executable, "-m", "benchmarks.multi_process", "--size=tiny", "--configs=2x4",
-       "--modes=local,spmd", "--threads=auto,0", "--steps=1", "--repeats=1"],
+       "--modes=local,spmd,placement", "--threads=auto,0", "--steps=1", "--repeats=1"],
       capture_output=True, text=True, timeout=600, env=env)
   assert result.returncode == 0, result.stderr[-3000:]
   rows = {" ".join(line.split()[:3]): line.split()
-          for line in result.stdout.splitlines() if line.startswith(("local ", "spmd "))}
+          for line in result.stdout.splitlines()
+          if line.startswith(("local ", "spmd ", "placement "))}
   assert sorted(rows) == ["local 1x8 threads=0", "local 1x8 threads=auto",
+                          "placement 2x4 threads=0", "placement 2x4 threads=auto",
                           "spmd 2x4 threads=0", "spmd 2x4 threads=auto"], result.stdout
   assert len({row[-1] for row in rows.values()}) == 1, result.stdout  # one loss
   assert rows["spmd 2x4 threads=auto"][-3] == rows["spmd 2x4 threads=0"][-3] != "0"
