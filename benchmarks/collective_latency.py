@@ -18,8 +18,6 @@ compute), task 0's timing; every process checks that its sums are right.
   python -m benchmarks.collective_latency [--processes 2 --floats 1 --calls 200]
 """
 import json
-import os
-import subprocess
 import sys
 
 from absl import app
@@ -81,8 +79,9 @@ def _functions(device, processes, floats, matmuls):
 
 def run_task(cluster_arg, task):
   """One process: checks the sums, times the rows; task 0 prints one JSON line."""
-  from mesh_tf.cluster import host_threads, multi_client  # pylint: disable=g-import-not-at-top
   from mesh_tf import cpu_threads  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import host_threads  # pylint: disable=g-import-not-at-top
+  from mesh_tf.cluster import multi_client  # pylint: disable=g-import-not-at-top
   addresses = cluster_arg.split(",")
   # the process's share of the cores, unless the user sized the pools
   sizes = cpu_threads.apply(host_threads.share(addresses, task, "auto", cpu_devices=1))
@@ -94,8 +93,8 @@ def run_task(cluster_arg, task):
     if not (got == value).all():
       raise RuntimeError("%s summed to %s, expected %s" % (name, got[:4], value))
   seconds = common.time_alternating(fns, FLAGS.calls, FLAGS.repeats)
-  if task == 0:
-    print(json.dumps({"seconds": seconds, "threads": list(sizes or ())}), flush=True)
+  # every task prints (run_together reads each); task 0's timing is the table's
+  print(json.dumps({"seconds": seconds, "threads": list(sizes or ())}), flush=True)
 
 
 def run_processes():
@@ -104,20 +103,10 @@ def run_processes():
   cluster_arg = ",".join("localhost:%d" % p for p in local.free_ports(FLAGS.processes))
   shared = ["--floats=%d" % FLAGS.floats, "--calls=%d" % FLAGS.calls,
             "--repeats=%d" % FLAGS.repeats, "--matmuls=%d" % FLAGS.matmuls]
-  procs = []
-  try:
-    for task in range(FLAGS.processes):
-      procs.append(subprocess.Popen(
-          [sys.executable, "-m", "benchmarks.collective_latency", "--cluster=" + cluster_arg,
-           "--task=%d" % task] + shared, cwd=common.REPO_ROOT, env=common.subprocess_env(),
-          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [p.communicate(timeout=600) for p in procs]
-  finally:
-    local.stop(procs)
-  for task, ((_, err), p) in enumerate(zip(outputs, procs)):
-    if p.returncode:
-      raise RuntimeError("task %d failed:\n%s" % (task, err[-3000:]))
-  return json.loads([l for l in outputs[0][0].splitlines() if l.startswith("{")][-1])
+  return common.run_together(
+      [[sys.executable, "-m", "benchmarks.collective_latency", "--cluster=" + cluster_arg,
+        "--task=%d" % task] + shared for task in range(FLAGS.processes)],
+      "collective_latency", timeout=600)[0]
 
 
 def main(_):
@@ -127,11 +116,11 @@ def main(_):
   result = run_processes()
   seconds = result["seconds"]
   print(common.machine_line())
-  print("%d processes on loopback, 1 virtual CPU each, thread pools %s; collectives of %d "
-        "float(s); %d calls x %d repeats, median" % (
-            FLAGS.processes, "(intra, inter) = (%d, %d)" % tuple(result["threads"])
-            if result["threads"] else "as TF or the user sized them", FLAGS.floats, FLAGS.calls,
-            FLAGS.repeats))
+  pools = ("(intra, inter) = (%d, %d)" % tuple(result["threads"]) if result["threads"]
+           else "as TF or the user sized them")
+  print("%d processes on loopback, 1 virtual CPU each, thread pools %s; collectives of "
+        "%d float(s); %d calls x %d repeats, median"
+        % (FLAGS.processes, pools, FLAGS.floats, FLAGS.calls, FLAGS.repeats))
   rows = [["row", "ms/call", "extra ms", "over"]]
   for name, s in seconds.items():
     base = "compute" if name.startswith("compute") else "call"

@@ -3,9 +3,11 @@
 Benchmarks print ratios against a baseline measured in the same run; absolute times
 depend on the machine and are printed only for context.
 """
+import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -56,6 +58,31 @@ def subprocess_env(**extra):
   first on PYTHONPATH (what was there before stays after it) and TF's info logs off."""
   path = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
   return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path, **extra)
+
+
+def last_json(stdout):
+  """The last JSON line (one starting with "{") a benchmark subprocess printed."""
+  return json.loads([l for l in stdout.splitlines() if l.startswith("{")][-1])
+
+
+def run_together(argvs, what, timeout=900):
+  """Starts a benchmark subprocess per argv (in the repository root, with
+  subprocess_env()), waits for all and kills any left; returns the last JSON line of
+  each. A failed one is a RuntimeError naming `what` and its index, with its stderr."""
+  from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
+  procs = []
+  try:
+    for argv in argvs:
+      procs.append(subprocess.Popen(argv, cwd=REPO_ROOT, env=subprocess_env(),
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True))
+    outputs = [p.communicate(timeout=timeout) for p in procs]
+  finally:
+    local.stop(procs)
+  for i, ((_, err), p) in enumerate(zip(outputs, procs)):
+    if p.returncode:
+      raise RuntimeError("%s, process %d, failed:\n%s" % (what, i, err[-3000:]))
+  return [last_json(out) for out, _ in outputs]
 
 
 def set_up_virtual_cpus(n, size_thread_pools=False):

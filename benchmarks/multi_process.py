@@ -12,8 +12,9 @@ host (loopback gRPC): 1 process x 8 devices vs 2 x 4 vs 4 x 2, in these modes:
 - spmd_per_device: spmd with one replica per device in every configuration.
 
 Prints the median step time (and its ratio to the first row), the CPU time per step of
-all the row's processes (placement: the client and its workers), the bytes per step that cross a process
-boundary (communication accounting), and the losses (which must agree).
+all the row's processes (placement: the client and its workers), the bytes per step
+that cross a process boundary (communication accounting), and the losses (which must
+agree).
 
   python -m benchmarks.multi_process [--steps 10 --repeats 5 --size small|peer]
       [--mesh batch:8 --layout batch:batch]
@@ -90,13 +91,15 @@ def _cpu_seconds(pid):
   return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _timed(step):
-  """(median seconds per step, this process's CPU seconds per step, all its threads) of
-  step() timed by common.time_alternating."""
-  cpu = time.process_time()
+def _timed(step, pids=()):
+  """(median seconds per step, [CPU seconds per step of this process, then of each
+  process in pids (other processes of this host)]) of step() timed by
+  common.time_alternating; CPU time counts every thread."""
+  before = [time.process_time()] + [_cpu_seconds(p) for p in pids]
   seconds = common.time_alternating({"step": step}, FLAGS.steps, FLAGS.repeats)["step"]
+  after = [time.process_time()] + [_cpu_seconds(p) for p in pids]
   calls = FLAGS.steps * FLAGS.repeats + 1  # time_alternating's warm-up call included
-  return seconds, (time.process_time() - cpu) / calls
+  return seconds, [(a - b) / calls for a, b in zip(after, before)]
 
 
 def run_client(cluster_arg):
@@ -117,12 +120,9 @@ def run_client(cluster_arg):
   losses = [float(step(inputs, targets)) for _ in range(2)]  # traces once, records
   crossing = communication.bytes_crossing_processes(
       impl.comm_log, FLAGS.mesh, cluster.processes_of_devices(devices))
-  pids = [int(p) for p in FLAGS.worker_pids]
-  before = [_cpu_seconds(p) for p in pids]
-  seconds, cpu = _timed(lambda: step(inputs, targets))
-  calls = FLAGS.steps * FLAGS.repeats + 1
-  workers = [(_cpu_seconds(p) - b) / calls for p, b in zip(pids, before)]
-  print(json.dumps({"seconds": seconds, "losses": losses, "cpu": [cpu] + workers,
+  seconds, cpu = _timed(lambda: step(inputs, targets),
+                        [int(p) for p in FLAGS.worker_pids])
+  print(json.dumps({"seconds": seconds, "losses": losses, "cpu": cpu,
                     "crossing": [crossing[t] for t in sorted(crossing)]}))
 
 
@@ -142,8 +142,7 @@ def run_local():
   step = model.make_train_step(impl)
   losses = [float(step(inputs, targets)) for _ in range(2)]
   seconds, cpu = _timed(lambda: step(inputs, targets))
-  print(json.dumps({"seconds": seconds, "losses": losses, "cpu": [cpu],
-                    "crossing": [0]}))
+  print(json.dumps({"seconds": seconds, "losses": losses, "cpu": cpu, "crossing": [0]}))
 
 
 def run_local_config(processes, per_process, threads):
@@ -159,7 +158,7 @@ def run_local_config(processes, per_process, threads):
       capture_output=True, text=True, timeout=900, check=False)
   if out.returncode:
     raise RuntimeError("one-process run failed:\n%s" % out.stderr[-3000:])
-  return json.loads([l for l in out.stdout.splitlines() if l.startswith("{")][-1])
+  return common.last_json(out.stdout)
 
 
 def run_spmd_task(cluster_arg, task):
@@ -193,31 +192,17 @@ def run_spmd_task(cluster_arg, task):
 
 
 def run_spmd_config(processes, per_process, threads, program="auto"):
-  """Starts the processes of one spmd configuration; returns task 0's results."""
+  """Starts the processes of one spmd configuration; returns task 0's results, with the
+  CPU time of every task."""
   from mesh_tf.cluster import local  # pylint: disable=g-import-not-at-top
   del per_process  # each process takes mesh size / processes devices
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = common.subprocess_env()
   cluster_arg = ",".join("localhost:%d" % p for p in local.free_ports(processes))
-  procs = []
-  try:
-    for task in range(processes):
-      procs.append(subprocess.Popen(
-          [sys.executable, "-m", "benchmarks.multi_process", "--spmd_cluster=" +
-           cluster_arg, "--spmd_task=%d" % task, "--spmd_program=" + program,
-           "--process_threads=" + threads] +
-          _shared_args(), cwd=root, env=env, stdout=subprocess.PIPE,
-          stderr=subprocess.PIPE, text=True))
-    outputs = [p.communicate(timeout=900) for p in procs]
-  finally:
-    local.stop(procs)
-  for (out, err), p in zip(outputs, procs):
-    if p.returncode:
-      raise RuntimeError("spmd %dx%d failed:\n%s" % (processes, 8 // processes,
-                                                       err[-3000:]))
-  results = [json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
-             for out, _ in outputs]
-  return dict(results[0], cpu=[r["cpu"] for r in results])
+  results = common.run_together(
+      [[sys.executable, "-m", "benchmarks.multi_process", "--spmd_cluster=" + cluster_arg,
+        "--spmd_task=%d" % task, "--spmd_program=" + program,
+        "--process_threads=" + threads] + _shared_args() for task in range(processes)],
+      "spmd %dx%d" % (processes, 8 // processes))
+  return dict(results[0], cpu=[c for r in results for c in r["cpu"]])
 
 
 def run_config(processes, per_process, threads):
@@ -236,7 +221,7 @@ def run_config(processes, per_process, threads):
   if client.returncode:
     raise RuntimeError("client of %dx%d failed:\n%s"
                        % (processes, per_process, client.stderr[-3000:]))
-  return json.loads([l for l in client.stdout.splitlines() if l.startswith("{")][-1])
+  return common.last_json(client.stdout)
 
 
 def main(_):

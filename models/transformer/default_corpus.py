@@ -10,6 +10,7 @@ import random
 import re
 
 import gin
+import numpy as np
 import tensorflow as tf
 
 from models.transformer import dataset as dataset_lib
@@ -45,19 +46,6 @@ def default_corpus_split(dataset_split, validation_fraction=0.05):
           if (i % period == period - 1) == held_out]
 
 
-def _chunks_with_eos(tokens, max_tokens):
-  """Splits 1-D ids into pieces of at most max_tokens, each followed by EOS."""
-  framed = tf.signal.frame(tokens, max_tokens, max_tokens, pad_end=True, pad_value=0)
-  pieces = tf.RaggedTensor.from_tensor(framed, padding=0)
-  return tf.concat([pieces, tf.fill([pieces.nrows(), 1], EOS_ID)], axis=1)
-
-
-def _pieces_with_eos(ids, max_tokens):
-  """_chunks_with_eos of a Python list of ids: pieces of at most max_tokens, each
-  followed by EOS."""
-  return [list(ids[i:i + max_tokens]) + [EOS_ID] for i in range(0, len(ids), max_tokens)]
-
-
 def paragraphs_in_order(dataset_split, validation_fraction=0.05, shuffle_seed=1):
   """The paragraphs of a split in the order its dataset reads them: train shuffled
   once with shuffle_seed (None keeps corpus order), validation in corpus order."""
@@ -67,15 +55,19 @@ def paragraphs_in_order(dataset_split, validation_fraction=0.05, shuffle_seed=1)
   return paragraphs
 
 
-def pieces_dataset(paragraphs, vocabulary, length):
-  """A streaming dataset of {"targets": ids} pieces of the paragraphs: each at most
-  length - 1 ids, followed by EOS."""
-  texts = tf.data.Dataset.from_tensor_slices(tf.constant(paragraphs))
+def pieces(paragraphs, vocabulary, length):
+  """Each paragraph's ids cut into consecutive pieces of at most length - 1 ids, each
+  followed by EOS (so no text is lost), in order."""
+  step = length - 1
+  return [list(ids[i:i + step]) + [EOS_ID] for ids in map(vocabulary.encode, paragraphs)
+          for i in range(0, len(ids), step)]
 
-  def to_pieces(text):
-    ids = tf.cast(vocabulary.encode_tf(text), tf.int32)
-    return tf.data.Dataset.from_tensor_slices(_chunks_with_eos(ids, length - 1))
-  return texts.flat_map(to_pieces).map(lambda ids: {"targets": ids})
+
+def pieces_dataset(pieces_list):
+  """A dataset of {"targets": piece} (1-D int32 ids), one element per piece."""
+  flat = np.array([i for p in pieces_list for i in p], np.int32)
+  rows = tf.RaggedTensor.from_row_lengths(flat, [len(p) for p in pieces_list])
+  return tf.data.Dataset.from_tensor_slices(rows).map(lambda ids: {"targets": ids})
 
 
 @gin.configurable(module="dataset")
@@ -88,13 +80,10 @@ def default_corpus_dataset(sequence_length, vocabulary, dataset_split, pack=True
   keeps corpus order); validation keeps corpus order. Packed rows are made once, in
   memory (packing.pack_in_memory: the rows pack_dataset would stream).
   """
-  paragraphs = paragraphs_in_order(dataset_split, validation_fraction, shuffle_seed)
   length = packing.lengths_per_key(sequence_length, ["targets"])["targets"]
-  vocab = dataset_lib.targets_vocabulary(vocabulary)
+  cut = pieces(paragraphs_in_order(dataset_split, validation_fraction, shuffle_seed),
+               dataset_lib.targets_vocabulary(vocabulary), length)
   if pack:
-    return packing.pack_in_memory(
-        [{"targets": piece} for text in paragraphs
-         for piece in _pieces_with_eos(vocab.encode(text), length - 1)],
-        length, {"targets": tf.int32})
-  return packing.pack_or_pad(pieces_dataset(paragraphs, vocab, length), length,
-                             pack=False)
+    return packing.pack_in_memory([{"targets": p} for p in cut], length,
+                                  {"targets": tf.int32})
+  return packing.pack_or_pad(pieces_dataset(cut), length, pack=False)

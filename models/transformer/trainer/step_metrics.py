@@ -247,8 +247,8 @@ class Memory:
       self.note = ("peak mem: one CPU allocator serves every CPU device, so the line "
                    "shows its peak (all devices)")
     elif not self.supported:
-      self.note = ("peak mem: CPU devices keep no full allocator statistics in TF %s (set "
-                   "TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts for them); "
+      self.note = ("peak mem: CPU devices keep no full allocator statistics in TF %s "
+                   "(set TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts for them); "
                    "the line shows the process's max RSS" % tf.__version__)
 
   def measure(self):

@@ -53,15 +53,18 @@ def _python_pack(examples, lengths):
   return padded
 
 
+def _random_examples(seed):
+  """40 two-key examples of random lengths (some empty, some longer than a row)."""
+  rng = np.random.RandomState(seed)
+  return [{"inputs": rng.randint(2, 50, size=rng.randint(0, 15)).astype(np.int32),
+           "targets": rng.randint(2, 50, size=rng.randint(0, 11)).astype(np.int64)}
+          for _ in range(40)]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_pack_dataset_matches_python_packer(seed):
-  rng = np.random.RandomState(seed)
   lengths = {"inputs": 12, "targets": 9}
-  examples = []
-  for _ in range(40):
-    examples.append({
-        "inputs": rng.randint(2, 50, size=rng.randint(0, 15)).astype(np.int32),
-        "targets": rng.randint(2, 50, size=rng.randint(0, 11)).astype(np.int64)})
+  examples = _random_examples(seed)
   ds = _dataset_of(examples, {"inputs": tf.int32, "targets": tf.int64})
   got = list(dataset.pack_dataset(ds, lengths).as_numpy_iterator())
   want = _python_pack(examples, lengths)
@@ -80,11 +83,8 @@ def test_pack_dataset_matches_python_packer(seed):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_pack_in_memory_gives_the_streaming_packers_rows(seed):
-  rng = np.random.RandomState(seed)
   lengths = {"inputs": 12, "targets": 9}
-  examples = [{"inputs": rng.randint(2, 50, size=rng.randint(0, 15)).astype(np.int32),
-               "targets": rng.randint(2, 50, size=rng.randint(0, 11)).astype(np.int64)}
-              for _ in range(40)]
+  examples = _random_examples(seed)
   dtypes = {"inputs": tf.int32, "targets": tf.int64}
   got = list(packing.pack_in_memory(examples, lengths, dtypes).as_numpy_iterator())
   streamed = list(dataset.pack_dataset(_dataset_of(examples, dtypes), lengths)

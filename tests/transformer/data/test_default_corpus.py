@@ -74,8 +74,8 @@ def test_rows_packed_in_memory_are_the_streaming_packers(split, length, paragrap
   the same rows (on a prefix of the paragraphs, all but the prefix's last row)."""
   ds = default_corpus.default_corpus_dataset(length, BYTES, split)
   texts = default_corpus.paragraphs_in_order(split)[:paragraphs]
-  streamed = list(packing.pack_dataset(
-      default_corpus.pieces_dataset(texts, BYTES, length), length).as_numpy_iterator())
+  streamed = list(packing.pack_dataset(default_corpus.pieces_dataset(
+      default_corpus.pieces(texts, BYTES, length)), length).as_numpy_iterator())
   if paragraphs is not None:
     streamed = streamed[:-1]
   got = list(ds.take(len(streamed)).as_numpy_iterator())
