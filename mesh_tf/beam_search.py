@@ -23,6 +23,7 @@ from mesh_tf.ops.creation import constant, fill
 from mesh_tf.ops.indexing import gather, mtf_range, one_hot
 from mesh_tf.ops.reshape import rename_dimension, reshape, transpose
 from mesh_tf.ops.sampling import sample_with_temperature
+from mesh_tf.ops.slicewise import slicewise
 from mesh_tf.ops.slicing import concat
 from mesh_tf.ops.sorting import top_k
 from mesh_tf.ops.control_flow import while_loop
@@ -207,6 +208,21 @@ def _pick(x, indices, dim, new_dim):
   return gather(x, indices, dim, output_shape=out_shape)
 
 
+def _reorder_state(state, source_beam, beam_dim):
+  """state [batch..., beam, ...] with each row's beams taken from source_beam [batch...,
+  beam]: a local batched tf.gather (a copy of the state) where state's dims start with
+  source_beam's, else the one-hot einsum of _pick (which reads the state beam times)."""
+  lead = source_beam.shape.dims
+  if state.shape.dims[:len(lead)] != lead or state.dtype == tf.bool:
+    return _pick(state, source_beam, beam_dim, beam_dim)
+  axis = len(lead) - 1
+  return slicewise(
+      lambda s, i: tf.gather(s, i, axis=axis, batch_dims=axis), [state, source_beam],
+      output_shape=state.shape, output_dtype=state.dtype,
+      splittable_dims=[d for d in state.shape.dims if d != beam_dim],
+      name="reorder_beams")
+
+
 @gin.configurable(module="beam_search")
 def beam_search(logits_fn, initial_ids, alpha, states=None, eos_id=EOS_ID,
                 stop_early=True, decode_length=None, use_tpu=True, dtype=tf.float32,
@@ -309,7 +325,7 @@ def beam_search(logits_fn, initial_ids, alpha, states=None, eos_id=EOS_ID,
     new_alive_seq = _pick(top_seq, alive_index, double_beam, beam_dim)
     new_alive_log_probs = _pick(alive_candidates, alive_index, double_beam, beam_dim)
     alive_source = _pick(source_beam, alive_index, double_beam, beam_dim)
-    new_states = [_pick(s, alive_source, beam_dim, beam_dim)
+    new_states = [_reorder_state(s, alive_source, beam_dim)
                   if beam_dim in s.shape.dims else s for s in _as_list(new_states)]
 
     # The beam best finished sequences among the old ones and the new candidates.

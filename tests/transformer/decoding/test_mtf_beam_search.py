@@ -315,6 +315,30 @@ def test_beam_search_reorders_states_with_the_beams():
   assert got.shape == (2, 3, 6) and (got[:, 0] != 0).any()
 
 
+@pytest.mark.parametrize("impl", ["single", "placement_2x2", "simd_2x4"])
+def test_state_reorder_takes_each_rows_source_beams(impl):
+  """The loop's reorder of a cache [batch, beam, heads, length, d] (a batched gather)
+  and of a state whose dims do not start with [batch, beam] (the one-hot einsum) give
+  numpy's take_along_axis, also with the beam dim split (simd_2x4)."""
+  graph, mesh = new_mesh()
+  batch, beam = mtf.Dimension("batch", 2), mtf.Dimension("beam", 4)
+  rest = [mtf.Dimension("heads", 2), mtf.Dimension("memory_length", 3),
+          mtf.Dimension("d_kv", 2)]
+  cache_np = np.random.RandomState(30).normal(size=(2, 4, 2, 3, 2)).astype(np.float32)
+  source_np = np.array([[3, 3, 0, 1], [2, 0, 1, 1]], np.int32)
+  cache = mtf.import_tf_tensor(mesh, cache_np, [batch, beam] + rest)
+  source = mtf.import_tf_tensor(mesh, source_np, [batch, beam])
+  other = mtf.transpose(cache, [rest[0], batch] + rest[1:] + [beam])
+  outs = [mtf.beam_search._reorder_state(cache, source, beam),  # pylint: disable=protected-access
+          mtf.beam_search._reorder_state(other, source, beam)]  # pylint: disable=protected-access
+  assert outs[0].operation.name.startswith("reorder_beams")
+  assert not outs[1].operation.name.startswith("reorder_beams")
+  got = lower(graph, mesh, mesh_impls()[impl](), outs)
+  want = np.take_along_axis(cache_np, source_np[:, :, None, None, None], axis=1)
+  np.testing.assert_array_equal(got[0], want)
+  np.testing.assert_array_equal(got[1], want.transpose(2, 0, 3, 4, 1))
+
+
 # ----------------------------------------------------------------------------- errors
 def test_decoding_errors_name_the_tensor():
   graph, mesh = new_mesh()
