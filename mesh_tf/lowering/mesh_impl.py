@@ -8,6 +8,7 @@ on `slice_layout` (mesh_tf/plans) and run the plan with `run_step`. The vocabula
 (laid-out tensor, slice, pnum) is in docs/adding_a_backend.md.
 """
 import abc
+import contextlib
 import types
 
 import tensorflow as tf
@@ -94,6 +95,8 @@ class MeshImpl(abc.ABC):
     # One CollectiveRecord per collective emitted, appended by record_collective.
     self.comm_log = []
     self.current_op_name = None  # set by Lowering while an op lowers
+    # Innermost last: callables giving the next random step inside a lowering loop body.
+    self._random_step_sources = []
 
   def __repr__(self):
     return "%s(shape=%s, layout=%s)" % (type(self).__name__, self._shape.to_string,
@@ -164,8 +167,30 @@ class MeshImpl(abc.ABC):
     return self.state.variables
 
   def next_random_step(self):
-    """Advances this mesh's random-op counter; returns its new value (an int64 tensor)."""
+    """The step of one random draw (an int64 tensor), never given to another draw: the
+    counter advanced by one, or inside a loop body that draws (drawing_steps_from) the
+    loop's next step."""
+    if self._random_step_sources:
+      return self._random_step_sources[-1]()
     return self.state.next_random_step()
+
+  def last_random_step(self):
+    """The random-op counter's value, not advanced (an int64 tensor)."""
+    return self.state.last_random_step()
+
+  def advance_random_steps(self, n):
+    """Advances the random-op counter by the int64 tensor n: the draws a loop numbered
+    from last_random_step() without touching the counter."""
+    return self.state.advance_random_steps(n)
+
+  @contextlib.contextmanager
+  def drawing_steps_from(self, source):
+    """Within the block, next_random_step() returns source() (a loop body's steps)."""
+    self._random_step_sources.append(source)
+    try:
+      yield
+    finally:
+      self._random_step_sources.pop()
 
   def random(self, shape, tf_fn, kwargs):
     """A laid-out random tensor of mtf `shape`: tf_fn(full shape, **kwargs), cut to the

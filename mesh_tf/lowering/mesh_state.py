@@ -36,6 +36,14 @@ class MeshState:
     """Advances the counter and returns its new value."""
     return tf.convert_to_tensor(self.random_counter().assign_add(1))
 
+  def last_random_step(self):
+    """The counter's value (the step of the latest draw), without advancing it."""
+    return tf.convert_to_tensor(self.random_counter().read_value())
+
+  def advance_random_steps(self, n):
+    """Advances the counter by the int64 tensor n (draws numbered outside it)."""
+    return self.random_counter().assign_add(n)
+
 
 def _outermost_tracing_function():
   """The outermost tf.function object whose call is on the Python stack, or None."""

@@ -1,8 +1,10 @@
 """Random tensors whose values do not depend on the layout.
 
-Each element's value is a hash of (op seed, step counter, its global index), computed by
-every processor for its own slice, so any mesh gives the same numbers without
-communication. The step counter (`MeshImpl.next_random_step`) advances each time a random
+A tensor of up to WHOLE_DRAW_ELEMENTS elements is drawn whole by TF's stateless
+generator, keyed by (op seed, step counter), and cut to the layout: one op, however many
+processors. A larger one is a hash of (op seed, step counter, each element's global
+index), computed by every processor for its own slice. Either way any mesh gives the
+same numbers without communication. The step counter (`MeshImpl.next_random_step`) advances each time a random
 op runs, so a step under tf.function draws fresh noise on every call.
 """
 import zlib
@@ -37,12 +39,22 @@ def op_key(seed, step):
   return tf.stack([k1, _mix32(k1 + tf.constant(0x9E3779B9, tf.uint32))])
 
 
+def _bits_to_unit(bits):
+  """Uniform [0, 1) float32 from uniform uint32 bits (their top 24)."""
+  return tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)), tf.float32) * (
+      1.0 / (1 << 24))
+
+
+def _box_muller(u1, u2, params):
+  """Normal values from two independent uniform [0, 1) streams."""
+  z = tf.sqrt(-2.0 * tf.math.log(1.0 - u1)) * tf.cos(6.283185307179586 * u2)
+  return params["mean"] + params["stddev"] * z
+
+
 def hash_uniform(key, flat_index):
   """Uniform [0, 1) float32 from an op key and int64 global indices below 2**32."""
   h = _mix32(tf.bitwise.bitwise_xor(tf.cast(flat_index, tf.uint32), key[0]))
-  h = _mix32(h + key[1])
-  return tf.cast(tf.bitwise.right_shift(h, tf.constant(8, tf.uint32)), tf.float32) * (
-      1.0 / (1 << 24))
+  return _bits_to_unit(_mix32(h + key[1]))
 
 
 def global_flat_index(slice_shape, begin, full_shape):
@@ -60,21 +72,68 @@ def global_flat_index(slice_shape, begin, full_shape):
   return index
 
 
-# TF samplers the counter-based generator reproduces: fn -> (distribution, kwargs defaults).
+# Gumbel noise is -log(-log(u)) of u uniform in [GUMBEL_TINY, 1): finite at both ends.
+GUMBEL_TINY = 1e-9
+
+
+def _gumbel_of_uniform(u):
+  return -tf.math.log(-tf.math.log(GUMBEL_TINY + u * (1.0 - GUMBEL_TINY)))
+
+
+def gumbel(shape, dtype=tf.float32, seed=None):
+  """Standard Gumbel noise of a full shape (TF's stateful generator); inside mesh_tf,
+  random_gumbel draws the same distribution layout-independently."""
+  return tf.cast(_gumbel_of_uniform(tf.random.uniform(shape, seed=seed)), dtype)
+
+
+# Samplers the counter-based generator reproduces: fn -> (distribution, kwargs defaults).
 _COUNTER_BASED = {
     tf.random.uniform: ("uniform", {"minval": 0.0, "maxval": 1.0}),
     tf.random.normal: ("normal", {"mean": 0.0, "stddev": 1.0}),
     tf.compat.v1.random_uniform: ("uniform", {"minval": 0.0, "maxval": 1.0}),
     tf.compat.v1.random_normal: ("normal", {"mean": 0.0, "stddev": 1.0}),
+    gumbel: ("gumbel", {}),
 }
+
+# Tensors up to this many elements are drawn whole and cut (a few KB to 256 KB of
+# float32, less work than a hash of every element on each processor's slice).
+WHOLE_DRAW_ELEMENTS = 1 << 16
+
+
+def _draw_whole(dist, params, key, full_shape):
+  """float32 values of the full shape from TF's stateless Philox generator seeded by
+  key: its raw uint32 bits (identical on CPU, GPU and under XLA; TF's own float and
+  normal conversions are not), made floats as hash_uniform makes its hashes."""
+  seed = tf.bitcast(key, tf.int32)
+  shape = ([2] if dist == "normal" else []) + list(full_shape)
+  bits = tf.random.stateless_uniform(shape, seed, minval=None, maxval=None,
+                                     dtype=tf.uint32, alg="philox")
+  u = _bits_to_unit(bits)
+  if dist == "normal":
+    return _box_muller(u[0], u[1], params)
+  if dist == "gumbel":
+    return _gumbel_of_uniform(u)
+  return params["minval"] + u * (params["maxval"] - params["minval"])
+
+
+def _hash_slice(dist, params, key, index):
+  """float32 values of the elements at the int64 global indices index."""
+  if dist == "normal":
+    return _box_muller(hash_uniform(key, 2 * index), hash_uniform(key, 2 * index + 1),
+                       params)
+  u = hash_uniform(key, index)
+  if dist == "gumbel":
+    return _gumbel_of_uniform(u)
+  return params["minval"] + u * (params["maxval"] - params["minval"])
 
 
 class RandomOperation(Operation):
   """Random values of `shape` drawn as `tf_fn(shape, **kwargs)` would draw them.
 
-  tf.random.uniform and tf.random.normal use the layout-independent counter-based
-  generator (kwargs: minval, maxval / mean, stddev, dtype, seed). Any other sampler is
-  called on the full shape by `MeshImpl.random` and the result cut to the layout."""
+  tf.random.uniform, tf.random.normal and `gumbel` use the layout-independent
+  counter-based generators of the module docstring (kwargs: minval, maxval / mean,
+  stddev, dtype, seed). Any other sampler is called on the full shape by
+  `MeshImpl.random` and the result cut to the layout."""
 
   def __init__(self, mesh, shape, tf_fn, **kwargs):
     kwargs = dict(kwargs)
@@ -110,18 +169,14 @@ class RandomOperation(Operation):
                        op=self.name)
     key = op_key(self._seed, impl.next_random_step())
     dist, params = self._distribution, self._params
+    if y.shape.size <= WHOLE_DRAW_ELEMENTS:
+      whole = tf.cast(_draw_whole(dist, params, key, full), y.dtype)
+      lowering.set_tensor_lowering(y, impl.import_tf_tensor(y, whole))
+      return
 
     def fn(begin):
       index = global_flat_index(sizes, begin, full)
-      if dist == "uniform":
-        u = hash_uniform(key, index)
-        out = params["minval"] + u * (params["maxval"] - params["minval"])
-      else:  # Box-Muller from two independent uniform streams.
-        u1 = hash_uniform(key, 2 * index)
-        u2 = hash_uniform(key, 2 * index + 1)
-        z = tf.sqrt(-2.0 * tf.math.log(1.0 - u1)) * tf.cos(6.283185307179586 * u2)
-        out = params["mean"] + params["stddev"] * z
-      return tf.cast(out, y.dtype)
+      return tf.cast(_hash_slice(dist, params, key, index), y.dtype)
     lowering.set_tensor_lowering(y, impl.slicewise(fn, impl.laid_out_slice_begin(y.shape)))
 
 
@@ -129,6 +184,12 @@ def random_uniform(mesh, shape, **kwargs):
   """Uniform random values in [minval, maxval) (kwargs of tf.random.uniform: minval=0,
   maxval=1, dtype=float32, seed, name)."""
   return RandomOperation(mesh, shape, tf.random.uniform, **kwargs).outputs[0]
+
+
+def random_gumbel(mesh, shape, **kwargs):
+  """Standard Gumbel noise, -log(-log(u)) of u uniform in [GUMBEL_TINY, 1) (kwargs:
+  dtype, seed, name)."""
+  return RandomOperation(mesh, shape, gumbel, **kwargs).outputs[0]
 
 
 def random_normal(mesh, shape, **kwargs):

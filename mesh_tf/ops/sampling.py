@@ -5,18 +5,15 @@ from mesh_tf.errors import ShapeError
 from mesh_tf.graph import Tensor
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops.indexing import argmax
-from mesh_tf.ops.random import random_uniform
+from mesh_tf.ops.random import random_gumbel
 from mesh_tf.shapes import convert_to_dimension
-
-# Uniform noise is drawn from [_TINY, 1) so -log(-log(u)) stays finite at both ends.
-_TINY = 1e-9
 
 
 def sample_with_temperature(logits, dim, temperature=1.0, name=None):
   """int32 samples along dim (removed) from softmax(logits / temperature), Gumbel-max.
 
   temperature: a Python number (0.0: argmax, no noise) or an mtf Tensor broadcast against
-  logits. The noise (mtf.random_uniform) does not depend on the layout."""
+  logits. The noise (random.random_gumbel) does not depend on the layout."""
   dim = convert_to_dimension(dim)
   if dim not in logits.shape.dims:
     raise ShapeError("sample_with_temperature: dim %s is not a dim of %s %s" % (
@@ -29,8 +26,9 @@ def sample_with_temperature(logits, dim, temperature=1.0, name=None):
     logits = ew.cast(logits, tf.float32)
     if isinstance(temperature, Tensor):
       temperature = ew.cast(temperature, tf.float32)
-    uniform = random_uniform(logits.mesh, logits.shape, minval=_TINY, maxval=1.0,
-                             name=(name or "sample_with_temperature") + "/noise")
-    gumbel = -ew.log(-ew.log(uniform))
-    logits += gumbel * temperature
+    gumbel = random_gumbel(logits.mesh, logits.shape,
+                           name=(name or "sample_with_temperature") + "/noise")
+    # x * 1.0 is x: the usual temperature costs no op on each processor
+    unit = not isinstance(temperature, Tensor) and temperature == 1.0
+    logits += gumbel if unit else gumbel * temperature
   return argmax(logits, dim)

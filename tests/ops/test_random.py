@@ -6,10 +6,13 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+from mesh_tf.ops import random as random_ops
 from mtf_testing import BATCH, HIDDEN, LENGTH, lower_and_export, new_mesh, random_array
 
 SAMPLES = mtf.Dimension("samples", 64)
-R_SHAPE = [BATCH, SAMPLES, HIDDEN]  # 4096 values per tensor
+R_SHAPE = [BATCH, SAMPLES, HIDDEN]  # 4096 values per tensor: drawn whole
+BIG_SHAPE = R_SHAPE + [mtf.Dimension("big", 17)]  # 69,632 values: hashed per slice
+EULER_GAMMA = 0.5772156649
 
 
 def _random_graph():
@@ -22,6 +25,10 @@ def _random_graph():
       mtf.random_normal(mesh, R_SHAPE, mean=2.0, stddev=0.5, seed=9),
       mtf.random_uniform(mesh, [LENGTH, HIDDEN], name="unseeded"),
       mtf.random_uniform(mesh, R_SHAPE, seed=11, dtype=tf.float64),
+      random_ops.random_gumbel(mesh, R_SHAPE, seed=12),
+      mtf.random_uniform(mesh, BIG_SHAPE, seed=7),
+      mtf.random_normal(mesh, BIG_SHAPE, mean=2.0, stddev=0.5, seed=13),
+      random_ops.random_gumbel(mesh, BIG_SHAPE, seed=12),
   ]
   return graph, mesh, tensors
 
@@ -40,7 +47,16 @@ def test_random_uniform_and_normal(mesh_impl):
   # Layout-independent by design: bitwise the same values as on one device.
   for k, (a, b) in enumerate(zip(got, _single_device_values(_random_graph))):
     np.testing.assert_array_equal(a, b, err_msg="random tensor %d" % k)
-  u01, u35, n01, n2, small, u64 = got
+  u01, u35, n01, n2, small, u64, g, big_u, big_n, big_g = got
+  assert (mtf.Shape(R_SHAPE).size <= random_ops.WHOLE_DRAW_ELEMENTS
+          < mtf.Shape(BIG_SHAPE).size)  # both generators are under test
+  for name, value, tol in (("gumbel", g, 0.08), ("big gumbel", big_g, 0.02)):
+    assert np.isfinite(value).all(), name
+    assert abs(value.mean() - EULER_GAMMA) < tol, name
+    assert abs(value.std() - np.pi / np.sqrt(6)) < tol, name
+  assert big_u.min() >= 0.0 and big_u.max() < 1.0
+  assert abs(big_u.mean() - 0.5) < 0.005 and abs(big_n.mean() - 2.0) < 0.01
+  assert abs(big_n.std() - 0.5) < 0.01
   assert u01.dtype == np.float32 and u64.dtype == np.float64 and small.shape == (3, 8)
   assert u01.min() >= 0.0 and u01.max() < 1.0
   assert u35.min() >= -3.0 and u35.max() < 5.0
@@ -88,6 +104,82 @@ def test_a_function_lowering_random_ops_traces_once_after_an_eager_lowering(in_l
   first, second = step().numpy(), step().numpy()
   assert len(traces) == 1
   assert not np.array_equal(first, second)  # the counter still advances per run
+
+
+STEPS = mtf.Dimension("steps", 3)
+
+
+def _draws_graph(nested):
+  """A while loop of three rounds of two draws (a small uniform, then a big normal;
+  nested: made by a loop of one iteration inside the loop), then one more uniform.
+  Returns (graph, mesh, [the uniform of each round, the normal of each round, the draw
+  after the loop])."""
+  graph, mesh = new_mesh()
+
+  def one_round():
+    return [mtf.random_uniform(mesh, R_SHAPE, seed=5),
+            mtf.random_normal(mesh, BIG_SHAPE, seed=6)]
+
+  def body(i, u, n):
+    at = mtf.one_hot(i, STEPS, dtype=tf.float32)
+    if nested:
+      du, dn = mtf.while_loop(
+          lambda j, a, b: mtf.less(j, 1), lambda j, a, b: [j + 1] + one_round(),
+          [mtf.constant(mesh, 0, dtype=tf.int32), mtf.zeros(mesh, R_SHAPE),
+           mtf.zeros(mesh, BIG_SHAPE)])[1:]
+    else:
+      du, dn = one_round()
+    return [i + 1, u + at * du, n + at * dn]
+  outs = mtf.while_loop(
+      lambda i, u, n: mtf.less(i, STEPS.size), body,
+      [mtf.constant(mesh, 0, dtype=tf.int32), mtf.zeros(mesh, [STEPS] + R_SHAPE),
+       mtf.zeros(mesh, [STEPS] + BIG_SHAPE)])[1:]
+  return graph, mesh, list(outs) + [mtf.random_uniform(mesh, R_SHAPE, seed=5)]
+
+
+def _drawn_at(step, shape, seed, dist, **params):
+  """The values a draw of dist with seed gets at counter step (the module's formula)."""
+  key = random_ops.op_key(seed, tf.constant(step, tf.int64))
+  full = mtf.Shape(shape).to_integer_list
+  if mtf.Shape(shape).size <= random_ops.WHOLE_DRAW_ELEMENTS:
+    return random_ops._draw_whole(dist, params, key, full).numpy()  # pylint: disable=protected-access
+  index = random_ops.global_flat_index(full, [0] * len(full), full)
+  return random_ops._hash_slice(dist, params, key, index).numpy()  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["loop", "loop_of_loops"])
+def test_draws_in_a_loop_take_the_steps_of_draws_one_after_another(make_mesh_impl,
+                                                                    nested):
+  """A loop numbers its body's draws from the counter and advances the counter once
+  after the loop: each draw gets the step it would get by advancing the counter itself
+  (1, 2, ... in order), on any layout, and a draw after the loop the next one."""
+  uniform = {"minval": 0.0, "maxval": 1.0}
+  normal = {"mean": 0.0, "stddev": 1.0}
+  want_u = [_drawn_at(2 * r + 1, R_SHAPE, 5, "uniform", **uniform) for r in range(3)]
+  want_n = [_drawn_at(2 * r + 2, BIG_SHAPE, 6, "normal", **normal) for r in range(3)]
+  want_after = _drawn_at(7, R_SHAPE, 5, "uniform", **uniform)
+  for impl in (make_mesh_impl(), make_mesh_impl("rows:2;cols:4", "batch:rows;samples:cols")):
+    graph, mesh, tensors = _draws_graph(nested)
+    u, n, after = lower_and_export(graph, mesh, impl, tensors)
+    for r in range(3):
+      np.testing.assert_array_equal(u[r], want_u[r], err_msg="uniform, round %d" % r)
+      np.testing.assert_allclose(n[r], want_n[r], rtol=1e-6, err_msg="normal, %d" % r)
+    np.testing.assert_array_equal(after, want_after)
+
+
+def test_a_loop_that_draws_draws_anew_each_run_in_a_tf1_session():
+  """In a tf.compat.v1 Session (the original's tests), each run of a loop draws fresh
+  values in every iteration."""
+  with tf.Graph().as_default():
+    graph, mesh, tensors = _draws_graph(nested=False)
+    impl = mtf.PlacementMeshImpl("", "", [""])
+    fetched = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(tensors[0])
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      first, second = session.run(fetched), session.run(fetched)
+  # (there the loop keeps advancing the counter at each draw, in no set order)
+  for a, b in [(first, second), (first[0], first[1])]:
+    assert not np.array_equal(a, b)
 
 
 def _dropout_graph(rate):
