@@ -10,7 +10,9 @@ tf.function (as the trainer's decode mode runs it, decode_io.DecodeGraph) decodi
 `new tokens` positions after a `prompt_length`-token prompt, never stopping at EOS
 (greedy and sampling; beam search runs to the end of the length unless its own test
 stops it earlier, as the original's does). All decodes of one length are timed in
-alternating rounds in the same run (median of --repeats).
+alternating rounds in the same run (median of --repeats). Each mesh is measured by a
+process of its own with the thread pools the trainer's decode mode gives it (TF's own
+for one device; one thread per op on 2x2 on a 2-core host; mesh_tf.cpu_threads).
 
 Rows: case x mesh. Columns: ms per decoded position (the whole batch) at each length
 and their max/min (flat = 1.0); ms per step of the decoding loop at each length, (time
@@ -59,6 +61,13 @@ common.define_flag(flags.DEFINE_list, "meshes", ["1", "2x2"],
                    "Meshes: 1 (one device), 2x2 (dp+mp).")
 common.define_flag(flags.DEFINE_string, "original_python", "/tmp/tf212/bin/python",
                    "Python of the original library's venv ('' to skip).")
+common.define_flag(flags.DEFINE_boolean, "size_thread_pools", True,
+                   "Size TF's thread pools for a mesh's devices as the trainer's decode "
+                   "mode does (mesh_tf.cpu_threads; TF's own for one device); false: "
+                   "TF's own sizes for every mesh.")
+common.define_flag(flags.DEFINE_boolean, "in_process", False,
+                   "Measure every mesh in this process (pools sized for the largest); "
+                   "by default each mesh of several runs in a process of its own.")
 common.define_flag(flags.DEFINE_boolean, "check_recompute", True,
                    "Check greedy cached ids against the "
                    "recompute path at the smallest length (one device).")
@@ -268,6 +277,64 @@ def run(size, cases, meshes, new_tokens_list, compare_tokens, prompt_length, rep
   return rows, results["recompute_same"], note
 
 
+def _pools_line(n_devices):
+  """What this process's TF thread pools are."""
+  from mesh_tf import cpu_threads  # pylint: disable=g-import-not-at-top
+  if not FLAGS.size_thread_pools or n_devices < 2:
+    return "TF's own thread pool sizes"
+  return "pools sized for %d devices (%d thread(s) per op)" % (
+      n_devices, cpu_threads.intra_op_threads())
+
+
+def _measure_here(new_tokens_list, compare):
+  """{"rows", "recompute_same", "original", "pools"} of every mesh of --meshes, measured
+  in this process."""
+  n_devices = max(MESHES[m][2] for m in FLAGS.meshes)
+  devices = common.set_up_virtual_cpus(n_devices, FLAGS.size_thread_pools)
+  rows, recompute_same, note = run(
+      FLAGS.size, FLAGS.cases, FLAGS.meshes, new_tokens_list, compare,
+      FLAGS.prompt_length, FLAGS.repeats, devices, FLAGS.original_python,
+      FLAGS.check_recompute)
+  return dict(rows=rows, recompute_same=recompute_same, original=note,
+              pools=_pools_line(n_devices))
+
+
+# Flags a per-mesh process is given as they are.
+_PASSED_FLAGS = ("new_tokens", "compare_tokens", "prompt_length", "repeats", "size",
+                 "cases", "original_python", "size_thread_pools", "check_recompute")
+
+
+def _measure_per_process(new_tokens_list, compare):
+  """_measure_here's result for every mesh, each measured by a process of its own (the
+  thread pools the trainer's decode mode gives that mesh), rows merged."""
+  merged = dict(rows=[], recompute_same=None, original=[], pools=[])
+  for m in FLAGS.meshes:
+    with tempfile.TemporaryDirectory() as tmp:
+      out = os.path.join(tmp, "mesh.json")
+      argv = [sys.executable, "-m", "benchmarks.decode_speed", "--meshes=" + m,
+              "--json_out=" + out, "--new_tokens=%s" % ",".join(map(str, new_tokens_list)),
+              "--compare_tokens=%d" % compare]
+      argv += ["--%s=%s" % (f, ",".join(v) if isinstance(v, list) else v)
+               for f, v in ((f, getattr(FLAGS, f)) for f in _PASSED_FLAGS
+                            if f not in ("new_tokens", "compare_tokens"))]
+      proc = subprocess.run(argv, cwd=os.path.dirname(os.path.dirname(
+          os.path.abspath(__file__))), env=common.subprocess_env(), capture_output=True,
+                            text=True, check=False)
+      if proc.returncode:
+        raise RuntimeError("decode_speed for mesh %s failed:\n%s" % (
+            m, proc.stderr[-3000:]))
+      with open(out) as f:
+        got = json.load(f)
+    merged["rows"] += got["rows"][0 if not merged["rows"] else 1:]
+    if got["recompute_same"] is not None:
+      merged["recompute_same"] = got["recompute_same"]
+    merged["original"].append("%s: %s" % (MESH_LABELS[m], got["original"]))
+    merged["pools"].append("%s: %s" % (MESH_LABELS[m], got["pools"]))
+  merged["original"] = "\n".join(merged["original"])
+  merged["pools"] = "; ".join(merged["pools"])
+  return merged
+
+
 def main(_):
   tf.get_logger().setLevel("ERROR")  # the retracing warnings of one function per case
   new_tokens_list = [int(x) for x in FLAGS.new_tokens]
@@ -283,29 +350,30 @@ def main(_):
   for m in FLAGS.meshes:
     if m not in MESHES:
       raise app.UsageError("unknown mesh %r (%s)" % (m, ", ".join(MESHES)))
-  devices = common.set_up_virtual_cpus(max(MESHES[m][2] for m in FLAGS.meshes))
   s = common.TRANSFORMER_SIZES[FLAGS.size]
   print(common.machine_line())
   print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
+  if len(FLAGS.meshes) > 1 and not FLAGS.in_process:
+    result = _measure_per_process(new_tokens_list, compare)
+    where = "each mesh in a process of its own"
+  else:
+    result = _measure_here(new_tokens_list, compare)
+    where = "in this process"
   sizes = {k: v for k, v in s.items() if k != "length"}
   print("cached decoding, Unitransformer LM (%s, size %s: %s), prompt %d tokens, "
         "length = max_length = prompt + new tokens; one tf.function per decode; median "
-        "of %d decodes, all cases of a length alternating" % (
+        "of %d decodes, all cases of a length alternating; %s (%s)" % (
             " + ".join(GIN_FILES), FLAGS.size, sizes, FLAGS.prompt_length,
-            FLAGS.repeats))
-  rows, recompute_same, note = run(
-      FLAGS.size, FLAGS.cases, FLAGS.meshes, new_tokens_list, compare,
-      FLAGS.prompt_length, FLAGS.repeats, devices, FLAGS.original_python,
-      FLAGS.check_recompute)
-  print(note)
-  common.print_table(rows)
-  if recompute_same is not None:
+            FLAGS.repeats, where, result["pools"]))
+  print(result["original"])
+  common.print_table(result["rows"])
+  if result["recompute_same"] is not None:
     print("greedy cached ids == recompute ids (1 device, %d new tokens): %s" % (
-        min(new_tokens_list), recompute_same))
+        min(new_tokens_list), result["recompute_same"]))
   print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
   if FLAGS.json_out:
     with open(FLAGS.json_out, "w") as f:
-      json.dump(dict(rows=rows, recompute_same=recompute_same, original=note), f)
+      json.dump(result, f)
   sys.stdout.flush()
 
 

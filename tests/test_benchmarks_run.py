@@ -133,3 +133,16 @@ def test_collective_latency_prints_every_row_with_its_extra_time():
   assert all(float(r[0]) > 0 for r in rows.values())
   assert rows["1 reduce"][2] == "call" and rows["compute + 1 reduce"][2] == "compute"
   assert "3 float(s)" in result.stdout
+
+
+def test_decode_speed_measures_each_mesh_in_a_process_with_the_trainers_pools():
+  out = _run("benchmarks.decode_speed", "--size=tiny", "--meshes=1,2x2", "--cases=greedy",
+             "--new_tokens=4,8", "--repeats=1", "--original_python=")
+  assert ("each mesh in a process of its own (1 device: TF's own thread pool sizes; "
+          "2x2 dp+mp: pools sized for 4 devices (1 thread(s) per op))") in out, out
+  rows = [line.split() for line in out.splitlines()
+          if line.startswith("greedy ") and "==" not in line]
+  assert [r[1:3] for r in rows] == [["1", "device"], ["2x2", "dp+mp"]], out
+  assert all(float(r[3]) > 0 and float(r[4]) > 0 for r in rows), out
+  assert "greedy cached ids == recompute ids (1 device, 4 new tokens): True" in out
+  assert out.count("original library: skipped (no --original_python)") == 2, out
