@@ -312,8 +312,8 @@ def _measure_per_process(new_tokens_list, compare):
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "mesh.json")
       argv = [sys.executable, "-m", "benchmarks.decode_speed", "--meshes=" + m,
-              "--json_out=" + out, "--new_tokens=%s" % ",".join(map(str, new_tokens_list)),
-              "--compare_tokens=%d" % compare]
+              "--json_out=" + out, "--compare_tokens=%d" % compare,
+              "--new_tokens=%s" % ",".join(map(str, new_tokens_list))]
       argv += ["--%s=%s" % (f, ",".join(v) if isinstance(v, list) else v)
                for f, v in ((f, getattr(FLAGS, f)) for f in _PASSED_FLAGS
                             if f not in ("new_tokens", "compare_tokens"))]

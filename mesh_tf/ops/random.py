@@ -4,8 +4,10 @@ A tensor of up to WHOLE_DRAW_ELEMENTS elements is drawn whole by TF's stateless
 generator, keyed by (op seed, step counter), and cut to the layout: one op, however many
 processors. A larger one is a hash of (op seed, step counter, each element's global
 index), computed by every processor for its own slice. Either way any mesh gives the
-same numbers without communication. The step counter (`MeshImpl.next_random_step`) advances each time a random
-op runs, so a step under tf.function draws fresh noise on every call.
+same numbers without communication. The step counter (`MeshImpl.next_random_step`)
+advances each time a random op runs, so a step under tf.function draws fresh noise on
+every call; a while loop numbers its body's draws from it instead and advances it once,
+after the loop (ops/control_flow.py).
 """
 import zlib
 

@@ -141,10 +141,11 @@ def _drawn_at(step, shape, seed, dist, **params):
   """The values a draw of dist with seed gets at counter step (the module's formula)."""
   key = random_ops.op_key(seed, tf.constant(step, tf.int64))
   full = mtf.Shape(shape).to_integer_list
+  # pylint: disable=protected-access
   if mtf.Shape(shape).size <= random_ops.WHOLE_DRAW_ELEMENTS:
-    return random_ops._draw_whole(dist, params, key, full).numpy()  # pylint: disable=protected-access
+    return random_ops._draw_whole(dist, params, key, full).numpy()
   index = random_ops.global_flat_index(full, [0] * len(full), full)
-  return random_ops._hash_slice(dist, params, key, index).numpy()  # pylint: disable=protected-access
+  return random_ops._hash_slice(dist, params, key, index).numpy()
 
 
 @pytest.mark.parametrize("nested", [False, True], ids=["loop", "loop_of_loops"])
@@ -158,7 +159,8 @@ def test_draws_in_a_loop_take_the_steps_of_draws_one_after_another(make_mesh_imp
   want_u = [_drawn_at(2 * r + 1, R_SHAPE, 5, "uniform", **uniform) for r in range(3)]
   want_n = [_drawn_at(2 * r + 2, BIG_SHAPE, 6, "normal", **normal) for r in range(3)]
   want_after = _drawn_at(7, R_SHAPE, 5, "uniform", **uniform)
-  for impl in (make_mesh_impl(), make_mesh_impl("rows:2;cols:4", "batch:rows;samples:cols")):
+  for impl in (make_mesh_impl(),
+               make_mesh_impl("rows:2;cols:4", "batch:rows;samples:cols")):
     graph, mesh, tensors = _draws_graph(nested)
     u, n, after = lower_and_export(graph, mesh, impl, tensors)
     for r in range(3):

@@ -329,8 +329,8 @@ def test_state_reorder_takes_each_rows_source_beams(impl):
   cache = mtf.import_tf_tensor(mesh, cache_np, [batch, beam] + rest)
   source = mtf.import_tf_tensor(mesh, source_np, [batch, beam])
   other = mtf.transpose(cache, [rest[0], batch] + rest[1:] + [beam])
-  outs = [mtf.beam_search._reorder_state(cache, source, beam),  # pylint: disable=protected-access
-          mtf.beam_search._reorder_state(other, source, beam)]  # pylint: disable=protected-access
+  reorder = mtf.beam_search._reorder_state  # pylint: disable=protected-access
+  outs = [reorder(cache, source, beam), reorder(other, source, beam)]
   assert outs[0].operation.name.startswith("reorder_beams")
   assert not outs[1].operation.name.startswith("reorder_beams")
   got = lower(graph, mesh, mesh_impls()[impl](), outs)
