@@ -9,10 +9,11 @@ The model is the `make train` LM (gin_configs/models/lm_cpu_small.gin + readme_l
 tf.function (as the trainer's decode mode runs it, decode_io.DecodeGraph) decoding
 `new tokens` positions after a `prompt_length`-token prompt, never stopping at EOS
 (greedy and sampling; beam search runs to the end of the length unless its own test
-stops it earlier, as the original's does). All decodes of one length are timed in
-alternating rounds in the same run (median of --repeats). Each mesh is measured by a
-process of its own with the thread pools the trainer's decode mode gives it (TF's own
-for one device; one thread per op on 2x2 on a 2-core host; mesh_tf.cpu_threads).
+stops it earlier, as the original's does). All decodes (every case and length) are
+timed in alternating rounds in the same run (median of --repeats). Each mesh is
+measured by a process of its own with the thread pools the trainer's decode mode gives
+it (TF's own for one device; one thread per op on 2x2 on a 2-core host;
+mesh_tf.cpu_threads).
 
 Rows: case x mesh. Columns: ms per decoded position (the whole batch) at each length
 and their max/min (flat = 1.0); ms per step of the decoding loop at each length, (time
@@ -195,6 +196,7 @@ def measure(size, cases, meshes, new_tokens_list, prompt_length, repeats, device
   "recompute_same": bool or None, "checkpoints": {n: dir}}."""
   times = {(c, m): {} for c in cases for m in meshes}
   all_ids, checkpoints, recompute_same = {}, {}, None
+  all_fns = {}
   for n in sorted(set(new_tokens_list) | {1}):  # 1: the fixed cost of a decode
     ckpt_dir = os.path.join(workdir, "ckpt_%d" % n)
     os.makedirs(ckpt_dir, exist_ok=True)
@@ -210,8 +212,10 @@ def measure(size, cases, meshes, new_tokens_list, prompt_length, repeats, device
                             cached=False)
       recompute_same = bool(np.array_equal(recompute().numpy(),
                                            all_ids[("greedy", "1", n)]))
-    for key, t in common.time_alternating(fns, 1, repeats).items():
-      times[key][n] = t
+    all_fns.update({key + (n,): fn for key, fn in fns.items()})
+  # every length in every round: a slow stretch of the host then falls on all of them
+  for (c, m, n), t in common.time_alternating(all_fns, 1, repeats).items():
+    times[(c, m)][n] = t
   return dict(times=times, ids=all_ids, recompute_same=recompute_same,
               checkpoints=checkpoints)
 
@@ -362,7 +366,7 @@ def main(_):
   sizes = {k: v for k, v in s.items() if k != "length"}
   print("cached decoding, Unitransformer LM (%s, size %s: %s), prompt %d tokens, "
         "length = max_length = prompt + new tokens; one tf.function per decode; median "
-        "of %d decodes, all cases of a length alternating; %s (%s)" % (
+        "of %d decodes, every case and length alternating; %s (%s)" % (
             " + ".join(GIN_FILES), FLAGS.size, sizes, FLAGS.prompt_length,
             FLAGS.repeats, where, result["pools"]))
   print(result["original"])
