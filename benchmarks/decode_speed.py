@@ -303,9 +303,9 @@ def _measure_here(new_tokens_list, compare):
               pools=_pools_line(n_devices))
 
 
-# Flags a per-mesh process is given as they are.
-_PASSED_FLAGS = ("new_tokens", "compare_tokens", "prompt_length", "repeats", "size",
-                 "cases", "original_python", "size_thread_pools", "check_recompute")
+# Flags a per-mesh process is given as they are (the lengths it is given resolved).
+_PASSED_FLAGS = ("prompt_length", "repeats", "size", "cases", "original_python",
+                 "size_thread_pools", "check_recompute")
 
 
 def _measure_per_process(new_tokens_list, compare):
@@ -319,8 +319,7 @@ def _measure_per_process(new_tokens_list, compare):
               "--json_out=" + out, "--compare_tokens=%d" % compare,
               "--new_tokens=%s" % ",".join(map(str, new_tokens_list))]
       argv += ["--%s=%s" % (f, ",".join(v) if isinstance(v, list) else v)
-               for f, v in ((f, getattr(FLAGS, f)) for f in _PASSED_FLAGS
-                            if f not in ("new_tokens", "compare_tokens"))]
+               for f, v in ((f, getattr(FLAGS, f)) for f in _PASSED_FLAGS)]
       proc = subprocess.run(argv, cwd=os.path.dirname(os.path.dirname(
           os.path.abspath(__file__))), env=common.subprocess_env(), capture_output=True,
                             text=True, check=False)

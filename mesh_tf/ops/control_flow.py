@@ -154,10 +154,10 @@ class WhileLoopOperation(Operation):
     # Random draws in the body are numbered by an extra loop variable from the counter's
     # value before the loop, and the counter advances once after it: the steps (so the
     # values) the draws would get by advancing it each time, without a variable update
-    # in every iteration (which made each step of a decoding loop on 2x2 placement 20-30%
-    # slower). Not where the condition or a nested loop draws too (they advance the
-    # counter themselves, inside the loop), nor in a tf.compat.v1 graph, which does not
-    # order the counter's reads and updates as eager execution and tf.function do.
+    # in every iteration (a 2x2 sampling step took about 10% longer with it). Not where
+    # the condition or a nested loop draws too (they advance the counter themselves,
+    # inside the loop), nor in a tf.compat.v1 graph, which does not order the counter's
+    # reads and updates as eager execution and tf.function do.
     body_draws = (self._body_numbers_its_draws() and
                   tf.compat.v1.executing_eagerly_outside_functions())
     last_step = impl.last_random_step() if body_draws else None
