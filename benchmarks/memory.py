@@ -183,6 +183,9 @@ def run_worker(spec):
   if spec.get("inter_op_threads"):  # the executor's threads (default: one per core)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.threading.set_inter_op_parallelism_threads(spec["inter_op_threads"])
+  if spec.get("intra_op_threads"):  # threads within one kernel (default: one per core)
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(spec["intra_op_threads"])
   devices = common.set_up_virtual_cpus(8)
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -271,15 +274,16 @@ COUNT_EVERY_BUFFER = {"TF_ENABLE_ONEDNN_OPTS": "0"}
 
 def measure(sizes, backend, layout, recompute_grads=False, timeout=1800,
             warmup=WARMUP_STEPS, inter_op_threads=None, shard_optimizer_state=False,
-            bf16=False):
+            bf16=False, intra_op_threads=None):
   """Runs run_worker in a fresh subprocess with the BFC allocator; returns its dict
   (peak and current bytes, the loss, and variable_bytes's figures). inter_op_threads:
-  the TF executor's thread pool (None: TF's default, one per core); the last two
-  select build_lm's variants."""
+  the TF executor's thread pool, intra_op_threads: the pool within a kernel (None:
+  TF's defaults, one per core); shard_optimizer_state and bf16 select build_lm's
+  variants."""
   mesh_shape, rules = LAYOUTS[layout] if isinstance(layout, str) else layout
   spec = dict(sizes=sizes, backend=backend, mesh_shape=mesh_shape, rules=rules,
               recompute_grads=recompute_grads, warmup=warmup,
-              inter_op_threads=inter_op_threads,
+              inter_op_threads=inter_op_threads, intra_op_threads=intra_op_threads,
               shard_optimizer_state=shard_optimizer_state, bf16=bf16)
   env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true", TF_CPP_MIN_LOG_LEVEL="2",
              **COUNT_EVERY_BUFFER)

