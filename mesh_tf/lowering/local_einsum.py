@@ -4,8 +4,11 @@
 TF's CPU einsum kernel is about 2.5x slower than `tf.transpose` + `BatchMatMulV2` where the
 first operand's contracted dims are not its last ones (the attention gradients
 "abcd,abce->aecd"), and about 12x slower than MatMul in bfloat16 and float16; there the
-einsum becomes a matmul (transposes moving only dims of size 1 become reshapes).
-Elsewhere it stays one op. In the SIMD replay the choice depends on labels only, never
+einsum becomes a matmul (transposes moving only dims of size 1 become reshapes). An
+einsum already in matmul order ([batch, free, contracted] times [batch, contracted,
+free] or [batch, free, contracted]) becomes reshapes around one matmul too: the same
+values, and on small operands (a decoding step's [batch, d_model] rows) the einsum
+kernel's own cost is 2-3x the matmul's. Elsewhere it stays one op. In the SIMD replay the choice depends on labels only, never
 on sizes. Backends compiled by XLA keep `tf.einsum`, with operands in the output's order
 (`operands_in_output_order`).
 """
@@ -127,9 +130,15 @@ def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
   size = dict(zip(lhs, x.shape.as_list()))
   size.update(zip(rhs, y.shape.as_list()))
   # Narrow floats always take the matmul (see the module docstring).
-  if x.dtype.size >= 4 and (not out_of_place or not _worthwhile(
-      lhs, out_of_place, contracted, size if by_sizes else None)):
-    return None  # TF's einsum is as good (without transposes: the same one matmul)
+  if x.dtype.size >= 4:
+    if out_of_place and not _worthwhile(lhs, out_of_place, contracted,
+                                        size if by_sizes else None):
+      return None
+    if not out_of_place and (not contracted or not free_l
+                             or _arrangement(lhs, batch, free_l, contracted)[1]):
+      # an outer or dot product; or a weight gradient, where MatMul's sums would not
+      # equal TF's einsum's bit for bit
+      return None
   prod = lambda labels: int(np.prod([size[c] for c in labels], dtype=np.int64))
 
   def as_3d(value, term, free):

@@ -1,6 +1,7 @@
 """The local einsum (lowering/local_einsum.py) equals np.einsum on every equation shape:
-the ones TF's kernel transposes slowly go through explicit transposes + one matmul, the
-others stay one TF einsum op, and the operand order follows the output."""
+the ones TF's kernel transposes slowly go through explicit transposes + one matmul, those
+already in matmul order through reshapes + one matmul, the others stay one TF einsum op,
+and the operand order follows the output."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,13 +13,13 @@ SIZES = {"a": 2, "b": 3, "c": 4, "d": 5, "e": 3, "x": 2, "y": 3}
 
 # (equation, TF op types the local einsum emits besides inputs)
 CASES = [
-    ("abc,cde->abde", {"Einsum"}),  # dense layer: already matmul order
-    ("abc,dc->abd", {"Einsum"}),  # weight stored [out, in]
+    ("abc,cde->abde", {"Reshape", "MatMul"}),  # dense layer: already matmul order
+    ("abc,dc->abd", {"Reshape", "MatMul"}),  # weight stored [out, in]
     ("abcd,aecd->abce", {"Einsum"}),  # attention logits: contracted last, TF's kernel
     ("abcd,adce->abce", {"Einsum"}),  # attention output
     ("abcd,abce->aecd", {"Transpose", "BatchMatMulV2"}),  # value gradient
     ("abcd,abce->adce", {"Transpose", "BatchMatMulV2"}),  # key gradient
-    ("abc,abd->dc", {"Einsum"}),  # weight gradient: operands swapped, no transpose
+    ("abc,abd->dc", {"Einsum"}),  # weight gradient: operands swapped, TF's kernel
     ("acb,cdb->adc", {"Einsum"}),
     ("xab,yb->xya", {"Einsum"}),
     ("bac,bcd->dab", {"Transpose", "BatchMatMulV2"}),  # contracted first in lhs
