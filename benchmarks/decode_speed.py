@@ -25,11 +25,17 @@ TF 2.12 venv with mesh-tensorflow 0.1.21; see benchmarks/original_decode.py), it
 tokens/s for the same case in a subprocess, port/original, and whether greedy ids agree
 (the original restores the port's checkpoint by variable name).
 
+With --plain_tf (default), greedy decoding written by hand in plain TF
+(benchmarks/plain_tf_decode.py: the same model on the same checkpoint, one device) is
+timed in the same rounds, attending over the caches' whole length as mesh_tf does
+("static") and over the filled prefix only ("prefix"), and its ids are checked against
+mesh_tf's: the floor that TF itself sets for the time per position and its flatness.
+
 Greedy cached ids are also checked against the recompute path (the whole prefix through
 the model at every step) at the smallest length on one device.
 
   python -m benchmarks.decode_speed [--new_tokens 16,64,256 --repeats 3 --size small
-      --meshes 1,2x2 --cases greedy,sampling,beam4 --original_python PATH]
+      --meshes 1,2x2 --cases greedy,sampling,beam4 --original_python PATH --plain_tf]
 """
 import json
 import os
@@ -72,6 +78,10 @@ common.define_flag(flags.DEFINE_boolean, "in_process", False,
 common.define_flag(flags.DEFINE_boolean, "check_recompute", True,
                    "Check greedy cached ids against the "
                    "recompute path at the smallest length (one device).")
+common.define_flag(flags.DEFINE_boolean, "plain_tf", True,
+                   "Also time greedy decoding written by hand in plain TF "
+                   "(benchmarks/plain_tf_decode.py) on one device, with static and "
+                   "prefix attention.")
 common.define_flag(flags.DEFINE_string, "json_out", None,
                    "Also write the results here as JSON.")
 
@@ -82,6 +92,9 @@ CASES = {"greedy": dict(temperature=0.0, beam=1),
 MESHES = {"1": ("", "", 1),
           "2x2": ("batch:2;model:2", "batch:batch;d_ff:model;heads:model;vocab:model", 4)}
 MESH_LABELS = {"1": "1 device", "2x2": "2x2 dp+mp"}
+# Rows of plain TF's greedy decoding (one device), by its attention.
+PLAIN_TF = {"plain static": "1 device, plain TF, static attention",
+            "plain prefix": "1 device, plain TF, prefix attention"}
 SEED = 1234
 
 
@@ -190,11 +203,31 @@ def run_original(python, size, cases, meshes, new_tokens, prompt_length, repeats
   return None, "original_decode.py printed no JSON"
 
 
+def plain_tf_fns(size, prompt_length, new_tokens, checkpoint):
+  """{PLAIN_TF key: zero-argument tf.function} of plain TF's greedy decoding of the
+  prompts decode_fn decodes, on the weights of checkpoint."""
+  from benchmarks import plain_tf_decode  # pylint: disable=g-import-not-at-top
+  s = common.TRANSFORMER_SIZES[size]
+  length = prompt_length + new_tokens
+  weights = plain_tf_decode.load_weights(checkpoint, s["num_layers"])
+  prompts = random_prompts(size, length, prompt_length)
+  return {key: plain_tf_decode.make_greedy_decode(weights, prompts, prompt_length,
+                                                  s["num_heads"], s["vocab"],
+                                                  attend=key.split()[1])
+          for key in PLAIN_TF}
+
+
 def measure(size, cases, meshes, new_tokens_list, prompt_length, repeats, devices,
-            workdir, check_recompute=True):
+            workdir, check_recompute=True, plain_tf=False):
   """{"times": {(case, mesh): {n: s per decode}}, "ids": {(case, mesh, n): ids},
-  "recompute_same": bool or None, "checkpoints": {n: dir}}."""
+  "recompute_same": bool or None, "checkpoints": {n: dir}, "plain_same": bool or None}.
+  plain_tf (with greedy on one device): also plain TF's greedy decoding, as the
+  ("greedy", PLAIN_TF key) entries; plain_same: its ids equal mesh_tf's at every
+  length."""
+  plain_tf = plain_tf and "greedy" in cases and "1" in meshes
   times = {(c, m): {} for c in cases for m in meshes}
+  times.update({("greedy", key): {} for key in (PLAIN_TF if plain_tf else ())})
+  plain_same = True if plain_tf else None
   all_ids, checkpoints, recompute_same = {}, {}, None
   all_fns = {}
   for n in sorted(set(new_tokens_list) | {1}):  # 1: the fixed cost of a decode
@@ -204,8 +237,15 @@ def measure(size, cases, meshes, new_tokens_list, prompt_length, repeats, device
     checkpoints[n] = ckpt_dir
     fns = {(c, m): decode_fn(size, m, c, n, prompt_length, checkpoint, devices)
            for m in meshes for c in cases}
+    if plain_tf:
+      fns.update({("greedy", key): fn for key, fn in
+                  plain_tf_fns(size, prompt_length, n, checkpoint).items()})
     for key, fn in fns.items():
       all_ids[key + (n,)] = fn().numpy()  # also traces
+    if plain_tf:
+      plain_same = plain_same and all(
+          np.array_equal(all_ids[("greedy", key, n)], all_ids[("greedy", "1", n)])
+          for key in PLAIN_TF)
     if (check_recompute and recompute_same is None and n == min(new_tokens_list)
         and "greedy" in cases and "1" in meshes):
       recompute = decode_fn(size, "1", "greedy", n, prompt_length, checkpoint, devices,
@@ -217,7 +257,7 @@ def measure(size, cases, meshes, new_tokens_list, prompt_length, repeats, device
   for (c, m, n), t in common.time_alternating(all_fns, 1, repeats).items():
     times[(c, m)][n] = t
   return dict(times=times, ids=all_ids, recompute_same=recompute_same,
-              checkpoints=checkpoints)
+              checkpoints=checkpoints, plain_same=plain_same)
 
 
 def table(size, cases, meshes, new_tokens_list, compare_tokens, results, original):
@@ -230,18 +270,20 @@ def table(size, cases, meshes, new_tokens_list, compare_tokens, results, origina
     header += ["orig tok/s", "port/orig", "greedy ids = orig"]
   rows = [header]
   for c in cases:
-    for m in meshes:
+    for m in list(meshes) + [k for k in PLAIN_TF if (c, k) in results["times"]]:
       t = results["times"][(c, m)]
       per_pos = [t[n] / n * 1000 for n in new_tokens_list]
       # the loop's own cost per step: a decode less the one of a single new token
       # (the call, the prefill, the loop's set-up and its first step)
       per_step = [(t[n] - t[1]) / (n - 1) * 1000 for n in new_tokens_list]
       tok_s = batch * compare_tokens / t[compare_tokens]
-      row = ([c, MESH_LABELS[m]] + ["%.2f" % p for p in per_pos]
+      row = ([c, MESH_LABELS.get(m) or PLAIN_TF[m]] + ["%.2f" % p for p in per_pos]
              + ["%.2f" % (max(per_pos) / min(per_pos))]
              + ["%.2f" % p for p in per_step]
              + ["%.2f" % (max(per_step) / min(per_step)), "%.0f" % tok_s])
-      if original is not None:
+      if original is not None and m in PLAIN_TF:
+        row += ["-", "-", "-"]
+      elif original is not None:
         o = original.get("%s/%s" % (c, m))
         if o is None:
           row += ["-", "-", "-"]
@@ -256,13 +298,14 @@ def table(size, cases, meshes, new_tokens_list, compare_tokens, results, origina
 
 
 def run(size, cases, meshes, new_tokens_list, compare_tokens, prompt_length, repeats,
-        devices, original_python="", check_recompute=True):
-  """Measures the port (and the original, when original_python exists); returns
-  (table rows, header first; greedy cached ids == recompute ids, or None; a line
-  about the original's run)."""
+        devices, original_python="", check_recompute=True, plain_tf=False):
+  """Measures the port (and the original, when original_python exists; and plain TF,
+  with plain_tf); returns (table rows, header first; greedy cached ids == recompute
+  ids, or None; a line about the original's run; plain TF's greedy ids == the port's
+  at every length, or None)."""
   with tempfile.TemporaryDirectory() as tmp:
     results = measure(size, cases, meshes, new_tokens_list, prompt_length, repeats,
-                      devices, tmp, check_recompute)
+                      devices, tmp, check_recompute, plain_tf)
     original, why = None, None
     if not original_python:
       why = "no --original_python"
@@ -278,7 +321,7 @@ def run(size, cases, meshes, new_tokens_list, compare_tokens, prompt_length, rep
     note = "original library: %s, %d new tokens, median of %d" % (
         original.pop("_machine", ""), compare_tokens, repeats)
   rows = table(size, cases, meshes, new_tokens_list, compare_tokens, results, original)
-  return rows, results["recompute_same"], note
+  return rows, results["recompute_same"], note, results["plain_same"]
 
 
 def _pools_line(n_devices):
@@ -291,27 +334,27 @@ def _pools_line(n_devices):
 
 
 def _measure_here(new_tokens_list, compare):
-  """{"rows", "recompute_same", "original", "pools"} of every mesh of --meshes, measured
-  in this process."""
+  """{"rows", "recompute_same", "original", "pools", "plain_same"} of every mesh of
+  --meshes, measured in this process."""
   n_devices = max(MESHES[m][2] for m in FLAGS.meshes)
   devices = common.set_up_virtual_cpus(n_devices, FLAGS.size_thread_pools)
-  rows, recompute_same, note = run(
+  rows, recompute_same, note, plain_same = run(
       FLAGS.size, FLAGS.cases, FLAGS.meshes, new_tokens_list, compare,
       FLAGS.prompt_length, FLAGS.repeats, devices, FLAGS.original_python,
-      FLAGS.check_recompute)
+      FLAGS.check_recompute, FLAGS.plain_tf)
   return dict(rows=rows, recompute_same=recompute_same, original=note,
-              pools=_pools_line(n_devices))
+              pools=_pools_line(n_devices), plain_same=plain_same)
 
 
 # Flags a per-mesh process is given as they are (the lengths it is given resolved).
 _PASSED_FLAGS = ("prompt_length", "repeats", "size", "cases", "original_python",
-                 "size_thread_pools", "check_recompute")
+                 "size_thread_pools", "check_recompute", "plain_tf")
 
 
 def _measure_per_process(new_tokens_list, compare):
   """_measure_here's result for every mesh, each measured by a process of its own (the
   thread pools the trainer's decode mode gives that mesh), rows merged."""
-  merged = dict(rows=[], recompute_same=None, original=[], pools=[])
+  merged = dict(rows=[], recompute_same=None, original=[], pools=[], plain_same=None)
   for m in FLAGS.meshes:
     with tempfile.TemporaryDirectory() as tmp:
       out = os.path.join(tmp, "mesh.json")
@@ -329,8 +372,9 @@ def _measure_per_process(new_tokens_list, compare):
       with open(out) as f:
         got = json.load(f)
     merged["rows"] += got["rows"][0 if not merged["rows"] else 1:]
-    if got["recompute_same"] is not None:
-      merged["recompute_same"] = got["recompute_same"]
+    for key in ("recompute_same", "plain_same"):
+      if got[key] is not None:
+        merged[key] = got[key]
     merged["original"].append("%s: %s" % (MESH_LABELS[m], got["original"]))
     merged["pools"].append("%s: %s" % (MESH_LABELS[m], got["pools"]))
   merged["original"] = "\n".join(merged["original"])
@@ -373,6 +417,9 @@ def main(_):
   if result["recompute_same"] is not None:
     print("greedy cached ids == recompute ids (1 device, %d new tokens): %s" % (
         min(new_tokens_list), result["recompute_same"]))
+  if result["plain_same"] is not None:
+    print("plain TF greedy ids == mesh_tf's (1 device, every length): %s" % (
+        result["plain_same"]))
   print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
   if FLAGS.json_out:
     with open(FLAGS.json_out, "w") as f:
