@@ -490,11 +490,16 @@ class _Replay:
       raise _Fallback("gather with a dynamic or negative axis")
     params, indices = op.inputs[0], op.inputs[1]
     p_extents = self.extents(params)
-    if (axis == 0 and attrs.get("batch_dims", 0) == 0 and
+    if (attrs.get("batch_dims", 0) == 0 and
         (p_extents is None or not any(e > 1 for e in p_extents))):
       # the same table on every core: one lookup at every core's indices
       table = direct_ops.reshape(self.get(params)[0], params.shape.as_list())
-      return [tf.gather(table, self.as_stacked(indices))]
+      out = tf.gather(table, self.as_stacked(indices), axis=axis)
+      if axis:  # the mesh axes, after the table's first `axis` dims, go first
+        rank = out.shape.rank
+        out = tf.transpose(out, list(range(axis, axis + self.k)) + list(range(axis)) +
+                           list(range(axis + self.k, rank)))
+      return [out]
     # per-core tables: the mesh axes become batch dims of the lookup
     args = {"params": self.as_stacked(params, extents),
             "indices": self.as_stacked(indices, extents),

@@ -73,15 +73,22 @@ class GatherOperation(Operation):
     w, i, y = self.inputs[0], self.inputs[1], self.outputs[0]
     dim = self._dim
     plan = self.plan(impl.slice_layout)
-    axis, n, natural, extra = _local_lookup(impl, w.shape, i.shape, dim)
-    to_front = [axis] + [k for k in range(w.shape.ndims) if k != axis]
-    out_perm = _perm(natural.dims, y.shape.dims)
-    rest_rank = w.shape.ndims - 1
+    axis, n, _, extra = _local_lookup(impl, w.shape, i.shape, dim)
+    # tf.gather along the axis itself: the rows of a [batch, length] tensor at one
+    # position without transposing all of it (a decoding step's cost grew with length)
+    looked_up = w.shape.dims[:axis] + i.shape.dims + w.shape.dims[axis + 1:]
+    out_perm = _perm(looked_up, y.shape.dims)
+    after = w.shape.ndims - 1 - axis
 
     def fn(wt, it, b=None):
       rows, valid = _local_rows(it, None if b is None else b[axis], n)
-      out = tf.gather(_transpose(wt, to_front), tf.where(valid, rows, 0))
-      mask = tf.reshape(valid, tf.concat([tf.shape(valid), [1] * rest_rank], 0))
+      out = tf.gather(wt, tf.where(valid, rows, 0), axis=axis)
+      if valid.shape.is_fully_defined():
+        mask_shape = [1] * axis + valid.shape.as_list() + [1] * after
+      else:
+        mask_shape = tf.concat([tf.ones([axis], tf.int32), tf.shape(valid),
+                                tf.ones([after], tf.int32)], 0)
+      mask = tf.reshape(valid, mask_shape)
       out = tf.where(mask, out, tf.zeros([], out.dtype))
       return _transpose(out, out_perm)
 

@@ -104,6 +104,21 @@ def test_gather_on_simd_emulation_equals_one_device():
       mtf.SimdMeshImpl("rows:2;cols:4", "batch:cols")])
 
 
+def test_gather_along_a_later_dim_on_simd_equals_one_device():
+  """A lookup along a dim that is not the table's first (a decoding step reading one
+  position of [batch, length] ids) from a table every core shares, and from a split one:
+  one tf.gather along that axis."""
+  def build():
+    graph, mesh = new_mesh()
+    table = mtf.import_tf_tensor(mesh, random_array([CLASSES, HIDDEN], 6), [CLASSES, HIDDEN])
+    ids = mtf.import_tf_tensor(mesh, random_ints([BATCH, LENGTH], 7, 0, 8), [BATCH, LENGTH])
+    looked_up = mtf.gather(table, ids, HIDDEN)  # [batch, length, classes]
+    return graph, mesh, [looked_up, mtf.reduce_sum(looked_up)]
+  assert_simd_replays_like_one_device(build, [
+      mtf.SimdMeshImpl("rows:2;cols:4", "batch:rows"),
+      mtf.SimdMeshImpl("rows:2;cols:4", "batch:rows;classes:cols")])
+
+
 def test_gather_split_on_the_indices_mesh_axis_is_a_layout_error():
   graph, mesh = new_mesh()
   _, loss, _ = _lm_like(graph, mesh)
