@@ -101,8 +101,8 @@ def make_greedy_decode(weights, prompts, prompt_length, num_heads, vocab_size,
                                     v=tf.reshape(new, [batch * num_heads, d_kv]))
     return tf.reshape(flat, [batch, num_heads, length, d_kv])
 
-  def step_fn(step, ids, caches):
-    token = tf.gather(ids, step - 1, axis=1)
+  def step_fn(step, ids, caches):  # ids: [length, batch], so a position is one row
+    token = tf.gather(ids, step - 1)
     x = tf.gather(emb, token) + tf.gather(pos_emb, step)
     new_caches = []
     if attend == "static":
@@ -122,8 +122,8 @@ def make_greedy_decode(weights, prompts, prompt_length, num_heads, vocab_size,
       h = _rms_norm(x, layer["ffn_scale"])
       x += tf.matmul(tf.nn.relu(tf.matmul(h, layer["wi"])), layer["wo"])
     next_ids = tf.argmax(logits_of(x), -1, output_type=tf.int32)
-    ids = tf.raw_ops.InplaceUpdate(x=tf.transpose(ids), i=[step], v=next_ids[None])
-    return step + 1, tf.transpose(ids), new_caches
+    ids = tf.raw_ops.InplaceUpdate(x=ids, i=[step], v=next_ids[None])
+    return step + 1, ids, new_caches
 
   prompts_t = tf.constant(prompts)
 
@@ -131,7 +131,8 @@ def make_greedy_decode(weights, prompts, prompt_length, num_heads, vocab_size,
   def decode():
     inputs = tf.pad(prompts_t[:, :-1], [[0, 0], [1, 0]])  # shifted right, 0 first
     caches = [tf.raw_ops.DeepCopy(x=c) for c in prefill(inputs)]
+    ids = tf.raw_ops.DeepCopy(x=tf.transpose(prompts_t))
     _, ids, _ = tf.while_loop(lambda s, *_: s < length, step_fn,
-                              [tf.constant(prompt_length), prompts_t, caches])
-    return ids
+                              [tf.constant(prompt_length), ids, caches])
+    return tf.transpose(ids)
   return decode
