@@ -78,6 +78,9 @@ common.define_flag(flags.DEFINE_boolean, "in_process", False,
 common.define_flag(flags.DEFINE_boolean, "check_recompute", True,
                    "Check greedy cached ids against the "
                    "recompute path at the smallest length (one device).")
+common.define_flag(flags.DEFINE_boolean, "original_every_length", True,
+                   "Run the original at every --new_tokens (its ms/pos max/min "
+                   "column); false: at --compare_tokens only.")
 common.define_flag(flags.DEFINE_boolean, "plain_tf", True,
                    "Also time greedy decoding written by hand in plain TF "
                    "(benchmarks/plain_tf_decode.py) on one device, with static and "
@@ -266,8 +269,11 @@ def table(size, cases, meshes, new_tokens_list, compare_tokens, results, origina
   header = (["case", "mesh"] + ["ms/pos @%d" % n for n in new_tokens_list]
             + ["max/min"] + ["ms/step @%d" % n for n in new_tokens_list]
             + ["step max/min", "tok/s @%d" % compare_tokens])
+  by_length = (original or {}).get("_by_length")
   if original is not None:
     header += ["orig tok/s", "port/orig", "greedy ids = orig"]
+    if by_length:  # the original's ms/pos max/min over the same lengths
+      header += ["orig max/min"]
   rows = [header]
   for c in cases:
     for m in list(meshes) + [k for k in PLAIN_TF if (c, k) in results["times"]]:
@@ -281,26 +287,29 @@ def table(size, cases, meshes, new_tokens_list, compare_tokens, results, origina
              + ["%.2f" % (max(per_pos) / min(per_pos))]
              + ["%.2f" % p for p in per_step]
              + ["%.2f" % (max(per_step) / min(per_step)), "%.0f" % tok_s])
-      if original is not None and m in PLAIN_TF:
-        row += ["-", "-", "-"]
+      o = None if original is None or m in PLAIN_TF else original.get("%s/%s" % (c, m))
+      if original is not None and o is None:
+        row += ["-"] * (4 if by_length else 3)
       elif original is not None:
-        o = original.get("%s/%s" % (c, m))
-        if o is None:
-          row += ["-", "-", "-"]
-        else:
-          same = "-"
-          if c == "greedy":
-            same = str(bool(np.array_equal(np.asarray(o["ids"]),
-                                           results["ids"][(c, m, compare_tokens)])))
-          row += ["%.0f" % o["tok_s"], "%.2f" % (tok_s / o["tok_s"]), same]
+        same = "-"
+        if c == "greedy":
+          same = str(bool(np.array_equal(np.asarray(o["ids"]),
+                                         results["ids"][(c, m, compare_tokens)])))
+        row += ["%.0f" % o["tok_s"], "%.2f" % (tok_s / o["tok_s"]), same]
+        if by_length:
+          orig_pos = [batch * 1000.0 / by_length[n]["%s/%s" % (c, m)]["tok_s"]
+                      for n in new_tokens_list]
+          row += ["%.2f" % (max(orig_pos) / min(orig_pos))]
       rows.append(row)
   return rows
 
 
 def run(size, cases, meshes, new_tokens_list, compare_tokens, prompt_length, repeats,
-        devices, original_python="", check_recompute=True, plain_tf=False):
+        devices, original_python="", check_recompute=True, plain_tf=False,
+        original_every_length=False):
   """Measures the port (and the original, when original_python exists; and plain TF,
-  with plain_tf); returns (table rows, header first; greedy cached ids == recompute
+  with plain_tf; the original at every length with original_every_length); returns
+  (table rows, header first; greedy cached ids == recompute
   ids, or None; a line about the original's run; plain TF's greedy ids == the port's
   at every length, or None)."""
   with tempfile.TemporaryDirectory() as tmp:
@@ -312,14 +321,24 @@ def run(size, cases, meshes, new_tokens_list, compare_tokens, prompt_length, rep
     elif not os.path.exists(original_python):
       why = "%s is absent" % original_python
     else:
-      original, why = run_original(original_python, size, cases, meshes,
-                                   compare_tokens, prompt_length, repeats,
-                                   results["checkpoints"][compare_tokens])
+      lengths = new_tokens_list if original_every_length else [compare_tokens]
+      by_length = {}
+      for n in lengths:
+        by_length[n], why = run_original(original_python, size, cases, meshes, n,
+                                         prompt_length, repeats,
+                                         results["checkpoints"][n])
+        if by_length[n] is None:
+          break
+      else:
+        original = by_length[compare_tokens]
+        if original_every_length:
+          original["_by_length"] = by_length
   if original is None:
     note = "original library: skipped (%s)" % why
   else:
-    note = "original library: %s, %d new tokens, median of %d" % (
-        original.pop("_machine", ""), compare_tokens, repeats)
+    note = "original library: %s, %s new tokens, median of %d" % (
+        original.pop("_machine", ""), ", ".join(map(str, sorted(
+            original.get("_by_length", {compare_tokens: None})))), repeats)
   rows = table(size, cases, meshes, new_tokens_list, compare_tokens, results, original)
   return rows, results["recompute_same"], note, results["plain_same"]
 
@@ -341,14 +360,15 @@ def _measure_here(new_tokens_list, compare):
   rows, recompute_same, note, plain_same = run(
       FLAGS.size, FLAGS.cases, FLAGS.meshes, new_tokens_list, compare,
       FLAGS.prompt_length, FLAGS.repeats, devices, FLAGS.original_python,
-      FLAGS.check_recompute, FLAGS.plain_tf)
+      FLAGS.check_recompute, FLAGS.plain_tf, FLAGS.original_every_length)
   return dict(rows=rows, recompute_same=recompute_same, original=note,
               pools=_pools_line(n_devices), plain_same=plain_same)
 
 
 # Flags a per-mesh process is given as they are (the lengths it is given resolved).
 _PASSED_FLAGS = ("prompt_length", "repeats", "size", "cases", "original_python",
-                 "size_thread_pools", "check_recompute", "plain_tf")
+                 "size_thread_pools", "check_recompute", "plain_tf",
+                 "original_every_length")
 
 
 def _measure_per_process(new_tokens_list, compare):
