@@ -6,9 +6,8 @@ first operand's contracted dims are not its last ones (the attention gradients
 "abcd,abce->aecd"), and about 12x slower than MatMul in bfloat16 and float16; there the
 einsum becomes a matmul (transposes moving only dims of size 1 become reshapes). An
 einsum already in matmul order ([batch, free, contracted] times [batch, contracted,
-free] or [batch, free, contracted]) becomes reshapes around one matmul too: the same
-values, and on small operands (a decoding step's [batch, d_model] rows) the einsum
-kernel's own cost is 2-3x the matmul's. Elsewhere it stays one op. In the SIMD replay the choice depends on labels only, never
+free] or [batch, free, contracted]) with few rows (SMALL_MATMUL_ROWS: a decoding step)
+becomes reshapes around one matmul too. Elsewhere it stays one op. In the SIMD replay the choice depends on labels only, never
 on sizes. Backends compiled by XLA keep `tf.einsum`, with operands in the output's order
 (`operands_in_output_order`).
 """
@@ -92,6 +91,18 @@ def permute_dims(value, perm):
   return direct_ops.transpose(value, perm)
 
 
+# An einsum already in matmul order whose product has at most this many rows (a decoding
+# step's [batch, d_model] activations) runs as one MatMul: there TF's einsum kernel costs
+# 2-3x the matmul's (a [16, 64] x [64, 256] product: 36 against 11 us). On more rows
+# the two take about the same time and the einsum stays: a training step's sums then
+# stay TF's einsum kernel's (with MatMul `make train` printed other losses).
+SMALL_MATMUL_ROWS = 256
+
+
+def _product(size, labels):
+  return int(np.prod([size[c] for c in labels], dtype=np.int64))
+
+
 def _worthwhile(lhs, out_of_place, contracted, size):
   """Whether transposes + matmul beat TF's einsum kernel: where the first operand's
   contracted labels are not its last, or (sizes known) every transpose only moves dims
@@ -134,12 +145,12 @@ def two_operand_matmul(equation, lhs_value, rhs_value, by_sizes=False):
     if out_of_place and not _worthwhile(lhs, out_of_place, contracted,
                                         size if by_sizes else None):
       return None
-    if not out_of_place and (not contracted or not free_l
-                             or _arrangement(lhs, batch, free_l, contracted)[1]):
-      # an outer or dot product; or a weight gradient, where MatMul's sums would not
-      # equal TF's einsum's bit for bit
+    if not out_of_place and not (
+        by_sizes and contracted and free_l
+        and not _arrangement(lhs, batch, free_l, contracted)[1]
+        and _product(size, batch + free_l) <= SMALL_MATMUL_ROWS):
       return None
-  prod = lambda labels: int(np.prod([size[c] for c in labels], dtype=np.int64))
+  prod = lambda labels: _product(size, labels)
 
   def as_3d(value, term, free):
     order, contracted_first = _arrangement(term, batch, free, contracted)

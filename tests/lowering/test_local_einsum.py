@@ -1,7 +1,7 @@
 """The local einsum (lowering/local_einsum.py) equals np.einsum on every equation shape:
 the ones TF's kernel transposes slowly go through explicit transposes + one matmul, those
-already in matmul order through reshapes + one matmul, the others stay one TF einsum op,
-and the operand order follows the output."""
+already in matmul order with few rows through reshapes + one matmul, the others stay one
+TF einsum op, and the operand order follows the output."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -49,6 +49,18 @@ def test_equals_numpy_with_the_expected_kernel(equation, ops):
   got = local_einsum.einsum(equation, tf.constant(x), tf.constant(y))
   np.testing.assert_allclose(got.numpy(), np.einsum(equation, x, y), rtol=1e-5, atol=1e-5)
   assert _emitted(equation, x, y) == ops
+
+
+def test_an_einsum_in_matmul_order_with_many_rows_stays_one_einsum():
+  """Past SMALL_MATMUL_ROWS rows TF's einsum kernel is as fast as MatMul, and a training
+  step keeps its sums."""
+  rows = local_einsum.SMALL_MATMUL_ROWS
+  for lead, ops in ((rows, {"MatMul"}), (rows + 1, {"Einsum"})):
+    x = np.random.RandomState(0).randn(lead, 8).astype(np.float32)
+    y = np.random.RandomState(1).randn(8, 5).astype(np.float32)
+    got = local_einsum.einsum("ab,bc->ac", tf.constant(x), tf.constant(y))
+    np.testing.assert_allclose(got.numpy(), x @ y, rtol=1e-5, atol=1e-5)
+    assert _emitted("ab,bc->ac", x, y) == ops
 
 
 def test_transposes_of_size_one_dims_are_reshapes():
