@@ -165,8 +165,7 @@ def compute_topk_scores_and_seq(sequences, scores, scores_to_gather, flags, beam
   _, indices = top_k(scores, candidates_dim, beam_dim, name=prefix + "/top_k")
 
   def pick(x):
-    out_shape = Shape([beam_dim if d == candidates_dim else d for d in x.shape.dims])
-    return gather(x, indices, candidates_dim, output_shape=out_shape)
+    return _pick(x, indices, candidates_dim, beam_dim)
   top_flags = ew.equal(pick(ew.cast(flags, tf.int32)), 1)
   selector = one_hot(indices, candidates_dim, dtype=tf.float32)
   return pick(sequences), pick(scores_to_gather), top_flags, selector
@@ -198,7 +197,24 @@ def _top_candidates(log_probs, beam_dim, vocab_dim, batch_dims, num_prefilter):
 
 
 def _pick(x, indices, dim, new_dim):
-  """x gathered along dim at indices (which carry new_dim, possibly dim itself)."""
+  """x gathered along dim at indices [batch..., new_dim] (new_dim possibly dim itself).
+
+  Where x's dims are [batch..., dim, ...] (the sequences, scores and caches of the
+  search), a local batched tf.gather: one copy of x. Elsewhere mtf.gather, which lowers
+  as a one-hot einsum since the indices share the batch dims (it reads x new_dim times).
+  """
+  batch = indices.shape.dims[:-1]
+  if (indices.shape.dims[-1] == new_dim and x.shape.dims[:len(batch)] == batch
+      and x.shape.dims[len(batch)] == dim):
+    if x.dtype == tf.bool:
+      return ew.equal(_pick(ew.cast(x, tf.int32), indices, dim, new_dim), 1)
+    axis = len(batch)
+    out_shape = Shape(batch + [new_dim] + x.shape.dims[axis + 1:])
+    return slicewise(
+        lambda t, i: tf.gather(t, i, axis=axis, batch_dims=axis), [x, indices],
+        output_shape=out_shape, output_dtype=x.dtype,
+        splittable_dims=[d for d in out_shape.dims if d not in (dim, new_dim)],
+        name="pick_beams")
   if new_dim == dim:
     old_dim = Dimension("old_" + dim.name, dim.size)
     x, dim = rename_dimension(x, dim.name, old_dim.name), old_dim
@@ -210,17 +226,8 @@ def _pick(x, indices, dim, new_dim):
 
 def _reorder_state(state, source_beam, beam_dim):
   """state [batch..., beam, ...] with each row's beams taken from source_beam [batch...,
-  beam]: a local batched tf.gather (a copy of the state) where state's dims start with
-  source_beam's, else the one-hot einsum of _pick (which reads the state beam times)."""
-  lead = source_beam.shape.dims
-  if state.shape.dims[:len(lead)] != lead or state.dtype == tf.bool:
-    return _pick(state, source_beam, beam_dim, beam_dim)
-  axis = len(lead) - 1
-  return slicewise(
-      lambda s, i: tf.gather(s, i, axis=axis, batch_dims=axis), [state, source_beam],
-      output_shape=state.shape, output_dtype=state.dtype,
-      splittable_dims=[d for d in state.shape.dims if d != beam_dim],
-      name="reorder_beams")
+  beam] (see _pick)."""
+  return _pick(state, source_beam, beam_dim, beam_dim)
 
 
 @gin.configurable(module="beam_search")

@@ -11,7 +11,7 @@ from benchmarks import decode_speed
 def test_decode_speed_table_tiny_one_device():
   devices = [d.name for d in tf.config.list_logical_devices("CPU")]
   cases = list(decode_speed.CASES)
-  rows, recompute_same, note = decode_speed.run(
+  rows, recompute_same, note, plain_same = decode_speed.run(
       "tiny", cases, ["1"], [16, 32], 32, prompt_length=4, repeats=1,
       devices=devices, original_python="")
   header, body = rows[0], rows[1:]
@@ -29,6 +29,7 @@ def test_decode_speed_table_tiny_one_device():
     assert all(float(x) > 0 for i, x in enumerate(r) if i >= 2 and i not in derived)
     assert all(float(r[i]) == float(r[i]) for i in derived)
   assert recompute_same is True
+  assert plain_same is None  # plain TF's rows only when asked for
   assert "skipped" in note
 
 

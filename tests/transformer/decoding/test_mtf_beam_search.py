@@ -318,8 +318,9 @@ def test_beam_search_reorders_states_with_the_beams():
 @pytest.mark.parametrize("impl", ["single", "placement_2x2", "simd_2x4"])
 def test_state_reorder_takes_each_rows_source_beams(impl):
   """The loop's reorder of a cache [batch, beam, heads, length, d] (a batched gather)
-  and of a state whose dims do not start with [batch, beam] (the one-hot einsum) give
-  numpy's take_along_axis, also with the beam dim split (simd_2x4)."""
+  and of a state whose dims do not start with [batch, beam] (the one-hot einsum), and
+  its picks of sequences and flags from [batch, candidates, length], give numpy's
+  take_along_axis, also with the beam dim split (simd_2x4)."""
   graph, mesh = new_mesh()
   batch, beam = mtf.Dimension("batch", 2), mtf.Dimension("beam", 4)
   rest = [mtf.Dimension("heads", 2), mtf.Dimension("memory_length", 3),
@@ -331,12 +332,25 @@ def test_state_reorder_takes_each_rows_source_beams(impl):
   other = mtf.transpose(cache, [rest[0], batch] + rest[1:] + [beam])
   reorder = mtf.beam_search._reorder_state  # pylint: disable=protected-access
   outs = [reorder(cache, source, beam), reorder(other, source, beam)]
-  assert outs[0].operation.name.startswith("reorder_beams")
-  assert not outs[1].operation.name.startswith("reorder_beams")
+  assert outs[0].operation.name.startswith("pick_beams")
+  assert not outs[1].operation.name.startswith("pick_beams")
+  # the search's sequences [batch, candidates, length] (ints and bools) to a smaller dim
+  candidates, length = mtf.Dimension("candidates", 6), mtf.Dimension("length", 5)
+  seq_np = np.random.RandomState(31).randint(0, 50, size=(2, 6, 5)).astype(np.int32)
+  chosen_np = np.array([[5, 0, 2, 2], [1, 3, 4, 0]], np.int32)
+  seq = mtf.import_tf_tensor(mesh, seq_np, [batch, candidates, length])
+  chosen = mtf.import_tf_tensor(mesh, chosen_np, [batch, beam])
+  pick = mtf.beam_search._pick  # pylint: disable=protected-access
+  outs += [pick(seq, chosen, candidates, beam),
+           pick(mtf.equal(seq, 7), chosen, candidates, beam)]
+  assert outs[2].shape.dims == [batch, beam, length]
   got = lower(graph, mesh, mesh_impls()[impl](), outs)
   want = np.take_along_axis(cache_np, source_np[:, :, None, None, None], axis=1)
   np.testing.assert_array_equal(got[0], want)
   np.testing.assert_array_equal(got[1], want.transpose(2, 0, 3, 4, 1))
+  picked = np.take_along_axis(seq_np, chosen_np[:, :, None], axis=1)
+  np.testing.assert_array_equal(got[2], picked)
+  np.testing.assert_array_equal(got[3], picked == 7)
 
 
 # ----------------------------------------------------------------------------- errors
