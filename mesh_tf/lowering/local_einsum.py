@@ -7,9 +7,9 @@ first operand's contracted dims are not its last ones (the attention gradients
 einsum becomes a matmul (transposes moving only dims of size 1 become reshapes). An
 einsum already in matmul order ([batch, free, contracted] times [batch, contracted,
 free] or [batch, free, contracted]) with few rows (SMALL_MATMUL_ROWS: a decoding step)
-becomes reshapes around one matmul too. Elsewhere it stays one op. In the SIMD replay the choice depends on labels only, never
-on sizes. Backends compiled by XLA keep `tf.einsum`, with operands in the output's order
-(`operands_in_output_order`).
+becomes reshapes around one matmul too. Elsewhere it stays one op. In the SIMD replay
+the choice depends on labels only, never on sizes. Backends compiled by XLA keep
+`tf.einsum`, with operands in the output's order (`operands_in_output_order`).
 """
 import numpy as np
 import tensorflow as tf
