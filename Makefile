@@ -33,7 +33,9 @@ PIP_FLAGS ?= --quiet
 # with this stop's last tests: 8 min 21 s, 15.8 CPU-minutes; at 02:50 after the review:
 # 7 min 48 s, 14.6 CPU-minutes; at 04:22, with stop 50's tests (random generators on both
 # sides of the whole-draw limit, loop draws, decode_speed's per-mesh processes):
-# 9 min 18 s, 17.4 CPU-minutes; at 04:35 after its review: 8 min 54 s, 16.8 CPU-minutes.
+# 9 min 18 s, 17.4 CPU-minutes; at 04:35 after its review: 8 min 54 s, 16.8 CPU-minutes;
+# 2026-12-06 06:01, with stop 51's memory-peak runs (5 per dtype, one thread per pool)
+# and plain TF's decoding in decode_speed's test: 9 min 9 s, 17.0 CPU-minutes.
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder -m "not alone" tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
