@@ -52,7 +52,7 @@ def test_measured_peak_of_a_train_step_matches_the_prediction(toy, bf16):
   # With TF's thread pools the executor's order, and so the peak, follows the host's
   # timing (float32 here: 0.99-1.09 of the prediction idle, 1.05-1.16 with both cores
   # busy; a CI host: 1.04-1.35). With one thread per pool it varies less and the load
-  # hardly moves it (0.89-1.00 in 23 of 24 runs, idle and busy; once 1.16, busy):
+  # hardly moves it (0.89-1.00 in 17 of 18 runs, idle and busy; once 1.16, busy):
   # that is measured, the median of 5 runs.
   runs = sorted((memory.measure(TOY, "simd", "dp+mp", timeout=300, warmup=1, bf16=bf16,
                                 inter_op_threads=1, intra_op_threads=1)
@@ -66,7 +66,7 @@ def test_measured_peak_of_a_train_step_matches_the_prediction(toy, bf16):
   else:
     # bfloat16: the float32 copies TF's kernels make (kernel_upcast) are priced as if
     # every device's were held at once; one thread holds fewer (0.80-0.86 of the
-    # prediction in 16 of 18 runs, 0.97-1.01 in two, busy), still more than a model
+    # prediction in 10 of 12 runs, 0.97-1.01 in two, busy), still more than a model
     # without them predicts (0.75)
     low = analysis.predict_memory(graph.graph, *memory.LAYOUTS["dp+mp"],
                                   fetches=memory.fetches(graph), kernel_upcast=False)
