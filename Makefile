@@ -35,7 +35,8 @@ PIP_FLAGS ?= --quiet
 # sides of the whole-draw limit, loop draws, decode_speed's per-mesh processes):
 # 9 min 18 s, 17.4 CPU-minutes; at 04:35 after its review: 8 min 54 s, 16.8 CPU-minutes;
 # 2026-12-06 06:01, with stop 51's memory-peak runs (5 per dtype, one thread per pool)
-# and plain TF's decoding in decode_speed's test: 9 min 9 s, 17.0 CPU-minutes.
+# and plain TF's decoding in decode_speed's test: 9 min 9 s, 17.0 CPU-minutes; at 06:18
+# on its final code: 9 min 49 s, 18.3 CPU-minutes.
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder -m "not alone" tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
