@@ -180,15 +180,13 @@ def _nbytes(v):
 
 def run_worker(spec):
   """Trains in this process (the env var set) and returns the measured figures."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if spec.get("inter_op_threads"):  # the executor's threads (default: one per core)
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.threading.set_inter_op_parallelism_threads(spec["inter_op_threads"])
   if spec.get("intra_op_threads"):  # threads within one kernel (default: one per core)
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     tf.config.threading.set_intra_op_parallelism_threads(spec["intra_op_threads"])
   devices = common.set_up_virtual_cpus(8)
   import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import mesh_tf as mtf  # pylint: disable=g-import-not-at-top
   from models import train_steps  # pylint: disable=g-import-not-at-top
   s = spec["sizes"]

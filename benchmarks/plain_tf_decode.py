@@ -84,8 +84,8 @@ def make_greedy_decode(weights, prompts, prompt_length, num_heads, vocab_size,
       q, k, v = (tf.transpose(tf.reshape(tf.einsum("bld,dk->blk", h, layer[n]),
                                          [batch, prompt_length, num_heads, d_kv]),
                               [0, 2, 1, 3]) for n in ("q", "k", "v"))
-      weights_ = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) + causal)
-      o = tf.reshape(tf.transpose(tf.matmul(weights_, v), [0, 2, 1, 3]),
+      probs = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) + causal)
+      o = tf.reshape(tf.transpose(tf.matmul(probs, v), [0, 2, 1, 3]),
                      [batch, prompt_length, num_heads * d_kv])
       x += tf.einsum("blk,kd->bld", o, layer["o"])
       h = _rms_norm(x, layer["ffn_scale"])

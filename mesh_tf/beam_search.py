@@ -224,12 +224,6 @@ def _pick(x, indices, dim, new_dim):
   return gather(x, indices, dim, output_shape=out_shape)
 
 
-def _reorder_state(state, source_beam, beam_dim):
-  """state [batch..., beam, ...] with each row's beams taken from source_beam [batch...,
-  beam] (see _pick)."""
-  return _pick(state, source_beam, beam_dim, beam_dim)
-
-
 @gin.configurable(module="beam_search")
 def beam_search(logits_fn, initial_ids, alpha, states=None, eos_id=EOS_ID,
                 stop_early=True, decode_length=None, use_tpu=True, dtype=tf.float32,
@@ -332,7 +326,7 @@ def beam_search(logits_fn, initial_ids, alpha, states=None, eos_id=EOS_ID,
     new_alive_seq = _pick(top_seq, alive_index, double_beam, beam_dim)
     new_alive_log_probs = _pick(alive_candidates, alive_index, double_beam, beam_dim)
     alive_source = _pick(source_beam, alive_index, double_beam, beam_dim)
-    new_states = [_reorder_state(s, alive_source, beam_dim)
+    new_states = [_pick(s, alive_source, beam_dim, beam_dim)
                   if beam_dim in s.shape.dims else s for s in _as_list(new_states)]
 
     # The beam best finished sequences among the old ones and the new candidates.

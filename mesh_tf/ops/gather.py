@@ -83,12 +83,7 @@ class GatherOperation(Operation):
     def fn(wt, it, b=None):
       rows, valid = _local_rows(it, None if b is None else b[axis], n)
       out = tf.gather(wt, tf.where(valid, rows, 0), axis=axis)
-      if valid.shape.is_fully_defined():
-        mask_shape = [1] * axis + valid.shape.as_list() + [1] * after
-      else:
-        mask_shape = tf.concat([tf.ones([axis], tf.int32), tf.shape(valid),
-                                tf.ones([after], tf.int32)], 0)
-      mask = tf.reshape(valid, mask_shape)
+      mask = tf.reshape(valid, [1] * axis + valid.shape.as_list() + [1] * after)
       out = tf.where(mask, out, tf.zeros([], out.dtype))
       return _transpose(out, out_perm)
 

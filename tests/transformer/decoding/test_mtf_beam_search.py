@@ -330,8 +330,8 @@ def test_state_reorder_takes_each_rows_source_beams(impl):
   cache = mtf.import_tf_tensor(mesh, cache_np, [batch, beam] + rest)
   source = mtf.import_tf_tensor(mesh, source_np, [batch, beam])
   other = mtf.transpose(cache, [rest[0], batch] + rest[1:] + [beam])
-  reorder = mtf.beam_search._reorder_state  # pylint: disable=protected-access
-  outs = [reorder(cache, source, beam), reorder(other, source, beam)]
+  pick = mtf.beam_search._pick  # pylint: disable=protected-access
+  outs = [pick(cache, source, beam, beam), pick(other, source, beam, beam)]
   assert outs[0].operation.name.startswith("pick_beams")
   assert not outs[1].operation.name.startswith("pick_beams")
   # the search's sequences [batch, candidates, length] (ints and bools) to a smaller dim
@@ -340,7 +340,6 @@ def test_state_reorder_takes_each_rows_source_beams(impl):
   chosen_np = np.array([[5, 0, 2, 2], [1, 3, 4, 0]], np.int32)
   seq = mtf.import_tf_tensor(mesh, seq_np, [batch, candidates, length])
   chosen = mtf.import_tf_tensor(mesh, chosen_np, [batch, beam])
-  pick = mtf.beam_search._pick  # pylint: disable=protected-access
   outs += [pick(seq, chosen, candidates, beam),
            pick(mtf.equal(seq, 7), chosen, candidates, beam)]
   assert outs[2].shape.dims == [batch, beam, length]
