@@ -36,7 +36,8 @@ PIP_FLAGS ?= --quiet
 # 9 min 18 s, 17.4 CPU-minutes; at 04:35 after its review: 8 min 54 s, 16.8 CPU-minutes;
 # 2026-12-06 06:01, with stop 51's memory-peak runs (5 per dtype, one thread per pool)
 # and plain TF's decoding in decode_speed's test: 9 min 9 s, 17.0 CPU-minutes; at 06:18
-# on its final code: 9 min 49 s, 18.3 CPU-minutes.
+# on its code before the review: 9 min 49 s, 18.3 CPU-minutes; at 06:32 after the
+# review: 9 min 35 s, 18.0 CPU-minutes.
 TEST_ARGS ?= -n 3 --dist loadfile --no-loadscope-reorder -m "not alone" tests
 MAIN   := $(PY) -m models.transformer.main --model_dir=$(MODEL_DIR) \
           --gin_file=models/lm_cpu_small.gin --gin_file=problems/pydoc_lm.gin \
